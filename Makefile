@@ -1,0 +1,29 @@
+# Every target creates and reuses .venv; a requirements file newer than its stamp reinstalls.
+VENV := .venv
+PYTHON := $(VENV)/bin/python
+PIP := $(PYTHON) -m pip install --quiet --disable-pip-version-check
+RUNTIME := $(VENV)/.runtime-installed
+DEV := $(VENV)/.dev-installed
+
+.PHONY: test pretrain bench clean-venv
+
+$(PYTHON):
+	python3 -m venv $(VENV)
+
+$(RUNTIME): requirements.txt pyproject.toml | $(PYTHON)
+	$(PIP) -r requirements.txt
+	$(PIP) --no-deps -e .
+	touch $@
+
+$(DEV): $(RUNTIME) requirements-dev.txt requirements-tpu.txt
+	$(PIP) -r requirements-dev.txt -r requirements-tpu.txt
+	touch $@
+
+test: $(DEV)
+	$(PYTHON) -m pytest -q tests
+
+pretrain: $(RUNTIME)
+	$(VENV)/bin/bert-jax pretrain --config configs/demo.py
+
+clean-venv:
+	rm -rf $(VENV)

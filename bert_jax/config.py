@@ -1,0 +1,78 @@
+"""The model's configuration: one frozen dataclass and the named size presets."""
+
+import dataclasses
+from typing import Any
+
+from bert_jax.errors import UserError
+
+# The vocabulary of the original English BERT checkpoints (bert-base-uncased).
+BERT_VOCAB_SIZE = 30522
+
+
+@dataclasses.dataclass(frozen=True)
+class BertConfig:
+    vocab_size: int = BERT_VOCAB_SIZE  # WordPiece/SentencePiece vocabulary size
+    hidden_dim: int = 768  # width of every residual-stream activation
+    num_layers: int = 12  # Transformer encoder layers
+    num_heads: int = 12  # attention heads per layer; hidden_dim must divide evenly
+    mlp_dim: int = 3072  # feed-forward inner width (4 x hidden_dim in every preset)
+    max_positions: int = 512  # learned absolute position embeddings
+    num_segments: int = 2  # segment (token type) embeddings: sentence A and B
+    layer_norm_eps: float = 1e-12  # as in the original TF code, not PyTorch's 1e-5
+    dropout_rate: float = 0.1  # hidden-state dropout (embeddings, residual branches)
+    attention_dropout_rate: float = 0.1  # dropout on attention probabilities
+    initializer_std: float = 0.02  # truncated-normal std of every weight matrix
+    dtype: str = "float32"  # compute dtype of activations: float32 or bfloat16
+    param_dtype: str = "float32"  # storage dtype of parameters (keep float32 to train)
+    remat: bool = False  # recompute each layer's activations in the backward pass
+
+    def __post_init__(self):
+        if self.hidden_dim % self.num_heads:
+            raise UserError(
+                f"model.hidden_dim ({self.hidden_dim}) must be a multiple of "
+                f"model.num_heads ({self.num_heads})")
+        for name in ("dtype", "param_dtype"):
+            if getattr(self, name) not in ("float32", "bfloat16"):
+                raise UserError(
+                    f"model.{name} must be 'float32' or 'bfloat16', got {getattr(self, name)!r}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_dim // self.num_heads
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any], source: str = "config") -> "BertConfig":
+        """Builds a config, naming any key that is not a field instead of ignoring it."""
+        known = {field.name for field in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise UserError(
+                f"{source}: unknown model config key(s) {unknown}; expected some of {sorted(known)}")
+        return cls(**values)
+
+
+# (num_layers, hidden_dim, num_heads); the small ones follow Turc et al. (2019).
+_SIZES = {
+    "tiny": (2, 128, 2),
+    "mini": (4, 256, 4),
+    "small": (4, 512, 8),
+    "medium": (8, 512, 8),
+    "base": (12, 768, 12),
+    "large": (24, 1024, 16),
+}
+
+PRESET_NAMES = tuple(_SIZES)
+
+
+def preset(name: str, **overrides: Any) -> BertConfig:
+    """The named size with the feed-forward width at 4 x hidden, then any overrides."""
+    if name not in _SIZES:
+        raise UserError(f"unknown model preset {name!r}; expected one of {list(_SIZES)}")
+    num_layers, hidden_dim, num_heads = _SIZES[name]
+    values = dict(num_layers=num_layers, hidden_dim=hidden_dim, num_heads=num_heads,
+                  mlp_dim=4 * hidden_dim)
+    values.update(overrides)
+    return BertConfig.from_dict(values, source=f"preset {name!r}")

@@ -1,0 +1,210 @@
+"""BERT (Devlin et al., 2019): the post-LayerNorm Transformer encoder and its pre-training heads.
+
+Modules only: no flags, no mesh, no file I/O. Every parameter carries logical axis names
+(`vocab`, `embed`, `heads`, `kv`, `mlp`, ...) that `bert_jax.sharding` maps onto a mesh.
+
+Feature extraction and attention analysis need every layer's output and attention
+probabilities. Instead of threading `output_hidden_states` flags through each layer, the
+modules `sow` them into the `intermediates` collection; call `apply(...,
+mutable=["intermediates"])` to collect them (see `bert_jax.inference`). Without that the
+sows are no-ops and cost nothing.
+"""
+
+import functools
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from bert_jax.config import BertConfig
+
+Array = jax.Array
+
+
+def _init(config: BertConfig, *axes: str):
+    """Truncated-normal initialiser with std `initializer_std`, annotated with logical axes."""
+    return nn.with_logical_partitioning(
+        nn.initializers.truncated_normal(config.initializer_std), axes)
+
+
+def _zeros(*axes: str):
+    return nn.with_logical_partitioning(nn.initializers.zeros_init(), axes)
+
+
+def _ones(*axes: str):
+    return nn.with_logical_partitioning(nn.initializers.ones_init(), axes)
+
+
+def gelu(x: Array) -> Array:
+    """The exact (erf) GELU of the original BERT and of Hugging Face's `gelu`."""
+    return jax.nn.gelu(x, approximate=False)
+
+
+def layer_norm(config: BertConfig, name: str | None = None) -> nn.LayerNorm:
+    """LayerNorm computed and returned in float32 whatever the compute dtype, as bf16 needs.
+
+    Its float32 output also keeps the residual stream in float32 between layers.
+    """
+    return nn.LayerNorm(
+        epsilon=config.layer_norm_eps, dtype=jnp.float32, param_dtype=config.param_dtype,
+        scale_init=_ones("embed"), bias_init=_zeros("embed"), name=name)
+
+
+def dense(config: BertConfig, features: tuple[int, ...], input_axes: tuple[str, ...],
+          output_axes: tuple[str, ...], name: str | None = None) -> nn.DenseGeneral:
+    """A dense layer over the last `len(input_axes)` dimensions, its kernel axes named."""
+    return nn.DenseGeneral(
+        features=features, axis=tuple(range(-len(input_axes), 0)),
+        dtype=config.dtype, param_dtype=config.param_dtype,
+        kernel_init=_init(config, *input_axes, *output_axes),
+        bias_init=_zeros(*output_axes), name=name)
+
+
+class Embeddings(nn.Module):
+    """Word + position + segment embeddings, then LayerNorm and dropout."""
+    config: BertConfig
+
+    def setup(self):
+        config = self.config
+        embed = functools.partial(
+            nn.Embed, features=config.hidden_dim, param_dtype=config.param_dtype,
+            dtype=config.dtype)
+        self.word_embeddings = embed(
+            num_embeddings=config.vocab_size, embedding_init=_init(config, "vocab", "embed"))
+        self.position_embeddings = embed(
+            num_embeddings=config.max_positions,
+            embedding_init=_init(config, "positions", "embed"))
+        self.segment_embeddings = embed(
+            num_embeddings=config.num_segments,
+            embedding_init=_init(config, "segments", "embed"))
+        self.layer_norm = layer_norm(config)
+        self.dropout = nn.Dropout(config.dropout_rate)
+
+    def __call__(self, input_ids: Array, segment_ids: Array, train: bool) -> Array:
+        seq_len = input_ids.shape[1]
+        x = (self.word_embeddings(input_ids)
+             + self.position_embeddings(jnp.arange(seq_len))[None]
+             + self.segment_embeddings(segment_ids))
+        x = self.layer_norm(x)
+        return self.dropout(x, deterministic=not train)
+
+
+class SelfAttention(nn.Module):
+    """Multi-head scaled dot-product self-attention with a key padding mask."""
+    config: BertConfig
+
+    @nn.compact
+    def __call__(self, x: Array, attention_bias: Array, train: bool) -> Array:
+        config = self.config
+        heads = (config.num_heads, config.head_dim)
+        project = functools.partial(dense, config, heads, ("embed",), ("heads", "kv"))
+        query = project(name="query")(x)  # (B, T, nh, hd)
+        key = project(name="key")(x)  # (B, T, nh, hd)
+        value = project(name="value")(x)  # (B, T, nh, hd)
+        query = query / jnp.sqrt(config.head_dim).astype(query.dtype)
+        scores = jnp.einsum("bqhd,bkhd->bhqk", query, key)  # (B, nh, T, T)
+        # Softmax in float32: bf16 logits lose the small differences attention depends on.
+        probabilities = jax.nn.softmax(scores.astype(jnp.float32) + attention_bias, axis=-1)
+        self.sow("intermediates", "attention_probabilities", probabilities)
+        probabilities = nn.Dropout(config.attention_dropout_rate)(
+            probabilities, deterministic=not train).astype(config.dtype)
+        context = jnp.einsum("bhqk,bkhd->bqhd", probabilities, value)  # (B, T, nh, hd)
+        return dense(config, (config.hidden_dim,), ("heads", "kv"), ("embed",),
+                     name="output")(context)
+
+
+class FeedForward(nn.Module):
+    config: BertConfig
+
+    @nn.compact
+    def __call__(self, x: Array) -> Array:
+        config = self.config
+        x = dense(config, (config.mlp_dim,), ("embed",), ("mlp",), name="intermediate")(x)
+        x = gelu(x)
+        return dense(config, (config.hidden_dim,), ("mlp",), ("embed",), name="output")(x)
+
+
+class EncoderLayer(nn.Module):
+    """Post-LN: x = LN(x + Attention(x)); x = LN(x + FeedForward(x)), dropout on each branch."""
+    config: BertConfig
+
+    @nn.compact
+    def __call__(self, x: Array, attention_bias: Array, train: bool) -> Array:
+        config = self.config
+        dropout = nn.Dropout(config.dropout_rate)
+        attended = SelfAttention(config, name="attention")(x, attention_bias, train)
+        x = layer_norm(config, name="attention_layer_norm")(
+            x + dropout(attended, deterministic=not train))
+        transformed = FeedForward(config, name="mlp")(x)
+        x = layer_norm(config, name="output_layer_norm")(
+            x + dropout(transformed, deterministic=not train))
+        return nn.with_logical_constraint(x, ("batch", "seq", "embed"))
+
+
+class BertModel(nn.Module):
+    """The encoder and pooler: returns (sequence_output (B, T, H), pooled_output (B, H))."""
+    config: BertConfig
+
+    def setup(self):
+        config = self.config
+        self.embeddings = Embeddings(config)
+        layer = nn.remat(EncoderLayer, static_argnums=(3,)) if config.remat else EncoderLayer
+        self.layers = [layer(config, name=f"layer_{index}") for index in range(config.num_layers)]
+        self.pooler = dense(config, (config.hidden_dim,), ("embed",), ("embed_out",))
+
+    def __call__(self, input_ids: Array, segment_ids: Array, input_mask: Array,
+                 train: bool = False) -> tuple[Array, Array]:
+        # Padding keys get a large negative bias, so their softmax weight is exactly zero.
+        attention_bias = jnp.where(input_mask[:, None, None, :] > 0, 0.0,
+                                   jnp.finfo(jnp.float32).min)  # (B, 1, 1, T)
+        x = self.embeddings(input_ids, segment_ids, train)
+        x = nn.with_logical_constraint(x, ("batch", "seq", "embed"))
+        self.sow("intermediates", "hidden_states", x)
+        for layer in self.layers:
+            x = layer(x, attention_bias, train)
+            self.sow("intermediates", "hidden_states", x)
+        pooled = jnp.tanh(self.pooler(x[:, 0]))
+        return x, pooled
+
+    def word_logits(self, x: Array) -> Array:
+        """Scores against the word embeddings: the MLM decoder shares its weights with them."""
+        return self.embeddings.word_embeddings.attend(x)
+
+
+class MaskedLanguageModelHead(nn.Module):
+    """Transform (dense + GELU + LayerNorm), then the tied decoder plus an output bias."""
+    config: BertConfig
+
+    @nn.compact
+    def __call__(self, x: Array, decode) -> Array:
+        config = self.config
+        x = dense(config, (config.hidden_dim,), ("embed",), ("embed_out",), name="transform")(x)
+        x = layer_norm(config, name="layer_norm")(gelu(x)).astype(config.dtype)
+        bias = self.param("output_bias", _zeros("vocab"), (config.vocab_size,),
+                          config.param_dtype)
+        return decode(x) + bias.astype(config.dtype)
+
+
+class BertForPreTraining(nn.Module):
+    """BERT with the masked-LM head on the gathered masked positions and the NSP head."""
+    config: BertConfig
+
+    def setup(self):
+        config = self.config
+        self.bert = BertModel(config)
+        self.mlm_head = MaskedLanguageModelHead(config)
+        self.nsp_head = dense(config, (2,), ("embed",), ("classes",))
+
+    def __call__(self, input_ids: Array, segment_ids: Array, input_mask: Array,
+                 masked_lm_positions: Array, train: bool = False) -> tuple[Array, Array]:
+        """Returns MLM logits (B, P, vocab) at `masked_lm_positions` (B, P) and NSP logits (B, 2).
+
+        Only the P gathered positions reach the vocabulary projection: at sequence 128 with
+        20 predictions that is 6x less work than scoring every position.
+        """
+        sequence_output, pooled = self.bert(input_ids, segment_ids, input_mask, train)
+        gathered = jnp.take_along_axis(
+            sequence_output, masked_lm_positions[..., None], axis=1)  # (B, P, H)
+        mlm_logits = self.mlm_head(gathered, self.bert.word_logits)
+        nsp_logits = self.nsp_head(pooled)
+        return mlm_logits, nsp_logits

@@ -1,0 +1,148 @@
+"""Tokenizers: BERT WordPiece through Hugging Face `tokenizers`, one interface for all kinds.
+
+`load_tokenizer(path)` takes a `vocab.txt`, or a directory holding one (a Hugging Face or
+bert-jax model directory), and returns a `Tokenizer`. Its `encode_for_model` builds the
+`[CLS] A [SEP] B [SEP]` inputs the model takes, as numpy arrays.
+"""
+
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+
+import numpy as np
+import tokenizers
+from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
+
+from bert_jax.errors import UserError
+
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+
+def read_vocabulary(path: str) -> list[str]:
+    """The tokens of a BERT `vocab.txt`, one a line, id = line number."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            tokens = [line.rstrip("\n") for line in file]
+    except FileNotFoundError:
+        raise UserError(f"{path}: vocabulary file not found") from None
+    except UnicodeDecodeError as error:
+        raise UserError(f"{path}: vocabulary is not UTF-8 text ({error.reason} at byte "
+                        f"{error.start})") from None
+    while tokens and not tokens[-1]:
+        tokens.pop()  # a trailing newline is not a token
+    if not tokens:
+        raise UserError(f"{path}: vocabulary file is empty")
+    duplicates = len(tokens) - len(set(tokens))
+    if duplicates:
+        raise UserError(f"{path}: vocabulary has {duplicates} duplicate token(s); "
+                        "expected one distinct token per line")
+    missing = [token for token in SPECIAL_TOKENS if token not in tokens]
+    if missing:
+        raise UserError(f"{path}: vocabulary lacks the special token(s) {missing}")
+    return tokens
+
+
+def vocabulary_hash(tokens: Sequence[str]) -> str:
+    """A short fingerprint of a vocabulary, so shards made with another one can be refused."""
+    return hashlib.sha256("\n".join(tokens).encode("utf-8")).hexdigest()[:16]
+
+
+def _looks_uncased(tokens: Sequence[str]) -> bool:
+    """An uncased BERT vocabulary has no upper-case letters outside its [SPECIAL] tokens."""
+    return not any(token != token.lower() for token in tokens
+                   if not (token.startswith("[") and token.endswith("]")))
+
+
+def _lowercase_setting(directory: str) -> bool | None:
+    """`do_lower_case` from a Hugging Face `tokenizer_config.json`, if one says."""
+    path = os.path.join(directory, "tokenizer_config.json")
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as file:
+        return json.load(file).get("do_lower_case")
+
+
+class Tokenizer:
+    """A WordPiece tokenizer with BERT's normalisation, pre-tokenisation and special tokens."""
+
+    def __init__(self, tokens: Sequence[str], lowercase: bool):
+        self.tokens = list(tokens)
+        self.lowercase = lowercase
+        self.hash = vocabulary_hash(self.tokens)
+        vocabulary = {token: index for index, token in enumerate(self.tokens)}
+        self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
+            vocabulary[token] for token in SPECIAL_TOKENS)
+        backend = tokenizers.Tokenizer(models.WordPiece(
+            vocab=vocabulary, unk_token="[UNK]", max_input_chars_per_word=100))
+        # strip_accents=None follows `lowercase`, as BERT's BasicTokenizer does.
+        backend.normalizer = normalizers.BertNormalizer(
+            clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=lowercase)
+        backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        backend.post_processor = processors.TemplateProcessing(
+            single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+            special_tokens=[("[CLS]", self.cls_id), ("[SEP]", self.sep_id)])
+        backend.decoder = decoders.WordPiece()
+        self.backend = backend
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.tokens)
+
+    def tokenize(self, text: str) -> list[str]:
+        return self.backend.encode(text, add_special_tokens=False).tokens
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids of each text, without special tokens; the batch runs on every core."""
+        encodings = self.backend.encode_batch(list(texts), add_special_tokens=False)
+        return [encoding.ids for encoding in encodings]
+
+    def encode_for_model(self, texts: Sequence[str | tuple[str, str]], max_seq_len: int,
+                         pad_to_max: bool = False) -> dict[str, np.ndarray]:
+        """`[CLS] A [SEP] (B [SEP])` for each text or pair, truncated longest-first.
+
+        Returns int32 arrays `input_ids`, `segment_ids` and `input_mask`, shaped
+        (len(texts), seq_len), where seq_len is the longest input or, with `pad_to_max`,
+        `max_seq_len`.
+        """
+        self.backend.enable_truncation(max_seq_len, strategy="longest_first")
+        self.backend.enable_padding(
+            pad_id=self.pad_id, pad_token="[PAD]", length=max_seq_len if pad_to_max else None)
+        try:
+            encodings = self.backend.encode_batch(list(texts), add_special_tokens=True)
+        finally:
+            self.backend.no_truncation()
+            self.backend.no_padding()
+        return dict(
+            input_ids=np.array([e.ids for e in encodings], np.int32),
+            segment_ids=np.array([e.type_ids for e in encodings], np.int32),
+            input_mask=np.array([e.attention_mask for e in encodings], np.int32))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.backend.decode(list(ids))
+
+    def id_to_token(self, index: int) -> str:
+        return self.tokens[index]
+
+    def token_to_id(self, token: str) -> int | None:
+        return self.backend.token_to_id(token)
+
+
+def load_tokenizer(path: str, lowercase: bool | None = None) -> Tokenizer:
+    """A tokenizer from `vocab.txt` or a directory holding one.
+
+    Lower-casing comes from `lowercase` if given, else from a Hugging Face
+    `tokenizer_config.json` beside the vocabulary, else from the vocabulary itself (an
+    uncased BERT vocabulary has no upper-case tokens).
+    """
+    directory, vocab_path = (path, os.path.join(path, "vocab.txt")) if os.path.isdir(path) \
+        else (os.path.dirname(path), path)
+    if os.path.isdir(path) and not os.path.exists(vocab_path):
+        raise UserError(f"{path}: no vocab.txt in this directory")
+    tokens = read_vocabulary(vocab_path)
+    if lowercase is None:
+        lowercase = _lowercase_setting(directory)
+    if lowercase is None:
+        lowercase = _looks_uncased(tokens)
+    return Tokenizer(tokens, lowercase)
+

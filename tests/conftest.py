@@ -1,0 +1,12 @@
+"""Runs every test on eight simulated CPU devices, so mesh code is exercised without a TPU."""
+
+import os
+
+# Must happen before JAX is first imported anywhere in the test process.
+os.environ["XLA_FLAGS"] = (
+    os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
+os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# Hugging Face must never try the network: these machines have none, and tests must not.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
