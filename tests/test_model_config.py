@@ -1,0 +1,56 @@
+"""The model config: presets, validation, and the parameter count of the published sizes."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax.linen import meta
+
+from bert_jax.config import PRESET_NAMES, BertConfig, preset
+from bert_jax.errors import UserError
+from bert_jax.model import BertForPreTraining, BertModel
+
+
+@pytest.mark.parametrize("name", PRESET_NAMES)
+def test_presets_have_four_times_hidden_feed_forward(name):
+    config = preset(name)
+    assert config.mlp_dim == 4 * config.hidden_dim
+    assert config.hidden_dim % config.num_heads == 0
+
+
+@pytest.mark.parametrize("name, expected_millions", [("base", 109.48), ("large", 335.14)])
+def test_encoder_parameter_counts_match_the_paper(name, expected_millions):
+    """BERT-Base is 110M and BERT-Large 340M (bert-base-uncased's BertModel: 109,482,240)."""
+    config = preset(name)
+    ids = jax.ShapeDtypeStruct((1, 8), jnp.int32)
+    shapes = jax.eval_shape(
+        lambda x: BertModel(config).init(jax.random.key(0), x, x, x), ids)
+    count = sum(np.prod(x.shape) for x in jax.tree.leaves(meta.unbox(shapes)))
+    assert count / 1e6 == pytest.approx(expected_millions, abs=0.01)
+
+
+def test_unknown_key_is_named():
+    with pytest.raises(UserError, match="hidden_size"):
+        BertConfig.from_dict({"hidden_size": 768})
+    with pytest.raises(UserError, match="unknown model preset 'huge'"):
+        preset("huge")
+    with pytest.raises(UserError, match="multiple of"):
+        preset("tiny", num_heads=3)
+
+
+def test_padding_tokens_do_not_change_real_token_outputs():
+    """Masking must hide padded keys: appending padding leaves the real positions unchanged."""
+    config = preset("tiny", vocab_size=64)
+    model = BertForPreTraining(config)
+    rng = np.random.default_rng(0)
+    ids = rng.integers(5, 64, (2, 10)).astype(np.int32)
+    segments = np.zeros_like(ids)
+    mask = np.ones_like(ids)
+    positions = np.array([[1, 3], [2, 9]], np.int32)
+    params = model.init(jax.random.key(0), ids, segments, mask, positions)
+    short = model.apply(params, ids, segments, mask, positions)
+    padded_ids = np.concatenate([ids, np.zeros((2, 6), np.int32)], axis=1)
+    padded_mask = np.concatenate([mask, np.zeros((2, 6), np.int32)], axis=1)
+    padded = model.apply(params, padded_ids, np.zeros_like(padded_ids), padded_mask, positions)
+    for a, b in zip(short, padded):
+        np.testing.assert_allclose(a, b, atol=1e-5)
