@@ -1,0 +1,64 @@
+"""`bert-jax convert SRC DST`: move weights between bert-jax, Hugging Face and original BERT."""
+
+from bert_jax.errors import UserError
+
+HELP = "convert a model between bert-jax, Hugging Face and original TF BERT checkpoints"
+DESCRIPTION = """\
+Reads SRC (a Hugging Face BERT directory with model.safetensors, a bert-jax model directory,
+an original google-research/bert checkpoint directory with bert_config.json, a training work
+directory (its latest checkpoint) or one of its checkpoints/<step> directories) and writes DST
+as a Hugging Face directory (config.json, model.safetensors, vocab.txt, tokenizer_config.json:
+loads with transformers' BertForPreTraining / BertForMaskedLM / BertModel.from_pretrained) or
+as a bert-jax model directory (model_config.json, vocab.txt, params/).
+
+DST is written to a temporary directory and renamed when complete; it must not exist or be
+empty unless --overwrite, and it may not lie inside a training run.
+
+examples:
+  bert-jax convert runs/demo exported/demo-hf --to hf
+  bert-jax convert path/to/hf-bert models/bert-jax-copy
+"""
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("source", metavar="SRC", help="model directory to read")
+    parser.add_argument("destination", metavar="DST", help="directory to write")
+    parser.add_argument(
+        "--to", choices=("hf", "bert-jax"), default=None,
+        help="format of DST (default: bert-jax when SRC is a Hugging Face directory, else hf)")
+    parser.add_argument(
+        "--hf-architecture", choices=("auto", "BertForPreTraining", "BertForMaskedLM", "BertModel"),
+        default="auto",
+        help="with --to hf: which transformers class the files are laid out for, so that it "
+             "loads with no unexpected keys (default auto: BertForPreTraining when the model "
+             "has both pre-training heads, BertForMaskedLM with only the MLM head, else BertModel)")
+    parser.add_argument(
+        "--vocab", default=None, metavar="VOCAB_TXT",
+        help="vocab.txt to ship with DST when SRC has none beside its weights")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace DST if it exists and is not empty")
+
+
+def run(args) -> int:
+    from bert_jax import model_io
+    from input_pipeline.tokenization import load_tokenizer
+
+    kind = model_io.source_kind(args.source)
+    target = args.to or ("bert-jax" if kind == "huggingface" else "hf")
+    config, params, vocab_path = model_io.load_model(args.source)
+    vocab_path = args.vocab or vocab_path
+    if vocab_path is None:
+        raise UserError(f"{args.source}: no vocab.txt beside the weights; pass --vocab")
+    tokenizer = load_tokenizer(vocab_path)
+    if tokenizer.vocab_size != config.vocab_size:
+        raise UserError(f"{vocab_path}: {tokenizer.vocab_size} tokens, but the model's "
+                        f"vocab_size is {config.vocab_size}")
+    if target == "hf":
+        architecture = None if args.hf_architecture == "auto" else args.hf_architecture
+        written = model_io.export_huggingface(config, params, tokenizer, args.destination,
+                                              architecture, args.overwrite)
+        print(f"wrote {written} ({kind} -> Hugging Face) to {args.destination}")
+    else:
+        model_io.save_model(config, params, tokenizer, args.destination, args.overwrite)
+        print(f"wrote bert-jax model ({kind} -> bert-jax) to {args.destination}")
+    return 0

@@ -1,0 +1,132 @@
+"""`bert-jax features`: contextual embeddings from chosen layers, saved as one .npz file."""
+
+HELP = "extract hidden-state features (and attention) from chosen layers into an .npz file"
+DESCRIPTION = """\
+Reads --input (UTF-8, one text per line, or `sentence A<TAB>sentence B` for a pair), runs the
+encoder and writes --output, an .npz holding:
+  layer_L            (lines, seq_len, hidden) for each L in --layers, as written there
+                     (0 = embedding output, 1..N = encoder layers, -1 = last layer);
+                     zero at padding positions; (lines, hidden) with --pool cls|mean
+  features           with --combine concat|sum: the layers joined into one array instead of
+                     the layer_L arrays (the feature-based approach of the BERT paper, Table 7)
+  attention_layer_L  with --attention: (lines, heads, seq_len, seq_len) for layers L >= 1
+  input_ids, attention_mask  (lines, seq_len) int32; seq_len is the longest input's length
+The file is written under a temporary name and renamed when complete.
+
+example:
+  bert-jax features --model runs/demo --input sentences.txt --layers=-1,-2,-3,-4 \\
+      --pool mean --combine concat --output features.npz
+"""
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--model", required=True,
+                        help="model directory (any source `bert-jax convert` reads)")
+    parser.add_argument("--input", required=True, help="text file: one text (or A<TAB>B) a line")
+    parser.add_argument("--output", required=True, help=".npz file to write")
+    parser.add_argument("--layers", default="-1",
+                        help="comma-separated layers, e.g. --layers=-1,-2 (default -1: the last); "
+                             "0 is the embedding output, negatives count back from the last")
+    parser.add_argument("--max-seq-len", type=int, default=128,
+                        help="truncate each input to this many tokens incl. [CLS]/[SEP] "
+                             "(default 128)")
+    parser.add_argument("--batch-size", type=int, default=32,
+                        help="texts per forward pass (default 32)")
+    parser.add_argument("--pool", choices=("none", "cls", "mean"), default="none",
+                        help="reduce over tokens: the [CLS] vector, or the mean over real "
+                             "(non-padding) tokens (default none: keep every token)")
+    parser.add_argument("--combine", choices=("none", "concat", "sum"), default="none",
+                        help="join the requested layers into one `features` array by "
+                             "concatenating their feature axes or summing them (default none)")
+    parser.add_argument("--attention", action="store_true",
+                        help="also save attention probabilities of each requested layer >= 1")
+
+
+def _parse_layers(text: str) -> list[int]:
+    from bert_jax.errors import UserError
+
+    try:
+        layers = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UserError(
+            f"--layers={text!r}: expected comma-separated integers, e.g. -1,-2") from None
+    if not layers or len(set(layers)) != len(layers):
+        raise UserError(f"--layers={text!r}: expected one or more distinct layer numbers")
+    return layers
+
+
+def read_texts(path: str) -> list[str | tuple[str, str]]:
+    """One text per line; a line with a tab is a (first, second) pair."""
+    from bert_jax.errors import UserError
+
+    try:
+        with open(path, encoding="utf-8") as file:
+            lines = file.read().splitlines()
+    except FileNotFoundError:
+        raise UserError(f"{path}: input file not found") from None
+    except UnicodeDecodeError as error:
+        raise UserError(f"{path}: not UTF-8 text (byte {error.start})") from None
+    texts = []
+    for number, line in enumerate(lines, start=1):
+        parts = line.split("\t")
+        if len(parts) > 2 or not all(part.strip() for part in parts):
+            raise UserError(f"{path}:{number}: expected a non-empty text, or two separated by "
+                            "one tab")
+        texts.append(parts[0] if len(parts) == 1 else (parts[0], parts[1]))
+    if not texts:
+        raise UserError(f"{path}: no lines to encode")
+    return texts
+
+
+def write_npz(path: str, arrays: dict) -> None:
+    """np.savez under a temporary name in the same directory, then an atomic rename."""
+    import os
+    import tempfile
+
+    import numpy as np
+
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=directory)
+    try:
+        with os.fdopen(handle, "wb") as file:
+            np.savez(file, **arrays)
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+
+
+def run(args) -> int:
+    from bert_jax import inference, model_io
+    from bert_jax.errors import UserError
+    from input_pipeline.tokenization import load_tokenizer
+
+    requested = _parse_layers(args.layers)
+    if args.batch_size < 1:
+        raise UserError(f"--batch-size must be at least 1, got {args.batch_size}")
+    texts = read_texts(args.input)
+    config, params, vocab_path = model_io.load_model(args.model)
+    if vocab_path is None:
+        raise UserError(f"{args.model}: no vocab.txt beside the weights")
+    if not 2 < args.max_seq_len <= config.max_positions:
+        raise UserError(f"--max-seq-len must be in 3..{config.max_positions} for this model, "
+                        f"got {args.max_seq_len}")
+    layers = inference.resolve_layers(requested, config.num_layers)
+    encoded = load_tokenizer(vocab_path).encode_for_model(texts, args.max_seq_len)
+    results = inference.extract_features(
+        config, params, encoded, layers, args.max_seq_len, args.pool, args.batch_size,
+        args.attention, progress=len(texts) > args.batch_size)
+    arrays = dict(input_ids=encoded["input_ids"], attention_mask=encoded["input_mask"])
+    if args.combine == "none":
+        arrays.update({f"layer_{name}": results["hidden"][layer]
+                       for name, layer in zip(requested, layers)})
+    else:
+        arrays["features"] = inference.combine([results["hidden"][layer] for layer in layers],
+                                               args.combine)
+    arrays.update({f"attention_layer_{name}": results["attention"][layer]
+                   for name, layer in zip(requested, layers) if layer in results["attention"]})
+    write_npz(args.output, arrays)
+    shapes = ", ".join(f"{name} {tuple(array.shape)}" for name, array in arrays.items())
+    print(f"wrote {args.output}: {shapes}")
+    return 0

@@ -1,0 +1,41 @@
+"""`bert-jax fill-mask`: the most likely tokens for each [MASK] in a sentence."""
+
+HELP = "predict the tokens hidden behind [MASK] with a model's masked-LM head"
+DESCRIPTION = """\
+Prints, for each [MASK] in each TEXT, the --top-k most likely tokens and their probabilities
+(softmax of the masked-LM logits over the whole vocabulary). The model needs a masked-LM
+head: a bert-jax pre-training checkpoint or model directory, or a Hugging Face
+BertForPreTraining / BertForMaskedLM directory (an encoder-only BertModel has none).
+
+example:
+  bert-jax fill-mask --model runs/demo "the man went to the [MASK] ."
+"""
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("texts", nargs="+", metavar="TEXT",
+                        help="sentence with one or more [MASK] tokens (quote it)")
+    parser.add_argument("--model", required=True,
+                        help="model directory (any source `bert-jax convert` reads)")
+    parser.add_argument("--top-k", type=int, default=5,
+                        help="how many candidates to print per [MASK] (default 5)")
+
+
+def run(args) -> int:
+    from bert_jax import inference, model_io
+    from bert_jax.errors import UserError
+    from input_pipeline.tokenization import load_tokenizer
+
+    if args.top_k < 1:
+        raise UserError(f"--top-k must be at least 1, got {args.top_k}")
+    config, params, vocab_path = model_io.load_model(args.model)
+    if vocab_path is None:
+        raise UserError(f"{args.model}: no vocab.txt beside the weights")
+    tokenizer = load_tokenizer(vocab_path)
+    for text in args.texts:
+        predictions = inference.fill_mask(config, params, tokenizer, text, args.top_k)
+        print(text)
+        for number, candidates in enumerate(predictions, start=1):
+            shown = "  ".join(f"{token} {probability:.4f}" for token, probability in candidates)
+            print(f"  [MASK] {number}: {shown}")
+    return 0

@@ -1,0 +1,110 @@
+"""Original google-research/bert TensorFlow checkpoints (`bert_model.ckpt.*` + `bert_config.json`).
+
+The one place the original variable names appear (`modeling.py` and `run_pretraining.py`
+of google-research/bert). TensorFlow is imported only when a checkpoint is read.
+"""
+
+import glob
+import json
+import os
+
+from bert_jax.config import BertConfig
+from bert_jax.errors import UserError
+from bert_jax.interop import huggingface, tensor_map
+from bert_jax.interop.tensor_map import COPY, Entry, dense_entries, norm_entries
+
+CONFIG_NAME = "bert_config.json"
+# Variables of a run_pretraining.py output that are not model weights: the step counter and
+# the AdamWeightDecayOptimizer's moments.
+_TRAINING_STATE_SUFFIXES = ("/adam_m", "/adam_v")
+_TRAINING_STATE_NAMES = ("global_step",)
+
+
+def _layer_entries(index: int) -> list[Entry]:
+    ours, theirs = ("bert", f"layer_{index}"), f"bert/encoder/layer_{index}/"
+    entries = []
+    for projection in ("query", "key", "value"):
+        entries += dense_entries((*ours, "attention", projection),
+                                 f"{theirs}attention/self/{projection}/kernel",
+                                 f"{theirs}attention/self/{projection}/bias", "encoder")
+    return entries + [
+        *dense_entries((*ours, "attention", "output"), f"{theirs}attention/output/dense/kernel",
+                       f"{theirs}attention/output/dense/bias", "encoder", input_rank=2),
+        *norm_entries((*ours, "attention_layer_norm"), f"{theirs}attention/output/LayerNorm/gamma",
+                      f"{theirs}attention/output/LayerNorm/beta", "encoder"),
+        *dense_entries((*ours, "mlp", "intermediate"), f"{theirs}intermediate/dense/kernel",
+                       f"{theirs}intermediate/dense/bias", "encoder"),
+        *dense_entries((*ours, "mlp", "output"), f"{theirs}output/dense/kernel",
+                       f"{theirs}output/dense/bias", "encoder"),
+        *norm_entries((*ours, "output_layer_norm"), f"{theirs}output/LayerNorm/gamma",
+                      f"{theirs}output/LayerNorm/beta", "encoder"),
+    ]
+
+
+def name_table(config: BertConfig) -> list[Entry]:
+    """Every variable of the original pre-training graph."""
+    embeddings = ("bert", "embeddings")
+    entries = [
+        Entry((*embeddings, "word_embeddings", "embedding"), "bert/embeddings/word_embeddings",
+              "encoder", COPY),
+        Entry((*embeddings, "position_embeddings", "embedding"),
+              "bert/embeddings/position_embeddings", "encoder", COPY),
+        Entry((*embeddings, "segment_embeddings", "embedding"),
+              "bert/embeddings/token_type_embeddings", "encoder", COPY),
+        *norm_entries((*embeddings, "layer_norm"), "bert/embeddings/LayerNorm/gamma",
+                      "bert/embeddings/LayerNorm/beta", "encoder"),
+    ]
+    for index in range(config.num_layers):
+        entries += _layer_entries(index)
+    return entries + [
+        *dense_entries(("bert", "pooler"), "bert/pooler/dense/kernel", "bert/pooler/dense/bias",
+                       "pooler"),
+        *dense_entries(("mlm_head", "transform"), "cls/predictions/transform/dense/kernel",
+                       "cls/predictions/transform/dense/bias", "mlm_head"),
+        *norm_entries(("mlm_head", "layer_norm"), "cls/predictions/transform/LayerNorm/gamma",
+                      "cls/predictions/transform/LayerNorm/beta", "mlm_head"),
+        Entry(("mlm_head", "output_bias"), "cls/predictions/output_bias", "mlm_head", COPY),
+        # The NSP weights are created as [2, hidden] and used with transpose_b=True.
+        *dense_entries(("nsp_head",), "cls/seq_relationship/output_weights",
+                       "cls/seq_relationship/output_bias", "nsp_head", transposed=True),
+    ]
+
+
+def is_checkpoint_directory(directory: str) -> bool:
+    return (os.path.exists(os.path.join(directory, CONFIG_NAME))
+            and bool(glob.glob(os.path.join(directory, "*.index"))))
+
+
+def checkpoint_prefix(directory: str) -> str:
+    """The checkpoint to read: the one the `checkpoint` state file names, else the only one."""
+    state_path = os.path.join(directory, "checkpoint")
+    if os.path.exists(state_path):
+        with open(state_path, encoding="utf-8") as file:
+            for line in file:
+                if line.startswith("model_checkpoint_path:"):
+                    name = line.split(":", 1)[1].strip().strip('"')
+                    return name if os.path.isabs(name) else os.path.join(directory, name)
+    indexes = sorted(glob.glob(os.path.join(directory, "*.index")))
+    if len(indexes) != 1:
+        raise UserError(f"{directory}: expected one TensorFlow checkpoint (*.index), found "
+                        f"{[os.path.basename(path) for path in indexes]} and no 'checkpoint' file")
+    return indexes[0][:-len(".index")]
+
+
+def read_directory(directory: str) -> tuple[BertConfig, dict]:
+    """(config, params) from an original BERT checkpoint directory."""
+    import tensorflow as tf
+
+    config_path = os.path.join(directory, CONFIG_NAME)
+    with open(config_path, encoding="utf-8") as file:
+        # bert_config.json uses the same keys as an HF config.json, without model_type.
+        config = huggingface.config_from_hf({"model_type": "bert", **json.load(file)}, config_path)
+    prefix = checkpoint_prefix(directory)
+    try:
+        reader = tf.train.load_checkpoint(prefix)
+    except (tf.errors.OpError, ValueError) as error:
+        raise UserError(f"{prefix}: cannot read TensorFlow checkpoint ({error})") from None
+    tensors = {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+               if name not in _TRAINING_STATE_NAMES and not name.endswith(_TRAINING_STATE_SUFFIXES)}
+    return config, tensor_map.tensors_to_params(
+        tensors, name_table(config), tensor_map.parameter_shapes(config), prefix)

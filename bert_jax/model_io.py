@@ -1,0 +1,235 @@
+"""Loads a model from any source bert-jax understands; saves bert-jax and Hugging Face directories.
+
+Sources `load_model` recognises, by the files inside:
+  - a Hugging Face BERT directory: config.json (model_type bert) + model.safetensors;
+  - a bert-jax model directory: model_config.json + params/ (orbax);
+  - an original google-research/bert checkpoint: bert_config.json + *.ckpt.index;
+  - a training work directory: model_config.json + checkpoints/ (the latest step is read);
+  - one step of a training run: checkpoints/<step>/ with params/ inside.
+Every writer builds its output in a temporary sibling directory and renames it when complete,
+and refuses to write into a training run's directory.
+"""
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+
+import numpy as np
+
+from bert_jax.config import BertConfig
+from bert_jax.errors import UserError
+
+MODEL_CONFIG = "model_config.json"
+PARAMS = "params"
+CHECKPOINTS = "checkpoints"
+VOCAB = "vocab.txt"
+TOKENIZER_CONFIG = "tokenizer_config.json"
+
+
+def _read_model_config(path: str) -> BertConfig:
+    try:
+        with open(path, encoding="utf-8") as file:
+            values = json.load(file)
+    except FileNotFoundError:
+        raise UserError(f"{path}: model config not found") from None
+    except json.JSONDecodeError as error:
+        raise UserError(f"{path}: not valid JSON ({error})") from None
+    return BertConfig.from_dict(values, source=path)
+
+
+def _restore_params(directory: str) -> dict:
+    """An orbax params tree as host numpy arrays, whatever devices or sharding it was saved from."""
+    import jax
+    import orbax.checkpoint as ocp
+
+    if not os.path.isdir(directory):
+        raise UserError(f"{directory}: parameter checkpoint not found")
+    try:
+        with ocp.PyTreeCheckpointer() as checkpointer:
+            structure = checkpointer.metadata(directory).item_metadata.tree
+            restore_args = jax.tree.map(
+                lambda _: ocp.RestoreArgs(restore_type=np.ndarray), structure)
+            params = checkpointer.restore(directory, args=ocp.args.PyTreeRestore(
+                restore_args=restore_args))
+    except (FileNotFoundError, ValueError) as error:
+        raise UserError(f"{directory}: cannot restore parameters ({error})") from None
+    return jax.tree.map(np.asarray, params)
+
+
+def _check_params(config: BertConfig, params: dict, source: str) -> None:
+    """Every array where and as the config expects it, and the whole encoder present."""
+    import flax
+
+    from bert_jax.interop.tensor_map import parameter_shapes
+
+    expected = parameter_shapes(config)
+    found = {path: value.shape for path, value in flax.traverse_util.flatten_dict(params).items()}
+    wrong = sorted("/".join(path) + (f" {shape}" if path in expected else " (unknown)")
+                   for path, shape in found.items() if expected.get(path) != tuple(shape))
+    missing = sorted("/".join(path) for path in expected if path not in found
+                     and path[0] == "bert" and path[1] != "pooler")
+    if wrong or missing:
+        raise UserError(f"{source}: parameters do not fit its model config: unexpected "
+                        f"{wrong[:5] or 'none'}, missing {missing[:5] or 'none'}")
+
+
+def latest_step_directory(work_directory: str) -> str:
+    """checkpoints/<step> of the highest finished step (orbax's temporary names are not ints)."""
+    root = os.path.join(work_directory, CHECKPOINTS)
+    steps = [int(name) for name in os.listdir(root)
+             if name.isdigit() and os.path.isdir(os.path.join(root, name, PARAMS))]
+    if not steps:
+        raise UserError(f"{root}: this training run has no finished checkpoint yet")
+    return os.path.join(root, str(max(steps)))
+
+
+def _vocab_or_none(directory: str) -> str | None:
+    path = os.path.join(directory, VOCAB)
+    return path if os.path.exists(path) else None
+
+
+def source_kind(path: str) -> str:
+    """'huggingface', 'bert-jax', 'tf-checkpoint', 'training-run' or 'training-step'."""
+    from bert_jax.interop import tf_checkpoint
+
+    if not os.path.exists(path):
+        raise UserError(f"{path}: no such file or directory")
+    if not os.path.isdir(path):
+        raise UserError(f"{path}: expected a model directory, not a file")
+    has = lambda name: os.path.exists(os.path.join(path, name))  # noqa: E731
+    parent = os.path.dirname(os.path.abspath(path))
+    if has("config.json"):
+        return "huggingface"
+    if has(MODEL_CONFIG) and has(PARAMS):
+        return "bert-jax"
+    if has(MODEL_CONFIG) and has(CHECKPOINTS):
+        return "training-run"
+    if has(PARAMS) and os.path.basename(parent) == CHECKPOINTS:
+        return "training-step"
+    if tf_checkpoint.is_checkpoint_directory(path):
+        return "tf-checkpoint"
+    raise UserError(
+        f"{path}: not a model directory; expected a Hugging Face BERT directory (config.json + "
+        f"model.safetensors), a bert-jax model directory ({MODEL_CONFIG} + {PARAMS}/), a "
+        f"training work directory ({MODEL_CONFIG} + {CHECKPOINTS}/), one of its step "
+        "directories, or an original BERT checkpoint (bert_config.json + *.ckpt.index)")
+
+
+def _step_run_directory(step_directory: str) -> str:
+    """The training work directory of checkpoints/<step>/."""
+    return os.path.dirname(os.path.dirname(os.path.abspath(step_directory)))
+
+
+def vocab_path(path: str) -> str | None:
+    """The vocab.txt that belongs to the model at `path` (any source kind), without loading it."""
+    kind = source_kind(path)
+    return _vocab_or_none(_step_run_directory(path) if kind == "training-step" else path)
+
+
+def load_model(path: str) -> tuple[BertConfig, dict, str | None]:
+    """(config, params as nested numpy dicts, path of vocab.txt or None) from any source.
+
+    The params tree holds what the source holds: always `bert` (an encoder-only source such
+    as a BertForMaskedLM file may lack `bert/pooler`), and `mlm_head` / `nsp_head` if present.
+    """
+    from bert_jax.interop import huggingface, tf_checkpoint
+
+    kind = source_kind(path)
+    if kind in ("huggingface", "tf-checkpoint"):
+        reader = huggingface if kind == "huggingface" else tf_checkpoint
+        config, params = reader.read_directory(path)
+        return config, params, vocab_path(path)
+    if kind == "bert-jax":
+        run_directory, params_directory = path, os.path.join(path, PARAMS)
+    elif kind == "training-run":
+        run_directory, params_directory = path, os.path.join(latest_step_directory(path), PARAMS)
+    else:
+        run_directory, params_directory = _step_run_directory(path), os.path.join(path, PARAMS)
+    config = _read_model_config(os.path.join(run_directory, MODEL_CONFIG))
+    params = _restore_params(params_directory)
+    _check_params(config, params, params_directory)
+    return config, params, vocab_path(path)
+
+
+def _inside_training_run(path: str) -> str | None:
+    """The training work directory that contains `path`, if any."""
+    path = os.path.abspath(path)
+    while True:
+        if (os.path.exists(os.path.join(path, MODEL_CONFIG))
+                and os.path.isdir(os.path.join(path, CHECKPOINTS))):
+            return path
+        parent = os.path.dirname(path)
+        if parent == path:
+            return None
+        path = parent
+
+
+def write_directory_atomically(destination: str, fill: Callable[[str], None],
+                               overwrite: bool = False) -> None:
+    """Calls `fill(temporary_directory)`, then renames the result to `destination`.
+
+    `destination` must not exist or be empty, unless `overwrite`; a failure leaves no trace.
+    """
+    destination = os.path.abspath(destination)
+    run = _inside_training_run(destination)
+    if run:
+        raise UserError(f"{destination}: refusing to write inside the training run {run}; "
+                        "choose an output directory outside it")
+    if os.path.isfile(destination):
+        raise UserError(f"{destination}: exists and is a file; expected a directory path")
+    if os.path.isdir(destination) and os.listdir(destination) and not overwrite:
+        raise UserError(f"{destination}: exists and is not empty (pass --overwrite to replace it)")
+    parent = os.path.dirname(destination)
+    os.makedirs(parent, exist_ok=True)
+    temporary = tempfile.mkdtemp(prefix=f".{os.path.basename(destination)}.tmp-", dir=parent)
+    try:
+        fill(temporary)
+        if os.path.isdir(destination):
+            shutil.rmtree(destination)
+        os.rename(temporary, destination)
+    except BaseException:
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise
+
+
+def _write_tokenizer_files(directory: str, tokenizer, settings: dict | None = None) -> None:
+    """vocab.txt and tokenizer_config.json, so the casing travels with the vocabulary."""
+    with open(os.path.join(directory, VOCAB), "w", encoding="utf-8") as file:
+        file.write("".join(f"{token}\n" for token in tokenizer.tokens))
+    with open(os.path.join(directory, TOKENIZER_CONFIG), "w", encoding="utf-8") as file:
+        json.dump({"do_lower_case": tokenizer.lowercase, **(settings or {})}, file, indent=2)
+
+
+def save_model(config: BertConfig, params: dict, tokenizer, destination: str,
+               overwrite: bool = False) -> None:
+    """A bert-jax model directory: model_config.json, vocab.txt, tokenizer_config.json, params/."""
+    import jax
+    import orbax.checkpoint as ocp
+
+    def fill(directory: str) -> None:
+        with open(os.path.join(directory, MODEL_CONFIG), "w", encoding="utf-8") as file:
+            json.dump(config.to_dict(), file, indent=2)
+        _write_tokenizer_files(directory, tokenizer)
+        checkpointer = ocp.StandardCheckpointer()
+        checkpointer.save(os.path.join(directory, PARAMS), jax.tree.map(np.asarray, params))
+        checkpointer.wait_until_finished()
+
+    write_directory_atomically(destination, fill, overwrite)
+
+
+def export_huggingface(config: BertConfig, params: dict, tokenizer, destination: str,
+                       architecture: str | None = None, overwrite: bool = False) -> str:
+    """A Hugging Face directory `transformers` loads; returns the architecture written."""
+    from bert_jax.interop import huggingface
+
+    written = []
+
+    def fill(directory: str) -> None:
+        written.append(huggingface.write_directory(
+            config, params, directory, tokenizer.pad_id, architecture))
+        _write_tokenizer_files(directory, tokenizer, huggingface.tokenizer_settings(config))
+
+    write_directory_atomically(destination, fill, overwrite)
+    return written[0]
