@@ -1,8 +1,10 @@
 """Tokenizers: BERT WordPiece through Hugging Face `tokenizers`, one interface for all kinds.
 
 `load_tokenizer(path)` takes a `vocab.txt`, or a directory holding one (a Hugging Face or
-bert-jax model directory), and returns a `Tokenizer`. Its `encode_for_model` builds the
-`[CLS] A [SEP] B [SEP]` inputs the model takes, as numpy arrays.
+bert-jax model directory), or a SentencePiece `.model` (see `sentencepiece_tokenizer.py`),
+and returns a tokenizer with one interface. Its `encode_for_model` builds the
+`[CLS] A [SEP] B [SEP]` inputs the model takes, as numpy arrays; `encode_corpus` is the
+shard writer's fast path.
 """
 
 import hashlib
@@ -17,6 +19,7 @@ from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 from bert_jax.errors import UserError
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+SENTENCEPIECE_MODEL = "sentencepiece.model"  # its name in a vocabulary or model directory
 
 
 def read_vocabulary(path: str) -> list[str]:
@@ -118,6 +121,21 @@ class Tokenizer:
             segment_ids=np.array([e.type_ids for e in encodings], np.int32),
             input_mask=np.array([e.attention_mask for e in encodings], np.int32))
 
+    def encode_corpus(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """All texts' ids, without special tokens, concatenated: (tokens int32, lengths int64).
+
+        The same ids as `encode_batch`, several times faster on large corpora: each
+        distinct whitespace-separated chunk is encoded once (see `chunk_cache.py`).
+        """
+        if not hasattr(self, "_chunk_cache"):
+            from input_pipeline.chunk_cache import ChunkCache
+            self._chunk_cache = ChunkCache(self.backend)
+        return self._chunk_cache.encode(texts)
+
+    def continuation_ids(self) -> np.ndarray:
+        """(V,) bool: tokens that continue the previous token's word (`##` pieces)."""
+        return np.array([token.startswith("##") for token in self.tokens], bool)
+
     def decode(self, ids: Sequence[int]) -> str:
         return self.backend.decode(list(ids))
 
@@ -128,13 +146,22 @@ class Tokenizer:
         return self.backend.token_to_id(token)
 
 
-def load_tokenizer(path: str, lowercase: bool | None = None) -> Tokenizer:
-    """A tokenizer from `vocab.txt` or a directory holding one.
+def load_tokenizer(path: str, lowercase: bool | None = None):
+    """A tokenizer from `vocab.txt`, a SentencePiece `.model`, or a directory holding one.
 
-    Lower-casing comes from `lowercase` if given, else from a Hugging Face
-    `tokenizer_config.json` beside the vocabulary, else from the vocabulary itself (an
-    uncased BERT vocabulary has no upper-case tokens).
+    A directory with a `sentencepiece.model` gives a SentencePiece tokenizer. Lower-casing
+    comes from `lowercase` if given, else from a Hugging Face `tokenizer_config.json`
+    beside the vocabulary, else from the vocabulary itself (an uncased BERT vocabulary has
+    no upper-case tokens).
     """
+    if os.path.isdir(path) and os.path.exists(os.path.join(path, SENTENCEPIECE_MODEL)):
+        path = os.path.join(path, SENTENCEPIECE_MODEL)
+    if path.endswith(".model"):
+        from input_pipeline.sentencepiece_tokenizer import SentencePieceTokenizer
+        directory = os.path.dirname(path)
+        if lowercase is None:
+            lowercase = _lowercase_setting(directory) or False
+        return SentencePieceTokenizer(path, lowercase)
     directory, vocab_path = (path, os.path.join(path, "vocab.txt")) if os.path.isdir(path) \
         else (os.path.dirname(path), path)
     if os.path.isdir(path) and not os.path.exists(vocab_path):

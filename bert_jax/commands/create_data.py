@@ -1,0 +1,87 @@
+"""`bert-jax create-data`: raw text to pre-masked TFRecord shards and a manifest."""
+
+import os
+
+HELP = "turn raw text into pre-masked TFRecord shards for pre-training"
+DESCRIPTION = """\
+Make BERT pre-training instances (segment pairs with next-sentence labels and masked
+tokens, as google-research/bert's create_pretraining_data.py makes them) from raw text and
+write them as TFRecord shards with a manifest.json beside them. Streams in bounded memory
+and uses --workers processes; the output depends only on the inputs and --seed.
+
+Input: files in BERT format (one sentence per line, a blank line between documents),
+plain prose (--format prose), .gz files, globs, or a prepared TFDS dataset as
+tfds:NAME[:SPLIT] (with --tfds-data-dir)."""
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--input", nargs="+", required=True, metavar="PATTERN",
+                        help="input files, globs (quote them) or tfds:NAME[:SPLIT] specs")
+    parser.add_argument("--vocab", required=True,
+                        help="vocab.txt, a SentencePiece .model, or a directory holding one")
+    parser.add_argument("--output-dir", required=True,
+                        help="directory for the shards and manifest.json (created if needed)")
+    parser.add_argument("--num-shards", type=int, default=16,
+                        help="number of output shards (default: 16); use at least one per "
+                             "training host")
+    parser.add_argument("--max-seq-len", type=int, default=128,
+                        help="tokens per instance including [CLS] and [SEP]s (default: 128)")
+    parser.add_argument("--max-predictions", type=int, default=20,
+                        help="masked positions stored per instance (default: 20)")
+    parser.add_argument("--masked-lm-prob", type=float, default=0.15,
+                        help="fraction of tokens to mask (default: 0.15); 0 writes unmasked "
+                             "shards for the reader's dynamic masking")
+    parser.add_argument("--dupe-factor", type=int, default=10,
+                        help="passes over the corpus, each with new pairs and masks "
+                             "(default: 10)")
+    parser.add_argument("--short-seq-prob", type=float, default=0.1,
+                        help="chance that a document targets a shorter random length "
+                             "(default: 0.1)")
+    parser.add_argument("--random-token", choices=("uniform", "unigram"), default="uniform",
+                        help="the 10%% random replacements: uniform over the vocabulary (as "
+                             "the original code) or from the corpus unigram distribution "
+                             "(default: uniform)")
+    parser.add_argument("--whole-word-mask", action="store_true",
+                        help="mask every piece of a word together")
+    parser.add_argument("--seed", type=int, default=12345,
+                        help="random seed; the shards are a function of it and the inputs "
+                             "(default: 12345)")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                        help="worker processes (default: all cores); the output does not "
+                             "depend on it")
+    parser.add_argument("--format", choices=("bert", "prose"), default="bert",
+                        dest="input_format",
+                        help="bert: one sentence a line, blank line between documents; "
+                             "prose: paragraphs split into sentences (default: bert)")
+    parser.add_argument("--encoding-errors", choices=("strict", "replace"), default="strict",
+                        help="bytes that are not UTF-8: strict stops naming the file, line "
+                             "and byte offset; replace substitutes U+FFFD and counts them in "
+                             "the manifest (default: strict)")
+    case = parser.add_mutually_exclusive_group()
+    case.add_argument("--lowercase", dest="lowercase", action="store_true", default=None,
+                      help="lower-case and strip accents (default: from the vocabulary)")
+    case.add_argument("--no-lowercase", dest="lowercase", action="store_false",
+                      help="keep case and accents (cased vocabularies)")
+    parser.add_argument("--tfds-data-dir", default=None,
+                        help="TFDS data_dir holding prepared datasets for tfds: inputs")
+    parser.add_argument("--tfds-feature", default="text",
+                        help="the text feature of tfds: inputs (default: text)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def run(args) -> int:
+    from input_pipeline.create_data import create_pretraining_data
+    manifest = create_pretraining_data(
+        args.input, args.vocab, args.output_dir, num_shards=args.num_shards,
+        max_seq_len=args.max_seq_len, max_predictions=args.max_predictions,
+        masked_lm_prob=args.masked_lm_prob, dupe_factor=args.dupe_factor,
+        short_seq_prob=args.short_seq_prob, random_token=args.random_token,
+        whole_word_mask=args.whole_word_mask, seed=args.seed, workers=args.workers,
+        show_progress=not args.quiet, input_format=args.input_format,
+        encoding_errors=args.encoding_errors, lowercase=args.lowercase,
+        tfds_data_dir=args.tfds_data_dir, tfds_feature=args.tfds_feature)
+    replaced = sum(manifest["replaced_bytes"].values())
+    print(f"wrote {manifest['num_instances']} instances from {manifest['num_documents']} "
+          f"documents to {len(manifest['shards'])} shards in {args.output_dir}"
+          + (f" ({replaced} non-UTF-8 bytes replaced)" if replaced else ""))
+    return 0

@@ -1,0 +1,47 @@
+"""`bert-jax vocab`: train a WordPiece or SentencePiece vocabulary on raw text."""
+
+HELP = "train a WordPiece or SentencePiece vocabulary on raw text"
+DESCRIPTION = """\
+Train a vocabulary with BERT's special tokens [PAD] [UNK] [CLS] [SEP] [MASK] at ids 0-4.
+wordpiece writes DIR/vocab.txt (BERT's normalisation; Hugging Face `tokenizers`);
+sentencepiece writes DIR/sentencepiece.model and DIR/vocab.txt (its pieces in id order).
+Either directory is accepted by `bert-jax create-data --vocab DIR`."""
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--type", choices=("wordpiece", "sentencepiece"), default="wordpiece",
+                        help="the kind of vocabulary (default: wordpiece)")
+    parser.add_argument("--size", type=int, required=True,
+                        help="number of tokens in the vocabulary, special tokens included")
+    parser.add_argument("--input", nargs="+", required=True, metavar="PATTERN",
+                        help="training text: files or globs (quote them), .gz allowed")
+    parser.add_argument("--output", required=True, help="directory to write the vocabulary to")
+    parser.add_argument("--format", choices=("bert", "prose"), default="bert",
+                        dest="input_format",
+                        help="bert: one sentence a line; prose: paragraphs (default: bert)")
+    parser.add_argument("--encoding-errors", choices=("strict", "replace"), default="strict",
+                        help="bytes that are not UTF-8: stop (strict) or replace them "
+                             "(default: strict)")
+    case = parser.add_mutually_exclusive_group()
+    case.add_argument("--lowercase", dest="lowercase", action="store_true", default=None,
+                      help="lower-case the text (default for wordpiece)")
+    case.add_argument("--no-lowercase", dest="lowercase", action="store_false",
+                      help="keep case (default for sentencepiece)")
+
+
+def run(args) -> int:
+    from input_pipeline import vocabulary
+    if args.type == "wordpiece":
+        lowercase = True if args.lowercase is None else args.lowercase
+        path = vocabulary.train_wordpiece(args.input, args.size, args.output, lowercase,
+                                          input_format=args.input_format,
+                                          encoding_errors=args.encoding_errors)
+    else:
+        lowercase = bool(args.lowercase)
+        path = vocabulary.train_sentencepiece(args.input, args.size, args.output, lowercase,
+                                              input_format=args.input_format,
+                                              encoding_errors=args.encoding_errors)
+    from input_pipeline.tokenization import load_tokenizer
+    print(f"wrote {path} ({load_tokenizer(args.output).vocab_size} tokens, "
+          f"{'lower-cased' if lowercase else 'cased'})")
+    return 0

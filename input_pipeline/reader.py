@@ -1,0 +1,196 @@
+"""tf.data over pre-training shards: host split, interleave, shuffle, repeat, batch, numpy out.
+
+Deterministic mode makes the stream a pure function of (files, seed, epoch): each epoch
+shuffles the file order and the records with seeds derived from (seed, epoch), and every
+record carries its (epoch, index-in-epoch) tag through the pipeline. `state()` is the tag of
+the last record handed out; `restore()` rebuilds the pipeline at that epoch and skips the
+records already seen *before* they are parsed (only raw bytes pass the shuffle buffer), so
+a resumed run sees exactly the batch an uninterrupted one would have seen next. Batches
+span epoch boundaries as in the original `run_pretraining.py` (repeat, then batch).
+
+Reads shards of either tool (the schema in `schema.py`); a missing file, a schema mismatch
+or a truncated shard raises `UserError` naming the file.
+"""
+
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from bert_jax.errors import UserError
+from input_pipeline import dynamic_masking, files as file_lib, manifest as manifest_lib, schema
+from input_pipeline import tfrecord
+
+# Epoch seeds: large odd multipliers keep (seed, epoch) pairs from colliding.
+_EPOCH_MULTIPLIER = 1_000_003
+
+
+def expand_patterns(file_patterns: list[str]) -> list[str]:
+    """Sorted shard paths: globs, files, or shard directories.
+
+    A directory with a manifest gives the shards it lists; without one, every *.tfrecord.
+    """
+    if isinstance(file_patterns, str):
+        file_patterns = [file_patterns]
+    files = []
+    for pattern in file_patterns:
+        if file_lib.isdir(pattern) and file_lib.exists(
+                os.path.join(pattern, manifest_lib.MANIFEST_NAME)):
+            shards = manifest_lib.read_manifest(pattern)["shards"]
+            matches = [os.path.join(pattern, shard["file"]) for shard in shards]
+        elif file_lib.isdir(pattern):
+            matches = file_lib.glob(os.path.join(pattern, "*.tfrecord"))
+        else:
+            matches = file_lib.glob(pattern)
+        if not matches:
+            raise UserError(f"{pattern}: no shard files match")
+        files.extend(matches)
+    return sorted(set(files))
+
+
+def check_schema(path: str, seq_len: int, max_predictions: int) -> bool:
+    """Parses a shard's first record and checks every feature's kind and length.
+
+    Returns False for a shard without records (valid: more shards than instances).
+    """
+    data = tfrecord.first_record(path)
+    if data is None:
+        return False
+    try:
+        example = tf.train.Example.FromString(data)
+    except Exception as error:  # protobuf raises its own DecodeError
+        raise UserError(f"{path}: first record is not a tf.train.Example ({error})") from None
+    features = example.features.feature
+    lengths = schema.feature_lengths(seq_len, max_predictions)
+    for name, (kind, _) in schema.FEATURES.items():
+        if name not in features:
+            raise UserError(f"{path}: wrong schema: no feature {name!r} (has "
+                            f"{sorted(features)}); expected BERT pre-training shards")
+        stored = features[name].WhichOneof("kind")
+        if stored != f"{kind}_list":
+            raise UserError(f"{path}: wrong schema: feature {name!r} is {stored}, "
+                            f"expected {kind}_list")
+        count = len(getattr(features[name], stored).value)
+        if count != lengths[name]:
+            raise UserError(f"{path}: wrong schema: feature {name!r} has {count} values, "
+                            f"expected {lengths[name]} (seq_len={seq_len}, "
+                            f"max_predictions={max_predictions})")
+    return True
+
+
+class PretrainingDataset:
+    """Batches of pre-training features, as dicts of numpy arrays (per-host batch size).
+
+    Yields input_ids/input_mask/segment_ids (B, T) int32, masked_lm_positions/masked_lm_ids
+    (B, P) int32, masked_lm_weights (B, P) float32, next_sentence_labels (B,) int32.
+    With `dynamic_masking`, the stored masks are undone and new ones drawn per epoch in
+    tf.data (RoBERTa style); it needs `vocab_size`, `mask_id` and `special_ids` (at least
+    [PAD], [CLS] and [SEP], which are never masked).
+    `deterministic=False` lets interleave and parsing run out of order for speed; `restore`
+    then resumes at the same epoch and record count, but not at exactly the same records.
+    """
+
+    def __init__(self, file_patterns: list[str], batch_size: int, seq_len: int,
+                 max_predictions: int, *, seed: int = 0, shuffle_buffer: int = 10000,
+                 repeat: bool = True, deterministic: bool = True,
+                 process_index: int | None = None, process_count: int | None = None,
+                 dynamic_masking: bool = False, vocab_size: int | None = None,
+                 mask_id: int | None = None, special_ids: tuple[int, ...] = (),
+                 masked_lm_prob: float = 0.15, cycle_length: int = 4):
+        if process_index is None or process_count is None:
+            import jax
+            process_index = jax.process_index() if process_index is None else process_index
+            process_count = jax.process_count() if process_count is None else process_count
+        all_files = expand_patterns(file_patterns)
+        self.files = all_files[process_index::process_count]
+        if not self.files:
+            raise UserError(f"{file_patterns}: {len(all_files)} shard file(s) cannot be split "
+                            f"across {process_count} hosts; write at least one per host")
+        if not [path for path in self.files if check_schema(path, seq_len, max_predictions)]:
+            raise UserError(f"{self.files}: these shards hold no records")
+        if dynamic_masking and (vocab_size is None or mask_id is None):
+            raise ValueError("dynamic_masking needs vocab_size and mask_id")
+        self.batch_size, self.seq_len, self.max_predictions = batch_size, seq_len, max_predictions
+        self.seed, self.shuffle_buffer, self.repeat = seed, shuffle_buffer, repeat
+        self.deterministic, self.cycle_length = deterministic, cycle_length
+        self.masking = dynamic_masking and dict(
+            vocab_size=vocab_size, mask_id=mask_id, special_ids=tuple(special_ids),
+            masked_lm_prob=masked_lm_prob, max_predictions=max_predictions)
+        self._position = {"epoch": 0, "records_in_epoch": 0}
+        self._iterator = None
+
+    # -- state ---------------------------------------------------------------------------
+    def state(self) -> dict:
+        """JSON-serialisable position: the epoch and records of it consumed so far."""
+        return dict(self._position)
+
+    def restore(self, state: dict) -> None:
+        """Resume so that the next batch is the one after `state` was taken."""
+        self._position = {"epoch": int(state["epoch"]),
+                          "records_in_epoch": int(state["records_in_epoch"])}
+        self._iterator = None
+
+    # -- iteration -----------------------------------------------------------------------
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        if self._iterator is None:
+            self._iterator = iter(self._build(**self._position).as_numpy_iterator())
+        try:
+            batch = next(self._iterator)
+        except tf.errors.DataLossError as error:
+            self._raise_data_loss(error)
+        except tf.errors.InvalidArgumentError as error:
+            raise UserError(f"{self.files}: a record does not match the pre-training schema "
+                            f"({error.message.splitlines()[0]})") from None
+        epochs, indices = batch.pop("epoch"), batch.pop("index")
+        self._position = {"epoch": int(epochs[-1]), "records_in_epoch": int(indices[-1]) + 1}
+        return batch
+
+    def _raise_data_loss(self, error) -> None:
+        for path in self.files:
+            tfrecord.count_records(path)  # raises UserError naming a truncated file
+        raise UserError(f"{self.files}: corrupt shard data ({error.message})") from None
+
+    def _epoch_records(self, epoch, start_epoch, start_offset) -> tf.data.Dataset:
+        """(epoch, index, serialized record) for one epoch, skipping what was consumed."""
+        epoch_seed = tf.cast(self.seed, tf.int64) * _EPOCH_MULTIPLIER + epoch
+        files = tf.data.Dataset.from_tensor_slices(self.files)
+        files = files.shuffle(len(self.files), seed=epoch_seed)
+        records = files.interleave(
+            tf.data.TFRecordDataset, cycle_length=min(self.cycle_length, len(self.files)),
+            block_length=1, num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=self.deterministic)
+        if self.shuffle_buffer > 1:
+            records = records.shuffle(self.shuffle_buffer, seed=epoch_seed + 1)
+        records = records.enumerate()
+        # Skipping here drops raw bytes only: nothing already consumed is parsed again.
+        records = records.skip(tf.where(epoch == start_epoch, start_offset, 0))
+        return records.map(lambda index, record: (epoch, index, record))
+
+    def _build(self, epoch: int, records_in_epoch: int) -> tf.data.Dataset:
+        last_epoch = np.iinfo(np.int64).max if self.repeat else max(epoch + 1, 1)
+        epochs = tf.data.Dataset.range(epoch, last_epoch)
+        records = epochs.flat_map(lambda e: self._epoch_records(
+            e, tf.constant(epoch, tf.int64), tf.constant(records_in_epoch, tf.int64)))
+        batches = records.batch(self.batch_size, drop_remainder=True)
+        spec = schema.parsing_spec(self.seq_len, self.max_predictions)
+        seed = self.seed
+
+        def parse(epoch_tags, indices, serialized):
+            features = tf.io.parse_example(serialized, spec)
+            batch = {name: tf.cast(value, tf.float32 if value.dtype == tf.float32 else tf.int32)
+                     for name, value in features.items()}
+            batch["next_sentence_labels"] = tf.reshape(batch["next_sentence_labels"], [-1])
+            if self.masking:
+                # A batch's masks depend on where it starts, so they survive a restore.
+                mask_seed = tf.stack([epoch_tags[0] + seed * _EPOCH_MULTIPLIER, indices[0]])
+                batch = dynamic_masking.remask(batch, mask_seed, **self.masking)
+            return dict(batch, epoch=epoch_tags, index=indices)
+
+        batches = batches.map(parse, num_parallel_calls=tf.data.AUTOTUNE,
+                              deterministic=self.deterministic)
+        options = tf.data.Options()
+        options.deterministic = self.deterministic
+        return batches.with_options(options).prefetch(tf.data.AUTOTUNE)

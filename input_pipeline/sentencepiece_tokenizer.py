@@ -1,0 +1,104 @@
+"""SentencePiece models (`.model`) behind the same interface as the WordPiece `Tokenizer`.
+
+BERT's special tokens are looked up by name ([PAD] [UNK] [CLS] [SEP] [MASK]); a model
+trained by `bert-jax vocab --type sentencepiece` has them at ids 0-4, and models trained
+elsewhere (ALBERT's, for example) use <pad>/<unk> for the first two, which we accept.
+"""
+
+from collections.abc import Sequence
+
+import numpy as np
+import sentencepiece
+
+from bert_jax.errors import UserError
+from input_pipeline.tokenization import SPECIAL_TOKENS, vocabulary_hash
+
+_ALTERNATIVES = {"[PAD]": "<pad>", "[UNK]": "<unk>"}
+WORD_START = "\u2581"  # SentencePiece's "▁": the piece begins a word
+
+
+class SentencePieceTokenizer:
+    """A SentencePiece model with BERT's special tokens mapped."""
+
+    def __init__(self, path: str, lowercase: bool = False):
+        self.processor = sentencepiece.SentencePieceProcessor()
+        try:
+            self.processor.Load(path)
+        except (OSError, RuntimeError) as error:
+            raise UserError(f"{path}: not a readable SentencePiece model ({error})") from None
+        self.path, self.lowercase = path, lowercase
+        self.tokens = [self.processor.IdToPiece(index)
+                       for index in range(self.processor.GetPieceSize())]
+        self.hash = vocabulary_hash(self.tokens)
+        lookup = {token: index for index, token in enumerate(self.tokens)}
+        ids = []
+        for token in SPECIAL_TOKENS:
+            index = lookup.get(token, lookup.get(_ALTERNATIVES.get(token)))
+            if index is None:
+                raise UserError(f"{path}: SentencePiece model lacks the special token {token}")
+            ids.append(index)
+        self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = ids
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.tokens)
+
+    def _prepare(self, texts: Sequence[str]) -> list[str]:
+        return [text.lower() for text in texts] if self.lowercase else list(texts)
+
+    def tokenize(self, text: str) -> list[str]:
+        return self.processor.EncodeAsPieces(self._prepare([text])[0])
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids of each text, without special tokens."""
+        return self.processor.Encode(self._prepare(texts), out_type=int)
+
+    def encode_corpus(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """All texts' ids concatenated: (tokens int32, lengths int64)."""
+        encoded = self.encode_batch(texts)
+        lengths = np.fromiter(map(len, encoded), np.int64, len(encoded))
+        tokens = np.fromiter((i for ids in encoded for i in ids), np.int32, int(lengths.sum()))
+        return tokens, lengths
+
+    def encode_for_model(self, texts: Sequence[str | tuple[str, str]], max_seq_len: int,
+                         pad_to_max: bool = False) -> dict[str, np.ndarray]:
+        """`[CLS] A [SEP] (B [SEP])` per text or pair, truncated longest-first; int32 (N, T)."""
+        rows = []
+        for text in texts:
+            pair = [text] if isinstance(text, str) else list(text)
+            parts = self.encode_batch(pair)
+            budget = max_seq_len - 1 - len(parts)
+            while sum(map(len, parts)) > budget:
+                longest = max(parts, key=len)
+                longest.pop()
+            ids = [self.cls_id] + parts[0] + [self.sep_id]
+            segments = [0] * len(ids)
+            if len(parts) == 2:
+                ids += parts[1] + [self.sep_id]
+                segments += [1] * (len(parts[1]) + 1)
+            rows.append((ids, segments))
+        seq_len = max_seq_len if pad_to_max else max(len(ids) for ids, _ in rows)
+        input_ids = np.full((len(rows), seq_len), self.pad_id, np.int32)
+        segment_ids = np.zeros((len(rows), seq_len), np.int32)
+        input_mask = np.zeros((len(rows), seq_len), np.int32)
+        for row, (ids, segments) in enumerate(rows):
+            input_ids[row, :len(ids)], segment_ids[row, :len(ids)] = ids, segments
+            input_mask[row, :len(ids)] = 1
+        return dict(input_ids=input_ids, segment_ids=segment_ids, input_mask=input_mask)
+
+    def continuation_ids(self) -> np.ndarray:
+        """(V,) bool: pieces that continue a word (no leading ▁, not a special token)."""
+        special = set(SPECIAL_TOKENS) | set(_ALTERNATIVES.values())
+        return np.array([not token.startswith(WORD_START) and token not in special
+                         for token in self.tokens], bool)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        special = {self.pad_id, self.cls_id, self.sep_id, self.mask_id}
+        return self.processor.Decode([int(i) for i in ids if int(i) not in special])
+
+    def id_to_token(self, index: int) -> str:
+        return self.tokens[index]
+
+    def token_to_id(self, token: str) -> int | None:
+        index = self.processor.PieceToId(token)
+        return None if index == self.unk_id and token != self.tokens[self.unk_id] else index

@@ -1,0 +1,103 @@
+"""One work unit of the shard writer: a window of documents in, serialized Examples out.
+
+Runs in a worker process (or in-process with one worker). Everything random is seeded by
+(seed, unit index, dupe), so a unit's output does not depend on which process ran it or
+how many there are.
+"""
+
+import random
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from input_pipeline import example_codec, instances, masking
+
+_BATCH_ROWS = 2048  # instances assembled, masked and serialized together
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every setting that shapes the instances (also recorded in the manifest)."""
+    max_seq_len: int = 128  # tokens per instance, [CLS] and [SEP]s included
+    max_predictions: int = 20  # masked positions stored per instance
+    masked_lm_prob: float = 0.15  # fraction of tokens to predict (0: write unmasked shards)
+    dupe_factor: int = 10  # passes over the corpus, each with fresh segments and masks
+    short_seq_prob: float = 0.1  # chance a document uses a shorter random target length
+    random_token: str = "uniform"  # 10% replacements: "uniform" (as the code) or "unigram"
+    whole_word_mask: bool = False  # mask all pieces of a word together
+    seed: int = 12345  # the output is a function of this and the inputs only
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class UnitResult:
+    """A unit's records in their final (shuffled) order, as one buffer and row offsets."""
+    index: int
+    buffer: np.ndarray
+    offsets: np.ndarray
+    num_documents: int
+    num_sentences: int
+    num_tokens: int
+    masked_tokens: int
+
+
+def _spans_for_all_dupes(corpus, settings: Settings, unit_index: int) -> instances.Spans:
+    parts = []
+    for dupe in range(settings.dupe_factor):
+        rng = random.Random(f"{settings.seed}/{unit_index}/{dupe}")
+        parts.append(instances.create_spans(corpus, settings.max_seq_len,
+                                            settings.short_seq_prob, rng))
+    return instances.Spans.concatenate(parts)
+
+
+def _features(corpus, spans, tokenizer, settings, replacement, continuation, rng) -> dict:
+    """Assembled and masked features of some instances, (N, T) and (N, P) arrays."""
+    features = instances.assemble(corpus, spans, settings.max_seq_len, tokenizer.cls_id,
+                                  tokenizer.sep_id, tokenizer.pad_id)
+    candidates = features.pop("candidates")
+    rows = len(spans.a_len)
+    if settings.masked_lm_prob > 0:
+        positions = masking.choose_positions(
+            candidates, features["input_mask"].sum(axis=1), settings.max_predictions,
+            settings.masked_lm_prob, rng,
+            None if continuation is None else continuation[features["input_ids"]])
+        features.update(masking.apply_masks(features["input_ids"], positions,
+                                            tokenizer.mask_id, replacement, rng))
+    else:  # unmasked shards, for masks drawn in the reader (dynamic masking)
+        features.update(masked_lm_positions=np.zeros((rows, settings.max_predictions), np.int32),
+                        masked_lm_ids=np.zeros((rows, settings.max_predictions), np.int32),
+                        masked_lm_weights=np.zeros((rows, settings.max_predictions), np.float32))
+    features["next_sentence_labels"] = spans.is_random_next.astype(np.int32)
+    return features
+
+
+def process_unit(unit_index: int, documents: list[list[str]], tokenizer,
+                 settings: Settings) -> UnitResult:
+    """Tokenise a window of documents and turn it into serialized training instances."""
+    sentences = [sentence for document in documents for sentence in document]
+    tokens, lengths = tokenizer.encode_corpus(sentences)
+    corpus = instances.Corpus.from_lengths(tokens, lengths, np.array([len(d) for d in documents]))
+    rng = np.random.default_rng([settings.seed, unit_index])
+    spans = _spans_for_all_dupes(corpus, settings, unit_index) if corpus.num_documents else None
+    if spans is None or not len(spans.a_len):
+        return UnitResult(unit_index, np.zeros(0, np.uint8), np.zeros(1, np.int64),
+                          corpus.num_documents, len(corpus.sentence_starts) - 1, len(tokens), 0)
+    spans = instances.truncate_pairs(spans, settings.max_seq_len - 3, rng)
+    # Shuffle within the unit, so each shard mixes documents and dupes.
+    spans = spans.take(rng.permutation(len(spans.a_len)))
+    special = (tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id, tokenizer.mask_id)
+    replacement = (masking.unigram_cdf(corpus.tokens, tokenizer.vocab_size, special)
+                   if settings.random_token == "unigram" else tokenizer.vocab_size)
+    continuation = tokenizer.continuation_ids() if settings.whole_word_mask else None
+    buffers, offsets, masked = [], [np.zeros(1, np.int64)], 0
+    for start in range(0, len(spans.a_len), _BATCH_ROWS):
+        part = spans.take(slice(start, start + _BATCH_ROWS))
+        features = _features(corpus, part, tokenizer, settings, replacement, continuation, rng)
+        masked += int(features["masked_lm_weights"].sum())
+        buffer, row_offsets = example_codec.serialize_examples(features)
+        offsets.append(row_offsets[1:] + sum(len(b) for b in buffers))
+        buffers.append(buffer)
+    return UnitResult(unit_index, np.concatenate(buffers), np.concatenate(offsets),
+                      corpus.num_documents, len(corpus.sentence_starts) - 1, len(tokens), masked)
