@@ -1,0 +1,195 @@
+"""Ahead-of-time compilation of the real train step for a TPU topology, on a CPU host.
+
+libtpu can describe a TPU slice that is not attached ("compile-only devices"): XLA then
+compiles the exact program the slice would run, with the run config's mesh and
+shardings, and reports its memory per device, its FLOPs and its collectives. So
+"does BERT-Large fit on a v4-64, and how long will it take?" costs a minute of CPU
+instead of a failed pod run.
+
+    devices = topology_devices("v4:4x4x2", "megacore")
+    report = compile_train_step(run_config, devices)
+"""
+
+import dataclasses
+import os
+import re
+import time
+from typing import Any
+
+from bert_jax.config import BERT_VOCAB_SIZE, BertConfig
+from bert_jax.errors import UserError
+from launch.tpu_types import GIB, TpuGeneration, generation_for_device_kind, GENERATIONS
+
+# Topology spellings seen to work with libtpu 0.0.42 (GENERATION:CHIPS_PER_DIMENSION).
+TOPOLOGY_EXAMPLES = ("v3:4x8 (v3-64: 64 cores)", "v4:4x4x2 --chip-config megacore (v4-64)",
+                     "v5e:16x16 (v5e-256)", "v5e:2x2", "v5e:2x4", "v5p:2x2x1", "v6e:2x2")
+_TOPOLOGY_PATTERN = re.compile(r"(v\d+[a-z]*):(\d+(?:x\d+){1,2})")
+# HLO instructions that move data between devices; "-start" is the async form of each.
+COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
+_COLLECTIVE_PATTERN = re.compile(
+    r"\s(" + "|".join(COLLECTIVES) + r")(?:-start)?\(")
+
+
+def _topology_error(topology: str, reason: str) -> UserError:
+    return UserError(f"--topology {topology!r}: {reason}; expected GENERATION:AxB[xC], e.g. "
+                     + ", ".join(TOPOLOGY_EXAMPLES))
+
+
+def topology_devices(topology: str, chip_config: str | None = None) -> list:
+    """The compile-only devices of a TPU topology such as "v5e:2x2" (needs libtpu)."""
+    match = _TOPOLOGY_PATTERN.fullmatch(topology)
+    if not match:
+        raise _topology_error(topology, "cannot read it")
+    known = {generation.topology_name for generation in GENERATIONS.values()}
+    if match.group(1) not in known:
+        raise _topology_error(topology, f"unknown TPU generation {match.group(1)!r}")
+    # Compile only: never ask a GCE metadata server (there is none), and do not take
+    # libtpu's one-process lock, which a real TPU job on this host would need.
+    os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+    # Without a metadata server libtpu puts a warning text in the worker list and logs an
+    # INVALID_ARGUMENT error about it; no workers are contacted when only compiling.
+    os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
+    try:
+        import libtpu  # noqa: F401  (only to give a clear error when it is missing)
+    except ImportError:
+        raise UserError("bert-jax aot needs libtpu: pip install -r requirements-tpu.txt") from None
+    from jax.experimental import topologies
+
+    options = {"chip_config_name": chip_config} if chip_config else {}
+    try:
+        description = topologies.get_topology_desc(
+            topology_name=topology, platform="tpu", **options)
+    except Exception as error:  # libtpu's own message says what it did not like
+        raise _topology_error(topology, f"libtpu rejected it ({error})") from None
+    return list(description.devices)
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileReport:
+    """What one compilation of the train step says about one topology. Bytes are per device."""
+    topology: str
+    device_kind: str
+    num_devices: int
+    devices_per_chip: int  # 2 for v3 (one device per core), 1 with megacore or 1-core chips
+    mesh_shape: dict  # {"data": 64, "fsdp": 1, "tensor": 1}
+    batch_size: int
+    seq_len: int
+    max_predictions: int
+    argument_bytes: int  # parameters, optimizer state and batch shard, as passed in
+    output_bytes: int  # the new state and metrics
+    alias_bytes: int  # outputs written over donated arguments (counted once)
+    temp_bytes: int  # activations, gradients and scratch during the step
+    code_bytes: int  # the compiled program itself
+    compiled_flops_per_device: float  # XLA's cost analysis of the per-device program
+    model_flops_per_step: float  # bert_jax.flops: matmul FLOPs of the whole global step
+    collectives: dict  # HLO op name -> count in the compiled program
+    compile_seconds: float
+    # XLA's RESOURCE_EXHAUSTED message when the step cannot fit at all: the TPU compiler
+    # refuses to build it, so there is no memory analysis (the fields above are then 0).
+    out_of_memory: str = ""
+
+    @property
+    def fits(self) -> bool:
+        return not self.out_of_memory and self.peak_bytes <= self.hbm_bytes_per_device
+
+    @property
+    def generation(self) -> TpuGeneration:
+        return generation_for_device_kind(self.device_kind)
+
+    @property
+    def num_chips(self) -> int:
+        return self.num_devices // self.devices_per_chip
+
+    @property
+    def peak_bytes(self) -> int:
+        """Memory live at once on a device: arguments, new outputs, temporaries, code."""
+        return (self.argument_bytes + self.output_bytes - self.alias_bytes + self.temp_bytes
+                + self.code_bytes)
+
+    @property
+    def hbm_bytes_per_device(self) -> int:
+        return self.generation.hbm_bytes_per_chip // self.devices_per_chip
+
+    def step_seconds(self, mfu: float) -> float:
+        """Projected step time if the slice sustains `mfu` of its peak bf16 FLOP/s."""
+        peak = self.num_chips * self.generation.peak_bf16_flops_per_chip
+        return self.model_flops_per_step / (peak * mfu)
+
+
+def count_collectives(hlo_text: str) -> dict[str, int]:
+    """How many of each collective the compiled HLO contains (async pairs count once)."""
+    counts = dict.fromkeys(COLLECTIVES, 0)
+    for match in _COLLECTIVE_PATTERN.finditer(hlo_text):
+        counts[match.group(1)] += 1
+    return counts
+
+
+def resolved_model_config(run_config) -> tuple[BertConfig, bool]:
+    """The run's model config; vocab_size 0 ("from the vocabulary file") becomes BERT's
+    30522, since AOT needs no data. Returns (config, whether it was substituted)."""
+    values = dict(run_config.model)
+    substituted = values["vocab_size"] == 0
+    if substituted:
+        values["vocab_size"] = BERT_VOCAB_SIZE
+    return BertConfig.from_dict(values, source="run config 'model'"), substituted
+
+
+def _first(analysis: Any) -> dict:
+    """cost_analysis() is a dict, or a list of one dict per program in some jax versions."""
+    return analysis[0] if isinstance(analysis, (list, tuple)) else analysis
+
+
+def _compile(bundle):
+    """(compiled, None), or (None, XLA's message) when the step does not fit in HBM."""
+    import jax
+
+    lowered = bundle.train_step.lower(
+        bundle.abstract_state, bundle.abstract_batch, bundle.abstract_rng)
+    try:
+        return lowered.compile(), None
+    except jax.errors.JaxRuntimeError as error:
+        message = str(error)
+        if not message.startswith("RESOURCE_EXHAUSTED"):
+            raise
+        return None, message.splitlines()[0]
+
+
+def compile_train_step(run_config, devices: list, topology: str = "") -> CompileReport:
+    """Compiles the real train step (bert_jax.train_step) for `devices` and measures it."""
+    from bert_jax import flops, sharding, train_step
+
+    model_config, _ = resolved_model_config(run_config)
+    mesh = sharding.mesh_from_config(run_config.mesh, devices)
+    start = time.perf_counter()
+    bundle = train_step.build_train_step(run_config, mesh, model_config=model_config)
+    compiled, out_of_memory = _compile(bundle)
+    compile_seconds = time.perf_counter() - start
+    device, data = devices[0], run_config.data
+    generation = generation_for_device_kind(device.device_kind)
+    measured = dict.fromkeys(("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes",
+                              "code_bytes", "compiled_flops_per_device"), 0)
+    collectives = dict.fromkeys(COLLECTIVES, 0)
+    if compiled is not None:
+        memory = compiled.memory_analysis()
+        measured = dict(
+            argument_bytes=memory.argument_size_in_bytes,
+            output_bytes=memory.output_size_in_bytes, alias_bytes=memory.alias_size_in_bytes,
+            temp_bytes=memory.temp_size_in_bytes, code_bytes=memory.generated_code_size_in_bytes,
+            compiled_flops_per_device=float(_first(compiled.cost_analysis()).get("flops", 0.0)))
+        collectives = count_collectives(compiled.as_text() or "")
+    return CompileReport(
+        topology=topology, device_kind=device.device_kind, num_devices=len(devices),
+        devices_per_chip=generation.cores_per_chip // getattr(device, "num_cores", 1),
+        mesh_shape=dict(mesh.shape), batch_size=run_config.batch_size, seq_len=data.seq_len,
+        max_predictions=data.max_predictions, **measured,
+        model_flops_per_step=float(flops.train_step_flops(
+            model_config, run_config.batch_size, data.seq_len, data.max_predictions)),
+        collectives=collectives, compile_seconds=compile_seconds, out_of_memory=out_of_memory or "")
+
+
+def format_bytes(num_bytes: float) -> str:
+    """GiB with two decimals, or MiB below one GiB (BERT-tiny's step needs a few MiB)."""
+    if abs(num_bytes) >= GIB:
+        return f"{num_bytes / GIB:.2f} GiB"
+    return f"{num_bytes / 2**20:.1f} MiB"

@@ -1,0 +1,104 @@
+"""`bert-jax aot`: compile the train step for a TPU topology here, and say if and how fast it runs."""
+
+import argparse
+import json
+import os
+
+HELP = "compile the train step for a TPU topology on this CPU host: memory fit, FLOPs, time"
+DESCRIPTION = """\
+Compiles the real train step of a run config for a TPU slice that is not attached (libtpu's
+compile-only devices), with the config's mesh and shardings, and prints per device the
+argument, output and temporary memory against the chip's HBM (fits or not, by how much),
+the FLOPs per step, the collectives in the compiled program, and the projected step time
+and time to train at a given model-FLOPs utilisation.
+
+examples:
+  bert-jax aot --config configs/bert_large.py --topology v4:4x4x2 --chip-config megacore
+  bert-jax aot --config configs/bert_large.py --topology v5e:16x16 --config.batch_size=1024
+  bert-jax aot --config configs/bert_large.py --recipe original   # v3-64, v4-64, v5e-256
+
+topologies (GENERATION:CHIPS): v3:4x8 (v3-64), v4:4x4x2 with --chip-config megacore
+(v4-64), v5e:16x16 (v5e-256), v5e:2x2, v5e:2x4, v5p:2x2x1, v6e:2x2
+"""
+TAKES_OVERRIDES = True
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True,
+                        help="run config file (configs/NAME.py); --config.key=value overrides it")
+    parser.add_argument("--topology",
+                        help="TPU topology as libtpu spells it, e.g. v4:4x4x2 or v5e:16x16 "
+                             "(required unless --recipe is given)")
+    parser.add_argument("--chip-config", default=None,
+                        help="libtpu chip config name; 'megacore' makes each v4/v5p chip one "
+                             "device (default: libtpu's)")
+    parser.add_argument("--mfu", type=float, default=0.5,
+                        help="model-FLOPs utilisation assumed for the time projection (default: 0.5)")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="steps to project the time for (default: the config's num_train_steps)")
+    parser.add_argument("--recipe", choices=["original"], default=None,
+                        help="'original': BERT-Large's 1M steps x 256 sequences, 90%% at length "
+                             "128 then 10%% at 512; compiles both phases on v3-64, v4-64 and "
+                             "v5e-256 (or on --topology) and prints projected days")
+    parser.add_argument("--json", metavar="PATH", default=None,
+                        help="also write every report as JSON to PATH")
+
+
+def _compile(config_path: str, overrides: list[str], topology: str, chip_config, devices):
+    from bert_jax import aot
+    from bert_jax.run_config import load_run_config
+
+    run_config = load_run_config(config_path, overrides)
+    model_config, substituted = aot.resolved_model_config(run_config)
+    if substituted:
+        print(f"(model.vocab_size is 0 in {config_path}: compiling with "
+              f"{model_config.vocab_size}, the original English vocabulary)", flush=True)
+    name = topology + (f" ({chip_config})" if chip_config else "")
+    print(f"compiling for {name} ...", flush=True)
+    return run_config, aot.compile_train_step(run_config, devices, topology=name)
+
+
+def _write_json(path: str, reports: list, mfu: float, extra: dict) -> None:
+    from bert_jax.aot_report import report_to_json
+
+    temporary = f"{path}.tmp"
+    with open(temporary, "w") as file:
+        json.dump({"reports": [report_to_json(r, mfu) for r in reports], **extra}, file, indent=2)
+    os.replace(temporary, path)
+
+
+def run(args: argparse.Namespace) -> int:
+    from bert_jax import aot, aot_report
+    from bert_jax.errors import UserError
+
+    if not 0 < args.mfu <= 1:
+        raise UserError(f"--mfu must be in (0, 1], got {args.mfu}")
+    if args.recipe is None and not args.topology:
+        raise UserError("give --topology (e.g. v4:4x4x2 --chip-config megacore) or --recipe original")
+    if args.recipe is None:
+        devices = aot.topology_devices(args.topology, args.chip_config)
+        run_config, report = _compile(args.config, args.overrides, args.topology,
+                                      args.chip_config, devices)
+        print(aot_report.format_report(report, args.mfu, args.steps or run_config.num_train_steps))
+        if args.json:
+            _write_json(args.json, [report], args.mfu, {})
+        return 0
+    targets = (aot_report.RECIPE_TARGETS if not args.topology
+               else ((args.topology, args.topology, args.chip_config),))
+    results, all_reports = {}, []
+    for name, topology, chip_config in targets:
+        devices = aot.topology_devices(topology, chip_config)
+        results[name] = []
+        for phase in aot_report.ORIGINAL_RECIPE:
+            print(f"== {name}, {phase.name}", flush=True)
+            _, report = _compile(args.config, [*args.overrides, *phase.overrides], topology,
+                                 chip_config, devices)
+            print(aot_report.format_report(report, args.mfu, phase.steps), flush=True)
+            results[name].append(report)
+            all_reports.append(report)
+    print(aot_report.format_recipe_summary(results, args.mfu))
+    if args.json:
+        days = {name: aot_report.recipe_days(reports, args.mfu)
+                for name, reports in results.items()}
+        _write_json(args.json, all_reports, args.mfu, {"recipe_days": days})
+    return 0

@@ -1,0 +1,163 @@
+"""`bert-jax aot`: the real train step compiled for a TPU topology (libtpu compile-only devices).
+
+The compile runs in a subprocess: libtpu initialisation in the test process would meet the
+eight simulated CPU devices of conftest and, on a shared host, libtpu's process lock.
+"""
+
+import dataclasses
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from bert_jax import aot, aot_report
+from bert_jax.errors import UserError
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = dict(vocab_size=1024, hidden_dim=128, num_layers=2, mlp_dim=512, max_positions=512,
+            num_segments=2)
+BATCH, SEQ_LEN, PREDICTIONS, DEVICES = 8, 64, 10, 4  # v5e:2x2 = 4 chips, 1 device each
+V5E_PEAK = 197e12
+
+TINY_CONFIG = f"""
+from bert_jax.run_config import base_config
+
+def get_config():
+    config = base_config("tiny")
+    config.model.vocab_size = {TINY['vocab_size']}
+    config.batch_size = {BATCH}
+    config.data.seq_len = {SEQ_LEN}
+    config.data.max_predictions = {PREDICTIONS}
+    config.num_train_steps = 1000
+    return config
+"""
+
+
+def bert_parameter_count(vocab_size, hidden_dim, num_layers, mlp_dim, max_positions,
+                         num_segments):
+    """Parameters of BertForPreTraining, counted by hand from the paper's architecture."""
+    h = hidden_dim
+    embeddings = (vocab_size + max_positions + num_segments) * h + 2 * h  # + LayerNorm
+    layer = 4 * (h * h + h) + (h * mlp_dim + mlp_dim) + (mlp_dim * h + h) + 2 * 2 * h
+    pooler = h * h + h
+    mlm_head = (h * h + h) + 2 * h + vocab_size  # transform, LayerNorm, output bias
+    nsp_head = 2 * h + 2
+    return embeddings + num_layers * layer + pooler + mlm_head + nsp_head
+
+
+@pytest.fixture(scope="module")
+def tiny_v5e(tmp_path_factory):
+    if importlib.util.find_spec("libtpu") is None:
+        pytest.skip("libtpu is not installed (pip install -r requirements-tpu.txt)")
+    directory = tmp_path_factory.mktemp("aot")
+    config = directory / "tiny.py"
+    config.write_text(TINY_CONFIG)
+    output = directory / "report.json"
+    env = dict(os.environ, TPU_SKIP_MDS_QUERY="1", ALLOW_MULTIPLE_LIBTPU_LOAD="1")
+    result = subprocess.run(
+        [sys.executable, "-m", "bert_jax.cli", "aot", "--config", str(config),
+         "--topology", "v5e:2x2", "--mfu", "0.5", "--json", str(output)],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    (report,) = json.loads(output.read_text())["reports"]
+    return report, result.stdout
+
+
+def test_memory_per_device_is_the_training_state(tiny_v5e):
+    report, _ = tiny_v5e
+    # Data parallel over 4 devices: every device holds the float32 parameters and Adam's
+    # two moments (12 bytes per parameter), plus a quarter of the batch.
+    state_bytes = 12 * bert_parameter_count(**TINY)
+    batch_bytes = (3 * SEQ_LEN * 4 + 3 * PREDICTIONS * 4 + 4) * BATCH // DEVICES
+    assert state_bytes + batch_bytes <= report["argument_bytes"] <= 1.01 * state_bytes + 2**16
+    # The state is donated: the new state is written over the old one, not beside it.
+    assert report["alias_bytes"] >= 0.99 * state_bytes
+    assert report["temp_bytes"] > 0 and report["fits"]
+    assert report["peak_bytes"] == (report["argument_bytes"] + report["output_bytes"]
+                                    - report["alias_bytes"] + report["temp_bytes"]
+                                    + report["code_bytes"])
+    assert report["hbm_bytes_per_device"] == 16 * 2**30
+
+
+def test_flops_collectives_and_projection(tiny_v5e):
+    report, stdout = tiny_v5e
+    h, layers, mlp, vocab = TINY["hidden_dim"], TINY["num_layers"], TINY["mlp_dim"], 1024
+    forward = BATCH * (SEQ_LEN * layers * (8 * h * h + 4 * h * mlp + 4 * SEQ_LEN * h)
+                       + 2 * h * h + PREDICTIONS * (2 * h * h + 2 * h * vocab) + 4 * h)
+    assert report["model_flops_per_step"] == 3 * forward
+    # XLA counts every op of the per-device program; the model count is matmuls of the whole
+    # step, so the two agree within elementwise work, not within a factor of 4 (devices).
+    ratio = report["compiled_flops_per_device"] * DEVICES / report["model_flops_per_step"]
+    assert 1.0 <= ratio <= 2.0
+    assert report["collectives"]["all-reduce"] >= 1  # the gradient sum over data parallel
+    assert report["num_chips"] == DEVICES and report["mesh_shape"]["data"] == DEVICES
+    assert report["step_seconds"] == pytest.approx(3 * forward / (DEVICES * V5E_PEAK * 0.5))
+    assert "HBM per device: fits" in stdout and "1,000 steps" in stdout
+
+
+def test_count_collectives_counts_async_pairs_once():
+    hlo = """
+      %all-reduce-start.1 = f32[8]{0} all-reduce-start(f32[8]{0} %p), replica_groups={{0,1}}
+      %all-reduce-done.1 = f32[8]{0} all-reduce-done(f32[8]{0} %all-reduce-start.1)
+      %ag = f32[16]{0} all-gather(f32[8]{0} %p), dimensions={0}
+      %rs = f32[4]{0} reduce-scatter(f32[8]{0} %p), dimensions={0}
+      %cp = (f32[8]{0}, u32[]) collective-permute-start(f32[8]{0} %p)
+      %cpd = f32[8]{0} collective-permute-done((f32[8]{0}, u32[]) %cp)
+      %ar = f32[8]{0} all-reduce(f32[8]{0} %all-gather.3), to_apply=%sum
+    """
+    assert aot.count_collectives(hlo) == {"all-reduce": 2, "all-gather": 1, "reduce-scatter": 1,
+                                          "all-to-all": 0, "collective-permute": 1}
+
+
+def test_fit_line_reports_the_shortfall():
+    gib = 2**30
+    report = aot.CompileReport(
+        topology="v5e:2x2", device_kind="TPU v5 lite", num_devices=4, devices_per_chip=1,
+        mesh_shape={"data": 4}, batch_size=8, seq_len=128, max_predictions=20,
+        argument_bytes=10 * gib, output_bytes=10 * gib, alias_bytes=10 * gib,
+        temp_bytes=10 * gib, code_bytes=0, compiled_flops_per_device=1.0,
+        model_flops_per_step=4 * V5E_PEAK, collectives={}, compile_seconds=1.0)
+    assert aot_report.fit_line(report) == "does NOT fit: 4.00 GiB (25%) over"
+    assert report.step_seconds(0.5) == pytest.approx(2.0)  # 4 chips x peak x 50% -> 2 s
+    v3 = dataclasses.replace(report, device_kind="TPU v3", num_devices=64, devices_per_chip=2,
+                             temp_bytes=0)
+    assert v3.hbm_bytes_per_device == 16 * gib and v3.num_chips == 32
+    assert aot_report.fit_line(v3) == "fits, 6.00 GiB (38%) to spare"
+
+
+def test_compiler_out_of_memory_is_a_report_not_a_crash():
+    import jax
+
+    message = ("RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for "
+               "HLO temporaries (26.81G) exceeds available HBM (15.48G).")
+
+    class Lowered:
+        def compile(self):
+            raise jax.errors.JaxRuntimeError(message + "\nmore details")
+
+    class Bundle:
+        abstract_state = abstract_batch = abstract_rng = None
+        train_step = type("Jitted", (), {"lower": lambda self, *args: Lowered()})()
+
+    compiled, out_of_memory = aot._compile(Bundle())
+    assert compiled is None and out_of_memory == message
+    report = aot.CompileReport(
+        topology="v3:4x8", device_kind="TPU v3", num_devices=64, devices_per_chip=2,
+        mesh_shape={"fsdp": 64}, batch_size=256, seq_len=512, max_predictions=80,
+        argument_bytes=0, output_bytes=0, alias_bytes=0, temp_bytes=0, code_bytes=0,
+        compiled_flops_per_device=0.0, model_flops_per_step=1e15, collectives={},
+        compile_seconds=1.0, out_of_memory=out_of_memory)
+    assert not report.fits
+    text = aot_report.format_report(report, 0.5, 100)
+    assert "does NOT fit: the TPU compiler refused it: RESOURCE_EXHAUSTED" in text
+    assert "(26.81G) exceeds available HBM (15.48G)" in text and "(if it fitted)" in text
+
+
+@pytest.mark.parametrize("topology", ["v9:2x2", "v5e-256", "v4:4x4x2x2", "tpu"])
+def test_bad_topology_lists_examples(topology):
+    with pytest.raises(UserError, match="v5e:16x16") as error:
+        aot.topology_devices(topology)
+    assert repr(topology) in str(error.value)
