@@ -1,0 +1,220 @@
+"""One full pre-training step, bert-jax against Hugging Face `BertForPreTraining` (PyTorch).
+
+A step is forward, backward and AdamW with global-norm clipping at fp32, batch 8 x 128
+tokens (no padding) with 20 masked-LM predictions per sequence plus next-sentence
+prediction. bert-jax runs its real jitted `train_step` (`bert_jax.train_step`, donated
+state, dropout on); PyTorch runs `BertForPreTraining` in train mode with
+`torch.optim.AdamW(betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01)` and
+`clip_grad_norm_(1.0)`, its MLM labels -100 except at the same 20 positions. Token values
+do not change the work, so the batch is random ids.
+
+Both frameworks use the same number of threads (all cores). The two are timed in
+interleaved rounds, so a change in machine load hits both; the ratio per round is what
+counts. Model-FLOPs utilisation (MFU, `bert_jax.flops`: matmul FLOPs only, 3x forward) is
+reported against each framework's own fp32 matmul peak, measured in this process on large
+square matmuls in every round (load changes the peak too), and against the better one.
+
+Goals (issues 2 and 4): bert-jax >= 2x PyTorch's tokens/s on mini, >= 1.3x on base, and
+>= 60% MFU of the JAX matmul peak on base.
+
+Usage: python bench/model_step.py [--presets mini,base] [--rounds 5] [--steps 3]
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")  # no TPU probing on a CPU host
+# OpenMP's default busy-waiting makes PyTorch 4x slower per step (6.6 vs 1.5 CPU-s on mini)
+# when other processes share the cores; passive waiting costs it little on an idle machine.
+# Set OMP_WAIT_POLICY=ACTIVE to measure PyTorch's default.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+VOCAB_SIZE = 30522  # bert-base-uncased
+
+
+def make_batch(batch_size: int, seq_len: int, predictions: int, seed: int = 0) -> dict:
+    """A full (unpadded) batch in the project's feature names, random ids and positions."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    positions = np.stack([np.sort(rng.choice(np.arange(1, seq_len), predictions, replace=False))
+                          for _ in range(batch_size)])
+    segment_ids = np.broadcast_to(np.arange(seq_len) >= seq_len // 2, (batch_size, seq_len))
+    return dict(
+        input_ids=rng.integers(0, VOCAB_SIZE, (batch_size, seq_len)).astype(np.int32),
+        input_mask=np.ones((batch_size, seq_len), np.int32),
+        segment_ids=segment_ids.astype(np.int32),
+        masked_lm_positions=positions.astype(np.int32),
+        masked_lm_ids=rng.integers(0, VOCAB_SIZE, (batch_size, predictions)).astype(np.int32),
+        masked_lm_weights=np.ones((batch_size, predictions), np.float32),
+        next_sentence_labels=rng.integers(0, 2, (batch_size,)).astype(np.int32))
+
+
+class JaxStep:
+    """The project's jitted train step on one CPU device; `__call__` runs one step."""
+
+    def __init__(self, preset_name: str, batch: dict):
+        import jax
+        from bert_jax import run_config, sharding, train_step
+        config = run_config.base_config(preset_name)
+        config.model.vocab_size = VOCAB_SIZE
+        config.batch_size = batch["input_ids"].shape[0]
+        config.data.seq_len = batch["input_ids"].shape[1]
+        config.data.max_predictions = batch["masked_lm_positions"].shape[1]
+        config.optimizer.warmup_steps = 10  # a non-zero learning rate from the first steps
+        mesh = sharding.make_mesh(devices=jax.devices()[:1])
+        self.bundle = train_step.build_train_step(config, mesh)
+        self.model_config = self.bundle.model_config
+        self.state = self.bundle.init_state(jax.random.PRNGKey(0))
+        self.batch = jax.device_put(batch, self.bundle.batch_shardings)
+        self.rng = jax.random.PRNGKey(1)
+
+    def __call__(self) -> float:
+        self.state, metrics = self.bundle.train_step(self.state, self.batch, self.rng)
+        return float(metrics["loss"])  # waits for the step
+
+
+class TorchStep:
+    """transformers.BertForPreTraining with AdamW and clipping, the same sizes and batch."""
+
+    def __init__(self, model_config, batch: dict):
+        import torch
+        import transformers
+        torch.manual_seed(0)
+        hf_config = transformers.BertConfig(
+            vocab_size=model_config.vocab_size, hidden_size=model_config.hidden_dim,
+            num_hidden_layers=model_config.num_layers,
+            num_attention_heads=model_config.num_heads,
+            intermediate_size=model_config.mlp_dim,
+            max_position_embeddings=model_config.max_positions,
+            type_vocab_size=model_config.num_segments, layer_norm_eps=model_config.layer_norm_eps,
+            hidden_dropout_prob=model_config.dropout_rate,
+            attention_probs_dropout_prob=model_config.attention_dropout_rate, hidden_act="gelu")
+        self.model = transformers.BertForPreTraining(hf_config).train()
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4, betas=(0.9, 0.999),
+                                           eps=1e-6, weight_decay=0.01)
+        labels = torch.full(batch["input_ids"].shape, -100, dtype=torch.long)
+        positions = torch.from_numpy(batch["masked_lm_positions"]).long()
+        labels.scatter_(1, positions, torch.from_numpy(batch["masked_lm_ids"]).long())
+        self.inputs = dict(
+            input_ids=torch.from_numpy(batch["input_ids"]).long(),
+            attention_mask=torch.from_numpy(batch["input_mask"]).long(),
+            token_type_ids=torch.from_numpy(batch["segment_ids"]).long(),
+            labels=labels,
+            next_sentence_label=torch.from_numpy(batch["next_sentence_labels"]).long())
+
+    def __call__(self) -> float:
+        import torch
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.model(**self.inputs).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.optimizer.step()
+        return float(loss.detach())
+
+
+def matmul_runs(size: int) -> dict:
+    """One fp32 (size x size) @ (size x size) product per call, for each framework."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import torch
+    rng = np.random.default_rng(0)
+    left, right = (rng.standard_normal((size, size), np.float32) for _ in range(2))
+    jax_left, jax_right = jnp.asarray(left), jnp.asarray(right)
+    jax_matmul = jax.jit(jnp.matmul)
+    torch_left, torch_right = torch.from_numpy(left), torch.from_numpy(right)
+    return {"jax": lambda: jax_matmul(jax_left, jax_right).block_until_ready(),
+            "torch": lambda: torch.matmul(torch_left, torch_right)}
+
+
+def time_rounds(steps: dict, rounds: int, repeats: dict) -> dict[str, list[list[float]]]:
+    """Seconds per call, [round][call], for each entry of `steps`, called `repeats[name]`
+    times per round; the entries alternate, so a change in machine load hits them all."""
+    from tqdm import tqdm
+    times = {name: [] for name in steps}
+    with tqdm(total=rounds * sum(repeats.values()), unit="call", leave=False) as bar:
+        for _ in range(rounds):
+            for name, step in steps.items():
+                round_times = []
+                for _ in range(repeats[name]):
+                    start = time.perf_counter()
+                    step()
+                    round_times.append(time.perf_counter() - start)
+                    bar.update()
+                times[name].append(round_times)
+    return times
+
+
+def benchmark_preset(preset_name: str, args) -> list[str]:
+    """Table rows for one model size: each framework's step, MFU against per-round peaks."""
+    from bert_jax import flops
+    batch = make_batch(args.batch_size, args.seq_len, args.predictions)
+    jax_step = JaxStep(preset_name, batch)
+    steps = {"jax": jax_step, "torch": TorchStep(jax_step.model_config, batch)}
+    peak_runs = matmul_runs(args.peak_size)
+    calls = {**steps, **{f"{name} peak": run for name, run in peak_runs.items()}}
+    for call in calls.values():
+        for _ in range(args.warmup):
+            call()
+    repeats = {name: args.steps if name in steps else args.peak_repeats for name in calls}
+    times = time_rounds(calls, args.rounds, repeats)
+    step_flops = flops.train_step_flops(jax_step.model_config, args.batch_size, args.seq_len,
+                                        args.predictions)
+    peaks = {name: [2 * args.peak_size**3 / statistics.median(r) for r in times[f"{name} peak"]]
+             for name in steps}  # FLOP/s per round
+    lines = [f"{preset_name:5s} matmul peak GFLOP/s, median of rounds (range): " + ", ".join(
+        f"{name} {statistics.median(p) / 1e9:.1f} ({min(p) / 1e9:.1f}-{max(p) / 1e9:.1f})"
+        for name, p in peaks.items())]
+    for name in steps:
+        medians = [statistics.median(r) for r in times[name]]
+        median = statistics.median(t for r in times[name] for t in r)
+        achieved = [step_flops / m for m in medians]  # per round
+        own = statistics.median(a / p for a, p in zip(achieved, peaks[name]))
+        best = statistics.median(a / max(pj, pt) for a, pj, pt in
+                                 zip(achieved, peaks["jax"], peaks["torch"]))
+        lines.append(
+            f"{preset_name:5s} {name:6s} {args.batch_size * args.seq_len / median:9.0f} "
+            f"{median * 1e3:9.1f} {min(medians) * 1e3:7.1f}-{max(medians) * 1e3:<7.1f} "
+            f"{step_flops / median / 1e9:7.1f} {100 * own:8.1f}% {100 * best:8.1f}%")
+    ratios = [statistics.median(t) / statistics.median(j)
+              for j, t in zip(times["jax"], times["torch"])]
+    lines.append(f"{preset_name:5s} jax/torch tokens/s ratio: median {statistics.median(ratios):.2f}"
+                 f" (rounds {min(ratios):.2f}-{max(ratios):.2f}); "
+                 f"{step_flops / 1e9:.1f} GFLOP per step")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--presets", default="mini,base", help="comma-separated model sizes")
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--seq-len", type=int, default=128)
+    parser.add_argument("--predictions", type=int, default=20, help="masked positions per row")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
+    parser.add_argument("--steps", type=int, default=3, help="timed steps per round and framework")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps (compilation)")
+    parser.add_argument("--peak-size", type=int, default=2048, help="square matmul size for the peak")
+    parser.add_argument("--peak-repeats", type=int, default=5, help="peak matmuls per round")
+    args = parser.parse_args()
+    import jax
+    import torch
+    torch.set_num_threads(os.cpu_count())
+    print(f"threads: torch {torch.get_num_threads()} (OMP_WAIT_POLICY="
+          f"{os.environ['OMP_WAIT_POLICY']}), jax/XLA {os.cpu_count()} "
+          f"({jax.devices()[0].device_kind}); jax {jax.__version__}, torch {torch.__version__}")
+    print(f"batch {args.batch_size} x {args.seq_len}, {args.predictions} predictions; "
+          f"{args.rounds} rounds x {args.steps} steps each; matmul peak: {args.peak_size}^2, "
+          f"{args.peak_repeats} per round")
+    print("MFU = model FLOPs / step time / matmul peak, per round (median over rounds)")
+    print("size  frame  tokens/s   ms/step  round medians   GFLOP/s  MFU(own)  MFU(best)")
+    for preset_name in args.presets.split(","):
+        for line in benchmark_preset(preset_name, args):
+            print(line, flush=True)
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""Analytic model FLOPs of BERT pre-training, for throughput and model-FLOPs utilisation (MFU).
+
+Counts the multiply-adds of the matrix products only (2 FLOPs each), the convention of
+Kaplan et al. (2020) and PaLM's MFU: embedding gathers, LayerNorm, GELU, softmax, dropout
+and the optimizer update are elementwise and excluded. A training step costs 3x the
+forward pass: the backward pass computes two products (input and weight gradients) for
+each forward one. Rematerialisation is not counted (it is hardware work, not model work).
+"""
+
+from bert_jax.config import BertConfig
+
+
+def encoder_flops_per_sequence(config: BertConfig, seq_len: int) -> int:
+    """Forward FLOPs of the encoder layers and pooler for one sequence of `seq_len` tokens."""
+    hidden, mlp = config.hidden_dim, config.mlp_dim
+    projections = 4 * 2 * hidden * hidden  # query, key, value, attention output
+    feed_forward = 2 * 2 * hidden * mlp  # intermediate and output
+    # Scores (T x T per head over head_dim) and the context product: 2 * T * hidden each.
+    attention = 2 * 2 * seq_len * hidden
+    per_token = config.num_layers * (projections + feed_forward + attention)
+    pooler = 2 * hidden * hidden
+    return seq_len * per_token + pooler
+
+
+def heads_flops_per_sequence(config: BertConfig, max_predictions: int) -> int:
+    """Forward FLOPs of the masked-LM head on `max_predictions` positions and the NSP head."""
+    hidden = config.hidden_dim
+    per_prediction = 2 * hidden * hidden + 2 * hidden * config.vocab_size  # transform, decoder
+    next_sentence = 2 * hidden * 2
+    return max_predictions * per_prediction + next_sentence
+
+
+def forward_flops(config: BertConfig, batch_size: int, seq_len: int,
+                  max_predictions: int) -> int:
+    """Forward FLOPs of `BertForPreTraining` on a (batch_size, seq_len) batch."""
+    per_sequence = (encoder_flops_per_sequence(config, seq_len)
+                    + heads_flops_per_sequence(config, max_predictions))
+    return batch_size * per_sequence
+
+
+def train_step_flops(config: BertConfig, batch_size: int, seq_len: int,
+                     max_predictions: int) -> int:
+    """Model FLOPs of one training step: forward plus backward (3x forward)."""
+    return 3 * forward_flops(config, batch_size, seq_len, max_predictions)
