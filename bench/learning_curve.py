@@ -1,0 +1,186 @@
+"""BERT-mini learning curves: bert-jax vs Hugging Face `transformers.BertForPreTraining` (torch).
+
+Both start from the same weights (bert-jax's initialisation exported with the interop
+code), see the same shards of War and Peace in the same order, and use the same recipe:
+AdamW (β 0.9/0.999, ε 1e-6, decoupled weight decay 0.01 without LayerNorm and biases),
+global-norm clip 1.0, linear warm-up then linear decay, dropout 0.1. Writes
+bench/out/learning_curve.png and prints the MLM losses at the last step, averaged over the
+last 20 steps to damp batch noise, and their ratio.
+
+    python bench/learning_curve.py [--steps 500] [--batch-size 8]
+"""
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CORPUS = os.path.join(ROOT, "..", "shared", "data", "corpus", "war_and_peace.bert.txt")
+OUT = os.path.join(ROOT, "bench", "out")
+
+
+def make_shards(seq_len: int, max_predictions: int) -> tuple[str, str]:
+    """An 8k WordPiece vocabulary and shards of War and Peace, built once in bench/out."""
+    from input_pipeline.create_data import create_pretraining_data
+    from input_pipeline.vocabulary import train_wordpiece
+
+    directory = os.path.join(OUT, "war_and_peace_data")
+    vocab_path = os.path.join(directory, "vocab.txt")
+    shards = os.path.join(directory, "shards")
+    if not os.path.exists(os.path.join(shards, "manifest.json")):
+        vocab_path = train_wordpiece([CORPUS], 8000, directory, lowercase=True)
+        create_pretraining_data([CORPUS], vocab_path, shards, num_shards=4, max_seq_len=seq_len,
+                                max_predictions=max_predictions, dupe_factor=1, seed=7)
+    return vocab_path, shards
+
+
+def run_config_for(args, vocab_size: int):
+    from bert_jax.run_config import base_config
+
+    config = base_config("mini")
+    config.model.vocab_size = vocab_size
+    config.batch_size, config.num_train_steps = args.batch_size, args.steps
+    config.data.update(seq_len=128, max_predictions=20)
+    config.optimizer.update(learning_rate=args.learning_rate, warmup_steps=args.warmup_steps)
+    return config
+
+
+def train_jax(run_config, batches, log_every: int) -> tuple[list[float], dict, float]:
+    """MLM losses per step, the initial parameters (numpy) and seconds per step."""
+    import jax
+
+    from bert_jax import sharding, train_step
+
+    mesh = sharding.make_mesh(1, 1, 1, devices=jax.devices()[:1])
+    bundle = train_step.build_train_step(run_config, mesh)
+    state = bundle.init_state(jax.random.PRNGKey(run_config.seed))
+    initial = jax.tree.map(np.asarray, jax.device_get(state.params))
+    rng, losses, start = jax.random.PRNGKey(1), [], time.perf_counter()
+    for index, batch in enumerate(batches):
+        state, metrics = bundle.train_step(state, batch, rng)
+        losses.append(float(metrics["mlm_loss"]))
+        if (index + 1) % log_every == 0:
+            print(f"  jax   step {index + 1}: mlm_loss {losses[-1]:.4f}", flush=True)
+    return losses, initial, (time.perf_counter() - start) / len(batches)
+
+
+def train_torch(model_dir: str, run_config, batches, log_every: int) -> tuple[list[float], float]:
+    import torch
+    import transformers
+
+    from bert_jax.optimizer import warmup_decay_schedule
+
+    torch.manual_seed(0)
+    model = transformers.BertForPreTraining.from_pretrained(model_dir)
+    model.train()
+    decayed = [p for n, p in model.named_parameters()
+               if not ("LayerNorm" in n or n.endswith("bias"))]
+    others = [p for n, p in model.named_parameters() if "LayerNorm" in n or n.endswith("bias")]
+    settings = run_config.optimizer
+    optimizer = torch.optim.AdamW(
+        [{"params": decayed, "weight_decay": settings.weight_decay},
+         {"params": others, "weight_decay": 0.0}],
+        lr=settings.learning_rate, betas=(settings.beta1, settings.beta2), eps=settings.epsilon)
+    schedule = warmup_decay_schedule(1.0, settings.warmup_steps, run_config.num_train_steps)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: float(schedule(step)))
+    losses, start = [], time.perf_counter()
+    for index, batch in enumerate(batches):
+        tensors = {name: torch.from_numpy(np.array(value)) for name, value in batch.items()}
+        encoded = model.bert(input_ids=tensors["input_ids"].long(),
+                             attention_mask=tensors["input_mask"].long(),
+                             token_type_ids=tensors["segment_ids"].long())
+        # BertForPreTraining's own heads, applied (as bert-jax does) only at the P masked
+        # positions: scoring all T positions costs 6x the FLOPs for the same loss.
+        positions = tensors["masked_lm_positions"].long()
+        hidden = encoded.last_hidden_state
+        gathered = torch.gather(hidden, 1, positions[..., None].expand(-1, -1, hidden.shape[-1]))
+        logits = model.cls.predictions(gathered)  # (B, P, V)
+        weights = tensors["masked_lm_weights"]
+        nll = torch.nn.functional.cross_entropy(
+            logits.transpose(1, 2), tensors["masked_lm_ids"].long(), reduction="none")  # (B, P)
+        mlm_loss = (nll * weights).sum() / (weights.sum() + 1e-5)
+        nsp_loss = torch.nn.functional.cross_entropy(
+            model.cls.seq_relationship(encoded.pooler_output),
+            tensors["next_sentence_labels"].long())
+        optimizer.zero_grad()
+        (mlm_loss + nsp_loss).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), settings.clip_norm)
+        optimizer.step()
+        scheduler.step()
+        losses.append(float(mlm_loss))
+        if (index + 1) % log_every == 0:
+            print(f"  torch step {index + 1}: mlm_loss {losses[-1]:.4f}", flush=True)
+    return losses, (time.perf_counter() - start) / len(batches)
+
+
+def plot(jax_losses, torch_losses, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(8, 5))
+    for name, losses in (("bert-jax", jax_losses), ("transformers (torch)", torch_losses)):
+        steps = np.arange(1, len(losses) + 1)
+        axis.plot(steps, losses, alpha=0.25)
+        smooth = np.convolve(losses, np.ones(20) / 20, mode="valid")
+        axis.plot(steps[19:], smooth, label=f"{name} (20-step mean)")
+    axis.set_xlabel("step")
+    axis.set_ylabel("MLM loss")
+    axis.set_title("BERT-mini on War and Peace: same weights, data, recipe")
+    axis.legend()
+    figure.savefig(path, dpi=120)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=500)
+    parser.add_argument("--batch-size", type=int, default=8)  # torch sets the pace on a CPU
+    parser.add_argument("--learning-rate", type=float, default=5e-4)
+    parser.add_argument("--warmup-steps", type=int, default=50)
+    args = parser.parse_args()
+    if not os.path.exists(CORPUS):
+        print(f"skipped: {CORPUS} is absent (the shared reference data)")
+        return 0
+    os.makedirs(OUT, exist_ok=True)
+    sys.path.insert(0, ROOT)
+    from bert_jax.model_io import export_huggingface
+    from input_pipeline.reader import PretrainingDataset
+    from input_pipeline.tokenization import load_tokenizer
+
+    vocab_path, shards = make_shards(128, 20)
+    tokenizer = load_tokenizer(vocab_path)
+    run_config = run_config_for(args, tokenizer.vocab_size)
+    dataset = PretrainingDataset([shards], args.batch_size, 128, 20, seed=0,
+                                 process_index=0, process_count=1)
+    batches = [next(dataset) for _ in range(args.steps)]
+    log_every = max(args.steps // 10, 1)
+    print(f"bert-jax: BERT-mini, {args.steps} steps of {args.batch_size} x 128", flush=True)
+    jax_losses, initial, jax_seconds = train_jax(run_config, batches, log_every)
+    model_dir = os.path.join(OUT, "learning_curve_initial_hf")
+    from bert_jax.train_step import model_config_of
+
+    export_huggingface(model_config_of(run_config), initial, tokenizer, model_dir,
+                       architecture="BertForPreTraining", overwrite=True)
+    print("transformers.BertForPreTraining from the same initial weights", flush=True)
+    torch_losses, torch_seconds = train_torch(model_dir, run_config, batches, log_every)
+    path = os.path.join(OUT, "learning_curve.png")
+    plot(jax_losses, torch_losses, path)
+    jax_tail, torch_tail = np.mean(jax_losses[-20:]), np.mean(torch_losses[-20:])
+    print(f"\nMLM loss at step {args.steps}: bert-jax {jax_losses[-1]:.4f}, "
+          f"torch {torch_losses[-1]:.4f}")
+    print(f"mean of steps {args.steps - 19}-{args.steps}: bert-jax {jax_tail:.4f}, "
+          f"torch {torch_tail:.4f}, ratio {jax_tail / torch_tail:.4f} "
+          f"({abs(jax_tail / torch_tail - 1) * 100:.2f}% apart)")
+    print(f"MLM loss at step 1: bert-jax {jax_losses[0]:.4f}, torch {torch_losses[0]:.4f}")
+    print(f"seconds per step (same process, shared CPU): bert-jax {jax_seconds:.3f}, "
+          f"torch {torch_seconds:.3f}")
+    print(f"plot: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

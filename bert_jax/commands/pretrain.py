@@ -1,0 +1,86 @@
+"""`bert-jax pretrain`: pre-train (or continue pre-training) BERT from a run config."""
+
+import argparse
+import os
+
+HELP = "pre-train BERT (MLM + NSP) from a run config, resuming where a run left off"
+DESCRIPTION = """\
+Pre-trains BERT on pre-masked shards (see `bert-jax create-data`) with the run config
+configs/NAME.py (or configs/NAME.py:ARG), changed by any number of --config.KEY=VALUE
+overrides; an unknown key is an error that names the closest keys.
+
+Where the starting state comes from, in this order:
+  1. resume: WORKDIR/checkpoints has a checkpoint -> parameters, optimizer state, step,
+     RNG and data position are restored; the continued run is bit-identical to one that
+     was never interrupted. (Re-running a finished run says so and exits.)
+  2. --config.init_from=PATH: a Hugging Face BERT directory, a bert-jax model directory or
+     another training work directory -> its parameters, a fresh optimizer from step 0
+     (continued pre-training). Missing pre-training heads start fresh.
+  3. from scratch: parameters drawn from --config.seed.
+Phase 2 of a two-phase run uses phase 1's WORKDIR with a config whose data or seq_len
+differ: the step count and schedule continue, the new data starts at its beginning.
+
+WORKDIR receives model_config.json, vocab.txt, run_config.json, checkpoints/<step>/
+{params,opt_state,meta} (orbax; saved every checkpoint.every_steps in the background,
+the last checkpoint.keep kept, and on SIGTERM before exiting) and tensorboard/.
+
+Several processes (multi-host): pass --coordinator-address/--num-processes/--process-id
+to every process, or nothing on a Cloud TPU VM (peers are discovered). Each process reads
+its own share of the shard files.
+
+example:
+  bert-jax pretrain --config configs/demo.py --workdir runs/demo
+  bert-jax pretrain --config configs/bert_base.py --workdir gs://bucket/base \\
+      --config.data.train_files='gs://bucket/shards/train/*.tfrecord' \\
+      --config.data.vocab_path=vocab.txt
+"""
+TAKES_OVERRIDES = True
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True, metavar="FILE[:ARG]",
+                        help="run config file, e.g. configs/demo.py or "
+                             "configs/bert_large_two_phase.py:2")
+    parser.add_argument("--workdir", default=None,
+                        help="training work directory (local or gs://); default runs/NAME "
+                             "for configs/NAME.py")
+    parser.add_argument("--coordinator-address", default=None, metavar="HOST:PORT",
+                        help="multi-process: address of process 0's coordinator service")
+    parser.add_argument("--num-processes", type=int, default=None, metavar="N",
+                        help="multi-process: how many processes take part")
+    parser.add_argument("--process-id", type=int, default=None, metavar="I",
+                        help="multi-process: this process's index in [0, N)")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no progress bar (for logs that are files)")
+
+
+def default_workdir(config_path: str) -> str:
+    name = os.path.splitext(os.path.basename(config_path.partition(":")[0]))[0]
+    suffix = config_path.partition(":")[2]
+    return os.path.join("runs", name + (f"_{suffix}" if suffix else ""))
+
+
+def run(args: argparse.Namespace) -> int:
+    from bert_jax import distributed
+
+    distributed.initialize(args.coordinator_address, args.num_processes, args.process_id)
+    import jax
+
+    from bert_jax import trainer
+    from bert_jax.run_config import load_run_config
+
+    run_config = load_run_config(args.config, args.overrides)
+    workdir = args.workdir or default_workdir(args.config)
+    chief = jax.process_index() == 0
+    say = print if chief else (lambda *_, **__: None)
+    result = trainer.train(run_config, workdir, show_progress=not args.no_progress, log=say)
+    if result["evaluations"]:
+        say("\nevaluation on held-out shards:\n" + trainer.format_evaluations(
+            result["evaluations"]))
+    if result["preempted"]:
+        return 143  # 128 + SIGTERM: the run is not finished
+    say(f"\ndone: step {result['step']} of {run_config.num_train_steps}"
+        f"\n  checkpoints: {os.path.join(workdir, 'checkpoints')}"
+        f"\n  TensorBoard: tensorboard --logdir {os.path.join(workdir, 'tensorboard')}"
+        f"\n  export to Hugging Face: bert-jax convert {workdir} {workdir}_hf --to hf")
+    return 0

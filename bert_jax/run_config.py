@@ -1,0 +1,182 @@
+"""Run configs: `configs/NAME.py` files whose `get_config()` returns a locked ConfigDict.
+
+`load_run_config("configs/bert_base.py", ["--config.batch_size=512"])` imports the file,
+calls `get_config()` (or `get_config(arg)` for `configs/NAME.py:arg`, as big_vision does),
+then applies dotted overrides. A key that does not exist fails loudly, naming it and the
+closest existing keys; a value is converted to the type of the value it replaces.
+"""
+
+import ast
+import difflib
+import importlib.util
+import json
+import os
+
+import ml_collections
+
+from bert_jax.errors import UserError
+
+OVERRIDE_PREFIX = "--config."
+
+
+def base_config(model_preset: str = "base") -> ml_collections.ConfigDict:
+    """Every field a run config has, with the original BERT recipe's values; files override."""
+    from bert_jax.config import preset  # light: a dataclass module
+
+    config = ml_collections.ConfigDict()
+    config.seed = 0  # parameter initialisation, dropout and data order
+    # BertConfig fields; vocab_size 0 = the size of data.vocab_path's vocabulary.
+    config.model = ml_collections.ConfigDict(preset(model_preset, vocab_size=0).to_dict())
+    config.init_from = ""  # HF / bert-jax model dir or training workdir to start from
+    config.batch_size = 256  # global sequences per optimizer step, over all processes
+    config.grad_accum_steps = 1  # micro-batches per step (batch_size must divide evenly)
+    config.num_train_steps = 1_000_000  # this run (or phase) stops after this step
+    config.schedule_steps = 0  # learning-rate schedule length; 0 = num_train_steps
+
+    config.data = ml_collections.ConfigDict()
+    config.data.train_files = ""  # comma-separated TFRecord globs (may be gs://)
+    config.data.eval_files = ""  # held-out shards; empty = no evaluation
+    config.data.vocab_path = ""  # vocab.txt the shards were made with
+    config.data.seq_len = 128  # must match the shards' manifest
+    config.data.max_predictions = 20  # masked positions per sequence, as in the shards
+    config.data.shuffle_buffer = 10_000  # examples in the shuffle buffer
+    config.data.dynamic_masking = False  # re-mask on the fly (RoBERTa) instead of the shards'
+    config.data.demo_dir = ""  # if set: build vocab + shards from the stdlib corpus here
+    config.data.demo_vocab_size = 4000  # WordPiece size of that demo vocabulary
+
+    config.optimizer = ml_collections.ConfigDict()
+    config.optimizer.name = "adamw"  # adamw (the original) or lamb (large batches)
+    config.optimizer.learning_rate = 1e-4  # peak learning rate after warm-up
+    config.optimizer.warmup_steps = 10_000  # linear warm-up from 0
+    config.optimizer.beta1 = 0.9
+    config.optimizer.beta2 = 0.999
+    config.optimizer.epsilon = 1e-6
+    config.optimizer.weight_decay = 0.01  # not on LayerNorm parameters or biases
+    config.optimizer.clip_norm = 1.0  # global gradient-norm clip
+
+    config.mesh = ml_collections.ConfigDict()
+    config.mesh.data = -1  # pure data parallel axis; -1 = the devices left over
+    config.mesh.fsdp = 1  # fully sharded data parallel axis
+    config.mesh.tensor = 1  # tensor (model) parallel axis
+
+    config.checkpoint = ml_collections.ConfigDict()
+    config.checkpoint.every_steps = 1000  # save (asynchronously) every N steps
+    config.checkpoint.keep = 3  # keep the last K checkpoints
+    config.checkpoint.async_save = True  # write in the background while training goes on
+
+    config.eval = ml_collections.ConfigDict()
+    config.eval.every_steps = 10_000  # evaluate on data.eval_files every N steps (and at the end)
+    config.eval.num_batches = 20  # batches per evaluation
+    config.eval.batch_size = 256  # global eval batch size
+
+    config.log_every_steps = 100  # host sync for metrics, TensorBoard and the progress bar
+    config.peak_flops_per_device = 0.0  # for MFU; 0 = not reported
+    return config
+
+
+def _import_config_file(path: str):
+    if not os.path.isfile(path):
+        raise UserError(f"{path}: run config file not found (expected configs/NAME.py)")
+    spec = importlib.util.spec_from_file_location(
+        f"bert_jax_run_config_{abs(hash(path))}", path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as error:  # the user's file: report it as theirs, not as a crash
+        raise UserError(f"{path}: could not be loaded: {type(error).__name__}: {error}") from error
+    if not hasattr(module, "get_config"):
+        raise UserError(f"{path}: defines no get_config() function")
+    return module
+
+
+def flatten(config: ml_collections.ConfigDict, prefix: str = "") -> dict:
+    """{'optimizer.learning_rate': 1e-4, ...} for every leaf of a (nested) ConfigDict."""
+    items = {}
+    for key, value in config.items():
+        if isinstance(value, ml_collections.ConfigDict):
+            items.update(flatten(value, f"{prefix}{key}."))
+        else:
+            items[f"{prefix}{key}"] = value
+    return items
+
+
+def _parse_value(key: str, text: str, current):
+    """`text` converted to the type of the value it replaces."""
+    if isinstance(current, bool):
+        if text.lower() in ("true", "1", "yes"):
+            return True
+        if text.lower() in ("false", "0", "no"):
+            return False
+        raise UserError(f"--config.{key}: expected true or false, got {text!r}")
+    if isinstance(current, str) or current is None:
+        return text
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        raise UserError(f"--config.{key}: expected a {type(current).__name__}, "
+                        f"got {text!r}") from None
+    if isinstance(current, float) and isinstance(value, int):
+        value = float(value)
+    if isinstance(current, tuple) and isinstance(value, list):
+        value = tuple(value)
+    if type(value) is not type(current):
+        raise UserError(f"--config.{key}: expected a {type(current).__name__}, got {text!r}")
+    return value
+
+
+def parse_overrides(arguments: list[str]) -> list[tuple[str, str]]:
+    """['--config.a.b=1', '--config.c', '2'] -> [('a.b', '1'), ('c', '2')]."""
+    pairs, index = [], 0
+    while index < len(arguments):
+        argument = arguments[index]
+        if not argument.startswith(OVERRIDE_PREFIX):
+            raise UserError(f"unrecognized argument {argument!r}; config overrides look like "
+                            "--config.key=value")
+        key, has_value, value = argument[len(OVERRIDE_PREFIX):].partition("=")
+        if not has_value:
+            if index + 1 >= len(arguments):
+                raise UserError(f"{argument}: expected a value (--config.{key}=VALUE)")
+            index += 1
+            value = arguments[index]
+        pairs.append((key, value))
+        index += 1
+    return pairs
+
+
+def apply_overrides(config: ml_collections.ConfigDict, overrides: list[tuple[str, str]],
+                    source: str = "run config") -> None:
+    """Sets each dotted key; an unknown key raises UserError naming close matches."""
+    known = flatten(config)
+    for key, text in overrides:
+        if key not in known:
+            close = difflib.get_close_matches(key, list(known), n=3, cutoff=0.5)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise UserError(f"{source}: unknown config key {key!r}{hint}")
+        *parents, leaf = key.split(".")
+        node = config
+        for parent in parents:
+            node = node[parent]
+        with node.ignore_type():
+            node[leaf] = _parse_value(key, text, known[key])
+
+
+def load_run_config(path: str, overrides: list[str] | None = None) -> ml_collections.ConfigDict:
+    """The locked config of `path` (or `path:arg`) with `--config.key=value` overrides applied."""
+    path, _, argument = path.partition(":")
+    module = _import_config_file(path)
+    config = module.get_config(argument) if argument else module.get_config()
+    if not isinstance(config, ml_collections.ConfigDict):
+        raise UserError(f"{path}: get_config() must return an ml_collections.ConfigDict")
+    config.lock()
+    apply_overrides(config, parse_overrides(overrides or []), source=path)
+    return config
+
+
+def to_json(config: ml_collections.ConfigDict) -> str:
+    return json.dumps(config.to_dict(), indent=2, sort_keys=True)
+
+
+def from_json(text: str) -> ml_collections.ConfigDict:
+    config = ml_collections.ConfigDict(json.loads(text))
+    config.lock()
+    return config

@@ -1,0 +1,319 @@
+"""The pre-training loop: data in, train steps, evaluation, metrics, checkpoints, preemption.
+
+Where the starting state comes from, in this order:
+  1. resume: the work directory has a checkpoint -> parameters, optimizer state, step, RNG
+     and data position are restored, so the run continues bit-identically;
+  2. `init_from`: a Hugging Face / bert-jax model directory or a training work directory ->
+     its parameters, a fresh optimizer at step 0 (continued pre-training);
+  3. from scratch: parameters drawn from `seed`.
+A phase-2 run (longer sequences, other shards) in a phase-1 work directory resumes its
+parameters, optimizer and step, and starts the new data from its beginning.
+
+SIGTERM (spot / preemptible VMs) makes the loop save the current step and return; a
+non-finite loss or gradient stops it with an error, leaving the last good checkpoint.
+"""
+
+import json
+import os
+import signal
+import time
+
+import jax
+import numpy as np
+from etils import epath
+
+from bert_jax import checkpointing, distributed, sharding, train_step as train_step_lib
+from bert_jax import training_data
+from bert_jax.errors import UserError
+from bert_jax.metrics_writer import MetricsWriter
+from bert_jax.run_config import to_json
+
+LOGGED = ("loss", "mlm_loss", "nsp_loss", "mlm_accuracy", "nsp_accuracy", "grad_norm",
+          "learning_rate")
+EVALUATED = ("loss", "mlm_loss", "nsp_loss", "mlm_accuracy", "nsp_accuracy")
+
+
+class _Preemption:
+    """Turns SIGTERM into a flag the loop polls, so the current step can be saved first."""
+
+    def __init__(self):
+        self.requested = False
+        self._previous = None
+
+    def __enter__(self):
+        try:
+            self._previous = signal.signal(signal.SIGTERM, self._handle)
+        except ValueError:  # not the main thread: leave signals alone
+            self._previous = None
+        return self
+
+    def _handle(self, signum, frame):
+        self.requested = True
+
+    def __exit__(self, *exc):
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+
+
+_BUNDLES = {}
+
+
+def _bundle_for(run_config, mesh):
+    """build_train_step, reused (with its compiled programs) when a process trains again.
+
+    A resume in the same process, as in tests or notebooks, then skips recompiling.
+    """
+    key = (json.dumps([run_config.model.to_dict(), run_config.optimizer.to_dict(),
+                       run_config.batch_size, run_config.grad_accum_steps,
+                       run_config.schedule_steps or run_config.num_train_steps,
+                       run_config.data.seq_len, run_config.data.max_predictions],
+                      sort_keys=True), mesh)
+    if key not in _BUNDLES:
+        _BUNDLES[key] = train_step_lib.build_train_step(run_config, mesh)
+    return _BUNDLES[key]
+
+
+def _write_run_files(run_config, workdir: str, model_config) -> None:
+    """model_config.json, vocab.txt and run_config.json at the work directory's root."""
+    root = epath.Path(workdir)
+    root.mkdir(parents=True, exist_ok=True)
+    model_path = root / "model_config.json"
+    wanted = json.dumps(model_config.to_dict(), indent=2, sort_keys=True)
+    if model_path.exists() and json.loads(model_path.read_text()) != model_config.to_dict():
+        raise UserError(f"{model_path}: this work directory holds a different model "
+                        f"({model_path.read_text()}); use another --workdir")
+    for name, text in (("model_config.json", wanted), ("run_config.json", to_json(run_config))):
+        (root / (name + ".tmp")).write_text(text)
+        (root / (name + ".tmp")).replace(root / name)
+    if run_config.data.vocab_path:
+        epath.Path(run_config.data.vocab_path).copy(root / "vocab.txt", overwrite=True)
+
+
+def _initial_state(run_config, bundle, checkpoints, log):
+    """(state, meta or None): resume > init_from > from scratch (see the module docstring)."""
+    step = checkpoints.latest_step()
+    if step is not None:
+        abstract = bundle.abstract_state
+        params, opt_state, meta = checkpoints.restore(step, abstract.params, abstract.opt_state)
+        log(f"resuming from step {step} in {checkpoints.directory}")
+        state = train_step_lib.TrainState(
+            step=jax.device_put(np.int32(step), bundle.state_shardings.step),
+            params=params, opt_state=opt_state)
+        return state, meta
+    state = bundle.init_state(jax.random.PRNGKey(run_config.seed))
+    if run_config.init_from:
+        state = _load_init_from(run_config.init_from, bundle, state, log)
+    return state, None
+
+
+def _load_init_from(path, bundle, state, log):
+    """`state` with the parameters of a model directory in place of the random ones."""
+    from bert_jax import model_io
+
+    config, params, _ = model_io.load_model(path)
+    for key in ("vocab_size", "hidden_dim", "num_layers", "num_heads", "mlp_dim",
+                "max_positions", "num_segments"):
+        if getattr(config, key) != getattr(bundle.model_config, key):
+            raise UserError(f"init_from {path}: its {key} is {getattr(config, key)} but the run's "
+                            f"model.{key} is {getattr(bundle.model_config, key)}")
+    merged = _merge_params(state.params, params)
+    placed = jax.tree.map(lambda value, target: jax.device_put(value.astype(target.dtype),
+                                                               target.sharding),
+                          merged, state.params)
+    missing = sorted(set(state.params) - set(params))
+    log(f"initialised from {path}" + (f" (fresh {', '.join(missing)})" if missing else ""))
+    return state.replace(params=placed)
+
+
+def _merge_params(initial, loaded):
+    """`loaded` wherever it has a value (an encoder-only source keeps fresh heads)."""
+    if not isinstance(initial, dict):
+        return np.asarray(loaded) if loaded is not None else np.asarray(initial)
+    return {key: _merge_params(value, (loaded or {}).get(key)) for key, value in initial.items()}
+
+
+def evaluate(bundle, params, dataset, num_batches: int) -> dict:
+    """Mean eval metrics over `num_batches` batches; MLM means weighted by predictions."""
+    sums, predictions, batches = dict.fromkeys(EVALUATED, 0.0), 0.0, 0
+    for _, local in zip(range(num_batches), dataset):
+        metrics = jax.device_get(bundle.eval_step(
+            params, distributed.global_batch(local, bundle.batch_shardings)))
+        weight = float(metrics["num_predictions"])
+        for name in ("mlm_loss", "mlm_accuracy"):
+            sums[name] += float(metrics[name]) * weight
+        for name in ("nsp_loss", "nsp_accuracy"):
+            sums[name] += float(metrics[name])
+        predictions, batches = predictions + weight, batches + 1
+    if not batches:
+        raise UserError("evaluation data gave no batches; check data.eval_files")
+    result = {name: sums[name] / max(predictions, 1e-5) for name in ("mlm_loss", "mlm_accuracy")}
+    result.update({name: sums[name] / batches for name in ("nsp_loss", "nsp_accuracy")})
+    result["loss"] = result["mlm_loss"] + result["nsp_loss"]
+    return result
+
+
+class _Throughput:
+    """Tokens/s and MFU between two log points, from wall time on the host."""
+
+    def __init__(self, run_config, model_config, peak_flops_total: float):
+        self.tokens_per_step = run_config.batch_size * run_config.data.seq_len
+        self.peak = peak_flops_total
+        self.flops_per_step = 0
+        if peak_flops_total:
+            from bert_jax import flops
+
+            self.flops_per_step = flops.train_step_flops(
+                model_config, run_config.batch_size, run_config.data.seq_len,
+                run_config.data.max_predictions)
+        self.reset(0)
+
+    def reset(self, step: int) -> None:
+        self.step, self.time = step, time.perf_counter()
+
+    def measure(self, step: int) -> dict:
+        elapsed = max(time.perf_counter() - self.time, 1e-9)
+        steps = step - self.step
+        values = {"tokens_per_second": steps * self.tokens_per_step / elapsed,
+                  "steps_per_second": steps / elapsed}
+        if self.peak:
+            values["mfu"] = steps * self.flops_per_step / elapsed / self.peak
+        self.reset(step)
+        return values
+
+
+def _check_finite(state, step: int, checkpoints) -> None:
+    """Raises if a step since the last check was not finite (the step then froze the state)."""
+    applied = int(jax.device_get(state.step))
+    if applied != step:
+        checkpoints.wait()
+        last = checkpoints.latest_step()
+        raise UserError(
+            f"step {applied + 1}: the loss or the gradient norm is not finite (NaN or inf); "
+            f"training stopped. The last good checkpoint is step {last} in "
+            f"{checkpoints.directory}. Lower optimizer.learning_rate or raise "
+            "optimizer.warmup_steps, or check the data, then rerun to resume from it")
+
+
+def _save(checkpoints, state, step, run_config, dataset) -> None:
+    # Dropout keys are fold_in(PRNGKey(seed), step): the seed's key and the step restore them.
+    rng = jax.random.key_data(jax.random.PRNGKey(run_config.seed)).reshape(-1)
+    meta = dict(step=step, rng=[int(x) for x in rng],
+                data=distributed.gather_json(dataset.state()),
+                data_source=training_data.data_source(run_config))
+    checkpoints.save(step, state.params, state.opt_state, meta)
+
+
+def train(run_config, workdir: str, *, dataset_factory=None, show_progress: bool = True,
+          log=print) -> dict:
+    """Runs (or resumes) pre-training to run_config.num_train_steps in `workdir`.
+
+    Returns {'step', 'preempted', 'evaluations': [(step, metrics)], 'losses': [(step, loss)]}.
+    `dataset_factory(split, batch_size, process_index, process_count)` replaces the shard
+    reader (tests feed synthetic batches through it).
+    """
+    tokenizer = training_data.prepare_data(run_config)
+    dataset_factory = dataset_factory or training_data.reader_factory(run_config, tokenizer)
+    bundle = _bundle_for(run_config, sharding.mesh_from_config(run_config.mesh))
+    is_chief = jax.process_index() == 0
+    if is_chief:
+        _write_run_files(run_config, workdir, bundle.model_config)
+    checkpoints = checkpointing.Checkpoints(
+        os.path.join(workdir, "checkpoints"), keep=run_config.checkpoint.keep,
+        async_save=run_config.checkpoint.async_save)
+    writer = MetricsWriter(os.path.join(workdir, "tensorboard"), enabled=is_chief)
+    try:
+        state, meta = _initial_state(run_config, bundle, checkpoints, log)
+        return _loop(run_config, bundle, state, meta, checkpoints, writer, dataset_factory,
+                     show_progress and is_chief, log)
+    finally:
+        checkpoints.close()
+        writer.close()
+
+
+def _loop(run_config, bundle, state, meta, checkpoints, writer, dataset_factory,
+          show_progress, log) -> dict:
+    from tqdm import tqdm
+
+    processes, index = jax.process_count(), jax.process_index()
+    dataset = dataset_factory("train", run_config.batch_size // processes, index, processes)
+    training_data.restore_position(dataset, meta, run_config, log)
+    step = start = int(jax.device_get(state.step))
+    total = run_config.num_train_steps
+    rng = jax.device_put(jax.random.PRNGKey(run_config.seed), sharding.replicated(bundle.mesh))
+    throughput = _Throughput(run_config, bundle.model_config,
+                             run_config.peak_flops_per_device * jax.device_count())
+    result = dict(step=step, preempted=False, evaluations=[], losses=[])
+    if step >= total:
+        log(f"the run is complete: step {step} of {total} is saved in {checkpoints.directory}; "
+            "raise --config.num_train_steps to train further")
+        return result
+    progress = tqdm(total=total, initial=start, disable=not show_progress, unit="step",
+                    dynamic_ncols=True, desc="pretrain")
+    if run_config.data.eval_files and step == 0:  # the untrained baseline, for comparison
+        _run_evaluation(run_config, bundle, state, dataset_factory, step, writer, result)
+    with _Preemption() as preemption:
+        while step < total:
+            local = next(dataset)
+            state, metrics = bundle.train_step(
+                state, distributed.global_batch(local, bundle.batch_shardings), rng)
+            step += 1
+            progress.update(1)
+            stop = _preemption_requested(preemption, step, run_config.log_every_steps)
+            if step % run_config.log_every_steps == 0 or step == total or stop:
+                _check_finite(state, step, checkpoints)
+                _log_metrics(metrics, step, throughput, writer, progress, result)
+            if step % run_config.checkpoint.every_steps == 0 or step == total or stop:
+                _check_finite(state, step, checkpoints)
+                _save(checkpoints, state, step, run_config, dataset)
+            if run_config.data.eval_files and (
+                    step % run_config.eval.every_steps == 0 or step == total):
+                _run_evaluation(run_config, bundle, state, dataset_factory, step, writer, result)
+                throughput.reset(step)
+            if stop:
+                checkpoints.wait()
+                log(f"\nSIGTERM: saved step {step} in {checkpoints.directory}; "
+                    "run the same command again to resume")
+                result["preempted"] = True
+                break
+    progress.close()
+    result["step"] = step
+    return result
+
+
+def _preemption_requested(preemption, step: int, every: int) -> bool:
+    """Whether to stop now; several processes agree at log steps (a collective) so all stop."""
+    if jax.process_count() == 1:
+        return preemption.requested
+    if step % every:
+        return False
+    votes = distributed.gather_json(preemption.requested)
+    return any(votes)
+
+
+def _log_metrics(metrics, step, throughput, writer, progress, result) -> None:
+    values = {name: float(value) for name, value in jax.device_get(metrics).items()
+              if name in LOGGED}
+    values.update(throughput.measure(step))
+    writer.scalars(step, {f"train/{name}": value for name, value in values.items()})
+    result["losses"].append((step, values["loss"]))
+    progress.set_postfix(loss=f"{values['loss']:.3f}", mlm_acc=f"{values['mlm_accuracy']:.3f}",
+                         tok_s=f"{values['tokens_per_second']:.0f}", refresh=False)
+
+
+def _run_evaluation(run_config, bundle, state, dataset_factory, step, writer, result) -> None:
+    processes, index = jax.process_count(), jax.process_index()
+    dataset = dataset_factory("eval", run_config.eval.batch_size // processes, index, processes)
+    metrics = evaluate(bundle, state.params, dataset, run_config.eval.num_batches)
+    writer.scalars(step, {f"eval/{name}": value for name, value in metrics.items()})
+    result["evaluations"].append((step, metrics))
+
+
+def format_evaluations(evaluations) -> str:
+    """The evaluation history as a table: step, loss, MLM loss and accuracy, NSP accuracy."""
+    lines = [f"{'step':>8} {'loss':>8} {'mlm_loss':>9} {'mlm_acc':>8} {'nsp_loss':>9} "
+             f"{'nsp_acc':>8}"]
+    for step, metrics in evaluations:
+        lines.append(f"{step:>8} {metrics['loss']:>8.4f} {metrics['mlm_loss']:>9.4f} "
+                     f"{metrics['mlm_accuracy']:>8.4f} {metrics['nsp_loss']:>9.4f} "
+                     f"{metrics['nsp_accuracy']:>8.4f}")
+    return "\n".join(lines)

@@ -1,0 +1,98 @@
+"""Training data for the loop: the demo corpus, the vocabulary, shard checks, data position.
+
+`prepare_data` resolves the run config's data section (building the demo shards if asked,
+taking the vocabulary of `init_from`, setting vocab_size) and refuses shards made with
+another vocabulary; `reader_factory` opens the shard reader per process; the data position
+goes into each checkpoint and comes back on resume unless the data itself has changed.
+"""
+
+import os
+
+import jax
+from etils import epath
+
+from bert_jax.errors import UserError
+
+
+def reader_factory(run_config, tokenizer=None):
+    """`make(split, batch_size, process_index, process_count)` over the configured shards."""
+    from input_pipeline.reader import PretrainingDataset
+
+    def make(split, batch_size, process_index, process_count):
+        data = run_config.data
+        pattern = data.train_files if split == "train" else data.eval_files
+        masking = {}
+        if data.dynamic_masking and split == "train":
+            masking = dict(dynamic_masking=True, vocab_size=tokenizer.vocab_size,
+                           mask_id=tokenizer.mask_id, special_ids=(
+                               tokenizer.pad_id, tokenizer.cls_id, tokenizer.sep_id))
+        return PretrainingDataset(
+            [p for p in pattern.split(",") if p], batch_size, data.seq_len,
+            data.max_predictions, seed=run_config.seed if split == "train" else 0,
+            shuffle_buffer=data.shuffle_buffer if split == "train" else 1,
+            process_index=process_index, process_count=process_count, **masking)
+    return make
+
+
+def _check_shards(run_config, tokenizer) -> None:
+    """Refuses shards made with another vocabulary, sequence length or prediction count."""
+    from input_pipeline import manifest as manifest_lib
+
+    data = run_config.data
+    for pattern in filter(None, (data.train_files + "," + data.eval_files).split(",")):
+        directory = pattern if os.path.isdir(pattern) else os.path.dirname(pattern)
+        manifest = manifest_lib.read_manifest(directory)
+        manifest_lib.check_vocabulary(manifest, tokenizer.hash, pattern)
+        manifest_lib.check_settings(manifest, data.seq_len, data.max_predictions, pattern)
+
+
+def prepare_data(run_config):
+    """Resolves the demo data, the vocabulary and vocab_size; returns the tokenizer or None."""
+    data = run_config.data
+    if data.demo_dir:
+        from input_pipeline.demo_corpus import prepare_demo_data
+
+        paths = prepare_demo_data(data.demo_dir, vocab_size=data.demo_vocab_size,
+                                  seq_len=data.seq_len, max_predictions=data.max_predictions)
+        for key, value in paths.items():
+            if not data[key]:
+                data[key] = value
+    init_vocab = epath.Path(run_config.init_from or ".") / "vocab.txt"
+    if not data.vocab_path and run_config.init_from and init_vocab.exists():
+        data.vocab_path = os.fspath(init_vocab)  # continued pre-training keeps its vocabulary
+    if not data.vocab_path:
+        if not run_config.model.vocab_size:
+            raise UserError("set data.vocab_path (the vocab.txt the shards were made with)")
+        return None
+    from input_pipeline.tokenization import load_tokenizer
+
+    tokenizer = load_tokenizer(data.vocab_path)
+    if not run_config.model.vocab_size:
+        run_config.model.vocab_size = tokenizer.vocab_size
+    elif run_config.model.vocab_size < tokenizer.vocab_size:
+        raise UserError(f"model.vocab_size {run_config.model.vocab_size} is smaller than the "
+                        f"{tokenizer.vocab_size} tokens of {data.vocab_path}")
+    if data.train_files:
+        _check_shards(run_config, tokenizer)
+    return tokenizer
+
+
+def data_source(run_config) -> dict:
+    data = run_config.data
+    return dict(train_files=data.train_files, seq_len=data.seq_len,
+                max_predictions=data.max_predictions, batch_size=run_config.batch_size)
+
+
+def restore_position(dataset, meta, run_config, log) -> None:
+    """Puts the data stream where the checkpoint left it, unless the data has changed."""
+    if meta is None:
+        return
+    if meta.get("data_source") != data_source(run_config):
+        log(f"the data differs from the checkpoint's ({meta.get('data_source')}); the new data "
+            "starts from its beginning (e.g. phase 2 of a two-phase run)")
+        return
+    if len(meta["data"]) != jax.process_count():
+        log(f"the checkpoint was written by {len(meta['data'])} process(es), this run has "
+            f"{jax.process_count()}; the data starts from its beginning")
+        return
+    dataset.restore(meta["data"][jax.process_index()])

@@ -1,0 +1,152 @@
+"""A default pre-training corpus that needs no download: the Python standard library's docstrings.
+
+`make pretrain` must work on a fresh clone with no network and without shipping third-party
+text. Every Python installation carries a few megabytes of English prose in its modules'
+docstrings; `write_corpus` gathers them with `inspect`, one document per module, split into
+sentences in BERT's input format (one sentence a line, a blank line between documents).
+`prepare_demo_data` then trains a small WordPiece vocabulary and writes train and held-out
+shards with the project's own tools.
+"""
+
+import importlib
+import inspect
+import json
+import os
+import pkgutil
+import re
+import shutil
+import sys
+import warnings
+
+from bert_jax.errors import UserError
+
+# Modules that print, open windows or start things when imported are left out.
+_SKIPPED_MODULES = {"antigravity", "this", "idlelib", "tkinter", "turtle", "turtledemo",
+                    "pydoc_data", "lib2to3", "ensurepip", "venv", "__main__", "__hello__",
+                    "__phello__", "xxsubtype", "_xxtestfuzz"}
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z(\"'])")
+# Lines that are code, doctests, tables or signatures rather than prose.
+_NOT_PROSE = re.compile(r"^\s*(>>>|\.\.\.|[-=*~^]{3,}|\w+\(.*\)\s*(->.*)?$)|[{}\[\]<>|\\@$#]")
+
+
+def _prose_paragraphs(docstring: str) -> list[str]:
+    """The docstring's paragraphs of plain sentences, code and tables dropped."""
+    paragraphs = []
+    for block in re.split(r"\n\s*\n", docstring):
+        lines = [line.strip() for line in block.splitlines()]
+        if not lines or any(_NOT_PROSE.search(line) for line in lines):
+            continue
+        text = " ".join(lines)
+        if len(text.split()) >= 6 and text[:1].isupper():
+            paragraphs.append(text)
+    return paragraphs
+
+
+def _module_document(module) -> list[str]:
+    """The sentences of a module's docstring and of its public classes and functions."""
+    docstrings = [inspect.getdoc(module) or ""]
+    for name, member in sorted(vars(module).items()):
+        if name.startswith("_") or getattr(member, "__module__", None) != module.__name__:
+            continue
+        if inspect.isclass(member) or inspect.isfunction(member):
+            docstrings.append(inspect.getdoc(member) or "")
+            if inspect.isclass(member):
+                docstrings.extend(inspect.getdoc(method) or "" for method_name, method
+                                  in sorted(vars(member).items())
+                                  if not method_name.startswith("_")
+                                  and inspect.isfunction(method))
+    sentences = []
+    for docstring in docstrings:
+        for paragraph in _prose_paragraphs(docstring):
+            sentences.extend(s for s in _SENTENCE_END.split(paragraph) if len(s.split()) >= 3)
+    return sentences
+
+
+def _stdlib_modules():
+    """Public standard-library modules and their packages' direct submodules (tests left out)."""
+    for name in sorted(sys.stdlib_module_names):
+        if name in _SKIPPED_MODULES or name.startswith("_"):
+            continue
+        try:
+            module = importlib.import_module(name)
+        except Exception:  # platform-specific modules (winreg, msvcrt, ...) are absent
+            continue
+        yield module
+        for info in pkgutil.iter_modules(getattr(module, "__path__", [])):
+            if info.name.startswith("_") or "test" in info.name:
+                continue
+            try:
+                yield importlib.import_module(f"{name}.{info.name}")
+            except Exception:
+                continue
+
+
+def stdlib_documents() -> list[list[str]]:
+    """One list of sentences per standard-library module that has enough prose, sorted by name."""
+    documents = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # deprecated modules warn on import
+        for module in _stdlib_modules():
+            sentences = _module_document(module)
+            if len(sentences) >= 4:
+                documents.append(sentences)
+    return documents
+
+
+def write_corpus(documents: list[list[str]], path: str) -> None:
+    """BERT input format: one sentence per line, a blank line between documents."""
+    with open(path, "w", encoding="utf-8") as file:
+        file.write("\n\n".join("\n".join(sentences) for sentences in documents) + "\n")
+
+
+def prepare_demo_data(directory: str, *, vocab_size: int, seq_len: int, max_predictions: int,
+                      seed: int = 0, eval_fraction: float = 0.1) -> dict:
+    """Builds (once) vocab.txt, train/ and eval/ shards from the stdlib corpus in `directory`.
+
+    Returns {'vocab_path', 'train_files', 'eval_files'}. A complete directory is reused; a
+    half-built one (interrupted) is rebuilt, since it is only renamed into place at the end.
+    """
+    summary_path = os.path.join(directory, "demo_data.json")
+    wanted = dict(vocab_size=vocab_size, seq_len=seq_len, max_predictions=max_predictions,
+                  seed=seed, eval_fraction=eval_fraction)
+    if os.path.exists(summary_path):
+        with open(summary_path, encoding="utf-8") as file:
+            summary = json.load(file)
+        if summary["settings"] == wanted:
+            return summary["paths"]
+        raise UserError(f"{directory}: holds demo data built with {summary['settings']}, "
+                        f"not {wanted}; delete it or choose another data.demo_dir")
+    from input_pipeline.create_data import create_pretraining_data
+    from input_pipeline.vocabulary import train_wordpiece
+
+    temporary = directory.rstrip("/") + ".partial"
+    shutil.rmtree(temporary, ignore_errors=True)
+    os.makedirs(temporary)
+    documents = stdlib_documents()
+    num_eval = max(1, int(len(documents) * eval_fraction))
+    # Every 1/eval_fraction-th module is held out, so both sets span the alphabet.
+    stride = len(documents) // num_eval
+    eval_documents = documents[::stride][:num_eval]
+    train_documents = [d for index, d in enumerate(documents)
+                       if index % stride or index // stride >= num_eval]
+    for split, split_documents in (("train", train_documents), ("eval", eval_documents)):
+        write_corpus(split_documents, os.path.join(temporary, f"{split}.txt"))
+    print(f"demo corpus: {sum(map(len, documents))} sentences from {len(documents)} "
+          f"standard-library modules ({len(eval_documents)} held out)")
+    vocab_path = train_wordpiece([os.path.join(temporary, "train.txt")], vocab_size,
+                                 temporary, lowercase=True)
+    for split, dupe_factor in (("train", 5), ("eval", 2)):
+        create_pretraining_data(
+            [os.path.join(temporary, f"{split}.txt")], vocab_path,
+            os.path.join(temporary, split), num_shards=2, max_seq_len=seq_len,
+            max_predictions=max_predictions, masked_lm_prob=0.15, dupe_factor=dupe_factor,
+            short_seq_prob=0.1, seed=seed, workers=1)
+    shutil.rmtree(directory, ignore_errors=True)
+    os.rename(temporary, directory)
+    paths = dict(vocab_path=os.path.join(directory, os.path.basename(vocab_path)),
+                 train_files=os.path.join(directory, "train"),
+                 eval_files=os.path.join(directory, "eval"))
+    with open(summary_path + ".tmp", "w", encoding="utf-8") as file:
+        json.dump(dict(settings=wanted, paths=paths), file, indent=2)
+    os.rename(summary_path + ".tmp", summary_path)
+    return paths

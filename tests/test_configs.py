@@ -1,0 +1,74 @@
+"""Every shipped run config loads and builds a model; overrides are typed and checked."""
+
+import glob
+import os
+
+import pytest
+
+from bert_jax import train_step
+from bert_jax.commands.pretrain import default_workdir
+from bert_jax.errors import UserError
+from bert_jax.run_config import flatten, load_run_config
+
+CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
+SHIPPED = sorted(glob.glob(os.path.join(CONFIGS, "*.py")))
+VARIANTS = {"bert_large_two_phase.py": ["1", "2"]}
+
+
+def _all_variants():
+    for path in SHIPPED:
+        for argument in VARIANTS.get(os.path.basename(path), [""]):
+            yield path + (f":{argument}" if argument else "")
+
+
+@pytest.mark.parametrize("spec", list(_all_variants()), ids=os.path.basename)
+def test_every_shipped_config_loads_and_builds_a_model(spec):
+    config = load_run_config(spec, ["--config.model.vocab_size=30522"])
+    model_config = train_step.model_config_of(config)
+    assert model_config.hidden_dim % model_config.num_heads == 0
+    assert config.batch_size % config.grad_accum_steps == 0
+    assert config.data.seq_len <= model_config.max_positions
+    assert config.optimizer.name in ("adamw", "lamb")
+    assert config.is_locked
+
+
+def test_two_phase_recipe_shares_one_schedule_and_lengthens_sequences():
+    phase_1 = load_run_config(os.path.join(CONFIGS, "bert_large_two_phase.py:1"))
+    phase_2 = load_run_config(os.path.join(CONFIGS, "bert_large_two_phase.py:2"))
+    assert phase_1.schedule_steps == phase_2.schedule_steps == phase_2.num_train_steps
+    assert phase_1.num_train_steps == 0.9 * phase_2.num_train_steps
+    assert (phase_1.data.seq_len, phase_2.data.seq_len) == (128, 512)
+    assert default_workdir("configs/bert_large_two_phase.py:2") == os.path.join(
+        "runs", "bert_large_two_phase_2")
+
+
+def test_overrides_are_converted_to_the_type_they_replace():
+    config = load_run_config(os.path.join(CONFIGS, "demo.py"), [
+        "--config.batch_size=64", "--config.optimizer.learning_rate", "2e-4",
+        "--config.model.dtype=bfloat16", "--config.checkpoint.async_save=false",
+        "--config.optimizer.warmup_steps=5"])
+    assert (config.batch_size, config.optimizer.learning_rate) == (64, 2e-4)
+    assert config.model.dtype == "bfloat16" and config.checkpoint.async_save is False
+    assert isinstance(config.optimizer.learning_rate, float)
+    assert "optimizer.learning_rate" in flatten(config)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("--config.optimizer.learning_rat=1", r"unknown config key 'optimizer.learning_rat'.*"
+                                          r"did you mean optimizer.learning_rate"),
+    ("--config.batch_size=many", r"batch_size: expected a int, got 'many'"),
+    ("--config.checkpoint.async_save=maybe", r"expected true or false"),
+    ("--batch_size=3", r"unrecognized argument '--batch_size=3'"),
+])
+def test_bad_overrides_fail_naming_the_key(override, message):
+    with pytest.raises(UserError, match=message):
+        load_run_config(os.path.join(CONFIGS, "demo.py"), [override])
+
+
+def test_a_missing_or_broken_config_file_is_a_user_error(tmp_path):
+    with pytest.raises(UserError, match="not found"):
+        load_run_config(str(tmp_path / "absent.py"))
+    broken = tmp_path / "broken.py"
+    broken.write_text("def get_config(:\n")
+    with pytest.raises(UserError, match="broken.py: could not be loaded"):
+        load_run_config(str(broken))
