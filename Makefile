@@ -22,6 +22,12 @@ $(DEV): $(RUNTIME) requirements-dev.txt requirements-tpu.txt
 test: $(DEV)
 	$(PYTHON) -m pytest -q tests
 
+bench: $(DEV)
+	$(PYTHON) bench/model_step.py
+	$(PYTHON) bench/learning_curve.py
+	$(PYTHON) bench/create_data.py
+	$(PYTHON) bench/reader.py
+
 pretrain: $(RUNTIME)
 	$(VENV)/bin/bert-jax pretrain --config configs/demo.py
 

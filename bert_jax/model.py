@@ -77,14 +77,27 @@ def layer_norm(config: BertConfig, name: str | None = None) -> nn.LayerNorm:
         scale_init=_ones("embed"), bias_init=_zeros("embed"), name=name)
 
 
-def dense(config: BertConfig, features: tuple[int, ...], input_axes: tuple[str, ...],
-          output_axes: tuple[str, ...], name: str | None = None) -> nn.DenseGeneral:
-    """A dense layer over the last `len(input_axes)` dimensions, its kernel axes named."""
-    return nn.DenseGeneral(
-        features=features, axis=tuple(range(-len(input_axes), 0)),
-        dtype=config.dtype, param_dtype=config.param_dtype,
-        kernel_init=_init(config, *input_axes, *output_axes),
-        bias_init=_zeros(*output_axes), name=name)
+class Dense(nn.Module):
+    """A dense layer over the last `len(input_axes)` dimensions, its kernel axes named.
+
+    Written out rather than `nn.DenseGeneral`, which initialises a multi-axis kernel in its
+    flattened 2-D shape: under a mesh that breaks the kernel's 3 logical axis names.
+    """
+    config: BertConfig
+    features: tuple[int, ...]
+    input_axes: tuple[str, ...]
+    output_axes: tuple[str, ...]
+
+    @nn.compact
+    def __call__(self, x: Array) -> Array:
+        config = self.config
+        num_inputs = len(self.input_axes)
+        kernel = self.param("kernel", _init(config, *self.input_axes, *self.output_axes),
+                            x.shape[-num_inputs:] + self.features, config.param_dtype)
+        bias = self.param("bias", _zeros(*self.output_axes), self.features, config.param_dtype)
+        x, kernel, bias = nn.dtypes.promote_dtype(x, kernel, bias, dtype=config.dtype)
+        contracting = (tuple(range(x.ndim - num_inputs, x.ndim)), tuple(range(num_inputs)))
+        return jax.lax.dot_general(x, kernel, (contracting, ((), ()))) + bias
 
 
 class Embeddings(nn.Module):
@@ -124,7 +137,7 @@ class SelfAttention(nn.Module):
     def __call__(self, x: Array, attention_bias: Array, train: bool) -> Array:
         config = self.config
         heads = (config.num_heads, config.head_dim)
-        project = functools.partial(dense, config, heads, ("embed",), ("heads", "kv"))
+        project = functools.partial(Dense, config, heads, ("embed",), ("heads", "kv"))
         query = project(name="query")(x)  # (B, T, nh, hd)
         key = project(name="key")(x)  # (B, T, nh, hd)
         value = project(name="value")(x)  # (B, T, nh, hd)
@@ -136,7 +149,7 @@ class SelfAttention(nn.Module):
         probabilities = Dropout(config.attention_dropout_rate)(
             probabilities, deterministic=not train).astype(config.dtype)
         context = jnp.einsum("bhqk,bkhd->bqhd", probabilities, value)  # (B, T, nh, hd)
-        return dense(config, (config.hidden_dim,), ("heads", "kv"), ("embed",),
+        return Dense(config, (config.hidden_dim,), ("heads", "kv"), ("embed",),
                      name="output")(context)
 
 
@@ -146,9 +159,9 @@ class FeedForward(nn.Module):
     @nn.compact
     def __call__(self, x: Array) -> Array:
         config = self.config
-        x = dense(config, (config.mlp_dim,), ("embed",), ("mlp",), name="intermediate")(x)
+        x = Dense(config, (config.mlp_dim,), ("embed",), ("mlp",), name="intermediate")(x)
         x = gelu(x)
-        return dense(config, (config.hidden_dim,), ("mlp",), ("embed",), name="output")(x)
+        return Dense(config, (config.hidden_dim,), ("mlp",), ("embed",), name="output")(x)
 
 
 class EncoderLayer(nn.Module):
@@ -177,7 +190,7 @@ class BertModel(nn.Module):
         self.embeddings = Embeddings(config)
         layer = nn.remat(EncoderLayer, static_argnums=(3,)) if config.remat else EncoderLayer
         self.layers = [layer(config, name=f"layer_{index}") for index in range(config.num_layers)]
-        self.pooler = dense(config, (config.hidden_dim,), ("embed",), ("embed_out",))
+        self.pooler = Dense(config, (config.hidden_dim,), ("embed",), ("embed_out",))
 
     def __call__(self, input_ids: Array, segment_ids: Array, input_mask: Array,
                  train: bool = False) -> tuple[Array, Array]:
@@ -205,7 +218,7 @@ class MaskedLanguageModelHead(nn.Module):
     @nn.compact
     def __call__(self, x: Array, decode) -> Array:
         config = self.config
-        x = dense(config, (config.hidden_dim,), ("embed",), ("embed_out",), name="transform")(x)
+        x = Dense(config, (config.hidden_dim,), ("embed",), ("embed_out",), name="transform")(x)
         x = layer_norm(config, name="layer_norm")(gelu(x)).astype(config.dtype)
         bias = self.param("output_bias", _zeros("vocab"), (config.vocab_size,),
                           config.param_dtype)
@@ -220,7 +233,7 @@ class BertForPreTraining(nn.Module):
         config = self.config
         self.bert = BertModel(config)
         self.mlm_head = MaskedLanguageModelHead(config)
-        self.nsp_head = dense(config, (2,), ("embed",), ("classes",))
+        self.nsp_head = Dense(config, (2,), ("embed",), ("classes",))
 
     def __call__(self, input_ids: Array, segment_ids: Array, input_mask: Array,
                  masked_lm_positions: Array, train: bool = False) -> tuple[Array, Array]:

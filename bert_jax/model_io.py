@@ -46,6 +46,8 @@ def _restore_params(directory: str) -> dict:
 
     if not os.path.isdir(directory):
         raise UserError(f"{directory}: parameter checkpoint not found")
+    # orbax reads an empty metadata tree from a relative path; an absolute one is safe.
+    directory = os.path.abspath(directory)
     try:
         with ocp.PyTreeCheckpointer() as checkpointer:
             structure = checkpointer.metadata(directory).item_metadata.tree

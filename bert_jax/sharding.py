@@ -15,7 +15,8 @@ One rule table serves every layout: an axis of size 1 costs nothing, so "pure da
 parallel", "FSDP" and "FSDP + tensor" are just mesh sizes in the run config.
 """
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import flax.linen as nn
@@ -133,3 +134,15 @@ def data_parallel_size(mesh: Mesh) -> int:
 
 def replicated(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, PartitionSpec())
+
+
+@contextlib.contextmanager
+def activation_sharding(mesh: Mesh) -> Iterator[None]:
+    """Binds the model's logical activation constraints to `mesh` while a step is traced.
+
+    Without it `nn.with_logical_constraint` is a no-op and XLA alone decides how activations
+    are laid out, which under FSDP can split them along `embed` instead of the batch.
+    """
+    with jax.sharding.use_abstract_mesh(mesh.abstract_mesh), \
+            nn.logical_axis_rules(LOGICAL_AXIS_RULES):
+        yield

@@ -13,10 +13,8 @@ the step and weights each one so that the summed loss is exactly the big batch's
 step whose loss or gradient is not finite leaves the state untouched (and reports
 `finite = 0`), so the trainer can stop with the last good parameters intact.
 
-The step is traced without a global mesh, so the model's `with_logical_constraint` calls
-are no-ops and XLA propagates layouts from the parameter and batch shardings. (With a
-global mesh, flax's shape check in `apply` re-runs DenseGeneral's kernel initialiser, which
-constrains the flattened (embed, heads*kv) kernel with three axis names and fails.)
+The step is traced under `sharding.activation_sharding(mesh)`, so the model's
+`with_logical_constraint` calls keep activations split along the batch.
 """
 
 import dataclasses
@@ -207,13 +205,18 @@ def build_train_step(run_config, mesh, model_config: BertConfig | None = None
     replicated = sharding.replicated(mesh)
 
     def step_fn(state, batch, rng):
-        return train_step(state, batch, rng, model=model, tx=tx, schedule=schedule, mesh=mesh,
-                          grad_accum_steps=run_config.grad_accum_steps)
+        with sharding.activation_sharding(mesh):
+            return train_step(state, batch, rng, model=model, tx=tx, schedule=schedule,
+                              mesh=mesh, grad_accum_steps=run_config.grad_accum_steps)
+
+    def eval_fn(params, batch):
+        with sharding.activation_sharding(mesh):
+            return eval_step(params, batch, model=model)
 
     return TrainStepBundle(
         train_step=jax.jit(step_fn, in_shardings=(state_shardings, batch_shardings, replicated),
                            out_shardings=(state_shardings, replicated), donate_argnums=0),
-        eval_step=jax.jit(lambda params, batch: eval_step(params, batch, model=model),
+        eval_step=jax.jit(eval_fn,
                           in_shardings=(state_shardings.params, batch_shardings),
                           out_shardings=replicated),
         init_state=jax.jit(lambda rng: nn.meta.unbox(boxed_state(rng)),

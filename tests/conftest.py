@@ -6,6 +6,8 @@ import os
 os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
+# libtpu is installed for the AOT test; keep every other JAX process off its probe and lock.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # Hugging Face must never try the network: these machines have none, and tests must not.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
