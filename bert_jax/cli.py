@@ -63,6 +63,8 @@ def _prefer_cpu_off_accelerators() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     _prefer_cpu_off_accelerators()
+    # TensorFlow (the data pipeline) prints INFO lines about CPU instructions at import.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     parser, modules = build_parser()
     args, extra = parser.parse_known_args(argv)
     module = modules[args.command]

@@ -171,6 +171,7 @@ def create_pretraining_data(input_patterns: list[str], vocab_path: str, output_d
     _validate(settings, num_shards, workers)
     tokenizer = load_tokenizer(vocab_path, lowercase)  # checks the vocabulary up front
     inputs = sources.expand_inputs(input_patterns)
+    created_output_dir = not os.path.exists(output_dir)
     os.makedirs(output_dir, exist_ok=True)
     stats = sources.ReadStats()
     documents = sources.read_documents(inputs, input_format, encoding_errors, tfds_data_dir,
@@ -189,6 +190,8 @@ def create_pretraining_data(input_patterns: list[str], vocab_path: str, output_d
         shards.commit()
     except BaseException:
         shards.abandon()
+        if created_output_dir and not os.listdir(output_dir):
+            os.rmdir(output_dir)  # a failed run leaves nothing behind, not even the directory
         raise
     manifest = dict(
         shards=[dict(file=os.path.basename(path), num_instances=count)

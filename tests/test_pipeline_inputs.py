@@ -35,7 +35,7 @@ def test_bytes_that_are_not_utf8(tmp_path, vocab, capsys):
     assert cli_create_data([str(bad)], vocab, output) == 2
     message = capsys.readouterr().err
     assert "bad.txt: line 2: not UTF-8" in message and "byte offset 17" in message
-    assert not os.path.exists(output) or not os.listdir(output)  # nothing half-written
+    assert not os.path.exists(output)  # nothing half-written, not even the directory
     assert cli_create_data([str(bad)], vocab, output, "--encoding-errors", "replace") == 0
     manifest = json.load(open(os.path.join(output, "manifest.json")))
     assert manifest["replaced_bytes"] == {str(bad): 2}
@@ -49,7 +49,7 @@ def test_empty_file_and_missing_inputs(tmp_path, vocab, capsys):
     output = str(tmp_path / "out")
     assert cli_create_data([str(empty)], vocab, output) == 2
     assert "empty.txt: input file has no text" in capsys.readouterr().err
-    assert not [name for name in os.listdir(output)]
+    assert not os.path.exists(output)  # a failed run does not even leave the directory
     assert cli_create_data([str(tmp_path / "nothing-*.txt")], vocab, output) == 2
     assert "nothing-*.txt: no input files match" in capsys.readouterr().err
     assert cli_create_data([str(empty)], str(tmp_path / "no-vocab.txt"), output) == 2
