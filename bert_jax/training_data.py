@@ -9,7 +9,6 @@ goes into each checkpoint and comes back on resume unless the data itself has ch
 import os
 
 import jax
-from etils import epath
 
 from bert_jax.errors import UserError
 
@@ -57,9 +56,11 @@ def prepare_data(run_config):
         for key, value in paths.items():
             if not data[key]:
                 data[key] = value
-    init_vocab = epath.Path(run_config.init_from or ".") / "vocab.txt"
-    if not data.vocab_path and run_config.init_from and init_vocab.exists():
-        data.vocab_path = os.fspath(init_vocab)  # continued pre-training keeps its vocabulary
+    if not data.vocab_path and run_config.init_from:
+        from bert_jax import model_io
+
+        # Continued pre-training keeps its vocabulary, wherever the source kind keeps it.
+        data.vocab_path = model_io.vocab_path(run_config.init_from) or ""
     if not data.vocab_path:
         if not run_config.model.vocab_size:
             raise UserError("set data.vocab_path (the vocab.txt the shards were made with)")
