@@ -11,6 +11,8 @@ $(PYTHON):
 	python3 -m venv $(VENV)
 
 $(RUNTIME): requirements.txt pyproject.toml | $(PYTHON)
+	$(PIP) setuptools_scm==8.3.1
+	$(PIP) --no-build-isolation seqeval==1.2.2
 	$(PIP) -r requirements.txt
 	$(PIP) --no-deps -e .
 	touch $@

@@ -52,7 +52,8 @@ def train_jax(run_config, batches, log_every: int) -> tuple[list[float], dict, f
     """MLM losses per step, the initial parameters (numpy) and seconds per step."""
     import jax
 
-    from bert_jax import sharding, train_step
+    from bert_jax import sharding
+    from bert_jax.training import train_step
 
     mesh = sharding.make_mesh(1, 1, 1, devices=jax.devices()[:1])
     bundle = train_step.build_train_step(run_config, mesh)
@@ -71,7 +72,7 @@ def train_torch(model_dir: str, run_config, batches, log_every: int) -> tuple[li
     import torch
     import transformers
 
-    from bert_jax.optimizer import warmup_decay_schedule
+    from bert_jax.training.optimizer import warmup_decay_schedule
 
     torch.manual_seed(0)
     model = transformers.BertForPreTraining.from_pretrained(model_dir)
@@ -161,7 +162,7 @@ def main() -> int:
     print(f"bert-jax: BERT-mini, {args.steps} steps of {args.batch_size} x 128", flush=True)
     jax_losses, initial, jax_seconds = train_jax(run_config, batches, log_every)
     model_dir = os.path.join(OUT, "learning_curve_initial_hf")
-    from bert_jax.train_step import model_config_of
+    from bert_jax.training.train_step import model_config_of
 
     export_huggingface(model_config_of(run_config), initial, tokenizer, model_dir,
                        architecture="BertForPreTraining", overwrite=True)

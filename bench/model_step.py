@@ -2,7 +2,7 @@
 
 A step is forward, backward and AdamW with global-norm clipping at fp32, batch 8 x 128
 tokens (no padding) with 20 masked-LM predictions per sequence plus next-sentence
-prediction. bert-jax runs its real jitted `train_step` (`bert_jax.train_step`, donated
+prediction. bert-jax runs its real jitted `train_step` (`bert_jax.training.train_step`, donated
 state, dropout on); PyTorch runs `BertForPreTraining` in train mode with
 `torch.optim.AdamW(betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01)` and
 `clip_grad_norm_(1.0)`, its MLM labels -100 except at the same 20 positions. Token values
@@ -59,7 +59,8 @@ class JaxStep:
 
     def __init__(self, preset_name: str, batch: dict):
         import jax
-        from bert_jax import run_config, sharding, train_step
+        from bert_jax import run_config, sharding
+        from bert_jax.training import train_step
         config = run_config.base_config(preset_name)
         config.model.vocab_size = VOCAB_SIZE
         config.batch_size = batch["input_ids"].shape[0]

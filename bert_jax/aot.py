@@ -156,8 +156,9 @@ def _compile(bundle):
 
 
 def compile_train_step(run_config, devices: list, topology: str = "") -> CompileReport:
-    """Compiles the real train step (bert_jax.train_step) for `devices` and measures it."""
-    from bert_jax import flops, sharding, train_step
+    """Compiles the real train step (bert_jax.training.train_step) for `devices` and measures it."""
+    from bert_jax import flops, sharding
+    from bert_jax.training import train_step
 
     model_config, _ = resolved_model_config(run_config)
     mesh = sharding.mesh_from_config(run_config.mesh, devices)

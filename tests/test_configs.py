@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from bert_jax import train_step
+from bert_jax.training import train_step
 from bert_jax.commands.pretrain import default_workdir
 from bert_jax.errors import UserError
 from bert_jax.run_config import flatten, load_run_config

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec
 
-from bert_jax import sharding, train_step
+from bert_jax import sharding
+from bert_jax.training import train_step
 from bert_jax.errors import UserError
 from test_training_support import synthetic_batch, tiny_run_config
 

@@ -15,9 +15,9 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import checkpointing, trainer, training_data
+from bert_jax.training import checkpointing, trainer, training_data
 from bert_jax.errors import UserError
-from bert_jax.metrics_writer import read_scalars
+from bert_jax.training.metrics_writer import read_scalars
 from test_training_support import synthetic_factory, tiny_run_config
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
@@ -26,9 +26,9 @@ ROOT = os.path.dirname(TESTS)
 _CHILD = """
 import sys
 sys.path.insert(0, {tests!r})
-from bert_jax import distributed
+from bert_jax.training import distributed
 distributed.initialize(*{init!r})
-from bert_jax import trainer
+from bert_jax.training import trainer
 from test_training_support import synthetic_factory, tiny_run_config
 config = tiny_run_config(**{overrides!r})
 trainer.train(config, {workdir!r}, dataset_factory=synthetic_factory(config, delay={delay}),

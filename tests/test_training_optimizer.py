@@ -4,7 +4,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax import optimizer, sharding, train_step
+from bert_jax import sharding
+from bert_jax.training import optimizer, train_step
 from bert_jax.model import BertForPreTraining
 from bert_jax.run_config import base_config
 from test_training_support import synthetic_batch, tiny_run_config

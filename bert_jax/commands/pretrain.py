@@ -61,12 +61,12 @@ def default_workdir(config_path: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bert_jax import distributed
+    from bert_jax.training import distributed
 
     distributed.initialize(args.coordinator_address, args.num_processes, args.process_id)
     import jax
 
-    from bert_jax import trainer
+    from bert_jax.training import trainer
     from bert_jax.run_config import load_run_config
 
     run_config = load_run_config(args.config, args.overrides)

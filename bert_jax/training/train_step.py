@@ -27,7 +27,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from bert_jax import losses, optimizer, sharding
+from bert_jax import losses, sharding
+from bert_jax.training import optimizer
 from bert_jax.config import BertConfig
 from bert_jax.errors import UserError
 from bert_jax.model import BertForPreTraining

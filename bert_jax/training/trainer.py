@@ -22,10 +22,11 @@ import jax
 import numpy as np
 from etils import epath
 
-from bert_jax import checkpointing, distributed, sharding, train_step as train_step_lib
-from bert_jax import training_data
+from bert_jax import sharding
+from bert_jax.training import checkpointing, distributed, train_step as train_step_lib
+from bert_jax.training import training_data
 from bert_jax.errors import UserError
-from bert_jax.metrics_writer import MetricsWriter
+from bert_jax.training.metrics_writer import MetricsWriter
 from bert_jax.run_config import to_json
 
 LOGGED = ("loss", "mlm_loss", "nsp_loss", "mlm_accuracy", "nsp_accuracy", "grad_norm",

@@ -1,0 +1,42 @@
+"""Tasks: what a training run optimises and how it is judged, one module per task.
+
+A task supplies its model head, its batch schema, its loss (sums and denominators, so means
+stay exact across micro-batches and hosts), its evaluation metrics and a host-side predict
+hook; the training system in `bert_jax/training/` runs any of them. `bert_jax/tasks/base.py`
+states the interface.
+"""
+
+import importlib
+from types import ModuleType
+
+from bert_jax.errors import UserError
+
+# name (as `bert-jax finetune NAME` spells it) -> module, in the order `--help` lists them.
+TASKS = {
+    "classify": "bert_jax.tasks.classification",
+    "regress": "bert_jax.tasks.regression",
+    "ner": "bert_jax.tasks.token_classification",
+    "qa": "bert_jax.tasks.question_answering",
+    "mlm": "bert_jax.tasks.masked_lm",
+    "sentence-embedding": "bert_jax.tasks.sentence_embedding",
+    "pretraining": "bert_jax.tasks.pretraining",
+}
+
+
+def available() -> dict[str, ModuleType]:
+    """The task modules that exist, by name (a task still being built is simply not offered)."""
+    modules = {}
+    for name, module_name in TASKS.items():
+        try:
+            modules[name] = importlib.import_module(module_name)
+        except ModuleNotFoundError as error:
+            if error.name != module_name:
+                raise
+    return modules
+
+
+def task_module(name: str) -> ModuleType:
+    modules = available()
+    if name not in modules:
+        raise UserError(f"unknown task {name!r}; expected one of {sorted(modules)}")
+    return modules[name]
