@@ -45,8 +45,9 @@ def _field(record: dict, key: str, kind: type, where: str):
     return value
 
 
-def _answers(qa: dict, context: str, where: str) -> tuple[list[str], list[tuple[int, int]], int]:
-    """Gold texts, located spans and how many answers were misplaced."""
+def _answers(qa: dict, context: str, where: str,
+             misplaced_so_far: int) -> tuple[list[str], list[tuple[int, int]], int]:
+    """Gold texts, located spans and how many answers were misplaced (the first few warned)."""
     texts, spans, misplaced = [], [], 0
     for number, answer in enumerate(qa.get("answers") or []):
         answer_where = f"{where}, answer {number}"
@@ -58,7 +59,8 @@ def _answers(qa: dict, context: str, where: str) -> tuple[list[str], list[tuple[
                             f"offset, got {start!r}")
         if context[start:start + len(text)] != text:
             misplaced += 1
-            logger.warning("%s: answer_start %d does not point at %r (context there reads "
+            log = logger.warning if misplaced_so_far + misplaced <= 5 else logger.debug
+            log("%s: answer_start %d does not point at %r (context there reads "
                            "%r); answer skipped for training", answer_where, start, text,
                            context[start:start + len(text)])
             continue
@@ -93,7 +95,7 @@ def parse_squad(document, path: str) -> SquadFile:
                     if not isinstance(impossible, bool):
                         raise UserError(f"{qa_where}: 'is_impossible' should be true or false, "
                                         f"got {impossible!r}")
-                texts, spans, bad = _answers(qa, context, qa_where)
+                texts, spans, bad = _answers(qa, context, qa_where, misplaced)
                 if impossible and texts:
                     raise UserError(f"{qa_where}: is_impossible is true but 'answers' is not "
                                     "empty")
