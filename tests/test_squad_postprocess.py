@@ -114,3 +114,16 @@ def test_outputs_are_the_official_inputs(tmp_path):
         "q0", "no_windows"}
     assert sorted(path.name for path in tmp_path.iterdir()) == [
         "nbest_predictions.json", "null_odds.json", "predictions.json"]
+
+
+def test_padding_never_takes_an_n_best_slot():
+    """Logits for the padded width or only up to the longest window give the same answers."""
+    windows = make_windows([(0, ["alpha", "beta", "gamma"], [True, True, False]),
+                            (0, ["gamma", "delta", "epsilon"], [True, True, True])])
+    windows.input_mask[:, 7] = 0  # position 7 is padding here
+    start, end = START.copy(), END.copy()
+    start[:, 7] = end[:, 7] = 50.0
+    full = postprocess(QUESTIONS, windows, start, end, True, n_best=1)
+    trimmed = postprocess(QUESTIONS, windows, start[:, :7], end[:, :7], True, n_best=1)
+    assert full == trimmed
+    assert full[0]["q0"] == "gamma delta epsilon"  # n_best=1: 4 + 2.5 with both top picks

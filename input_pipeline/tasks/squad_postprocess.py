@@ -9,9 +9,11 @@ from the original context by the tokens' character offsets. For SQuAD v2.0 the n
 the minimum over windows of start[CLS] + end[CLS]; the question is predicted unanswerable
 when null score - best span score > `null_threshold`, and that difference is its null odds.
 
-Departures, both where the original has no answer to give: a question with no windows, or
-no valid span, is predicted "" (the original writes the nonce text "empty" in v1.1 and fails
-in v2.0); its null odds are `NO_SPAN_ODDS`.
+Departures: padding positions do not take n-best slots (the original lets them take a
+slot and then skips them), so the answer does not depend on how far a batch was padded; and
+where the original has no answer to give, a question with no windows or no valid span is
+predicted "" (the original writes the nonce text "empty" in v1.1 and fails in v2.0), its null
+odds `NO_SPAN_ODDS`.
 """
 
 import json
@@ -101,8 +103,12 @@ def postprocess(questions: list[Question], windows: Windows, start_logits: np.nd
 
     start_logits, end_logits: (W, T) for the W windows in `windows`.
     """
-    start_logits = np.asarray(start_logits, np.float64)
-    end_logits = np.asarray(end_logits, np.float64)
+    # Logits may come for fewer positions than the windows hold (batches padded only to
+    # their longest window); padding positions are never candidates, here or in the original.
+    width = np.asarray(start_logits).shape[1]
+    padding = windows.input_mask[:, :width] == 0
+    start_logits = np.where(padding, -np.inf, np.asarray(start_logits, np.float64))
+    end_logits = np.where(padding, -np.inf, np.asarray(end_logits, np.float64))
     order = np.argsort(windows.question_index, kind="stable")
     bounds = np.searchsorted(windows.question_index[order], np.arange(len(questions) + 1))
     predictions, all_nbest, null_odds = {}, {}, {}
