@@ -68,8 +68,11 @@ def _answers(qa: dict, context: str, where: str,
     return texts, spans, misplaced
 
 
-def parse_squad(document, path: str) -> SquadFile:
-    """Questions from a parsed SQuAD JSON document; `path` names it in messages."""
+def parse_squad(document, path: str, require_answers: bool = True) -> SquadFile:
+    """Questions from a parsed SQuAD JSON document; `path` names it in messages.
+
+    Without `require_answers` (questions to answer) a question may have no `answers` key.
+    """
     if not isinstance(document, dict):
         raise UserError(f"{path}: expected a JSON object with a 'data' list, "
                         f"got {type(document).__name__}")
@@ -88,7 +91,8 @@ def parse_squad(document, path: str) -> SquadFile:
                     raise UserError(f"{qa_where}: duplicate question id")
                 seen.add(question_id)
                 question = _field(qa, "question", str, qa_where)
-                _field(qa, "answers", list, qa_where)
+                if require_answers or "answers" in qa:
+                    _field(qa, "answers", list, qa_where)
                 impossible = qa.get("is_impossible", None)
                 if impossible is not None:
                     version_2 = True
@@ -108,7 +112,7 @@ def parse_squad(document, path: str) -> SquadFile:
     return SquadFile(questions, version_2, misplaced)
 
 
-def read_squad(path: str) -> SquadFile:
+def read_squad(path: str, require_answers: bool = True) -> SquadFile:
     """Questions of a SQuAD v1.1 or v2.0 JSON file, in file order."""
     try:
         with open_file(path, encoding="utf-8") as file:
@@ -121,4 +125,4 @@ def read_squad(path: str) -> SquadFile:
     except UnicodeDecodeError as error:
         raise UserError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") \
             from None
-    return parse_squad(document, path)
+    return parse_squad(document, path, require_answers)

@@ -146,10 +146,12 @@ def write_json(path: str, value) -> None:
             os.remove(temporary)
 
 
-def write_predictions(directory: str, predictions: dict, nbest: dict, null_odds: dict) -> None:
-    """predictions.json, nbest_predictions.json and, for v2.0, null_odds.json in `directory`."""
+def write_predictions(directory: str, predictions: dict, nbest: dict, null_odds: dict,
+                      predictions_name: str = "predictions.json") -> None:
+    """predictions.json (or `predictions_name`), nbest_predictions.json and, for v2.0,
+    null_odds.json in `directory`."""
     os.makedirs(directory, exist_ok=True)
-    write_json(os.path.join(directory, "predictions.json"), predictions)
+    write_json(os.path.join(directory, predictions_name), predictions)
     write_json(os.path.join(directory, "nbest_predictions.json"), nbest)
     if null_odds:
         write_json(os.path.join(directory, "null_odds.json"), null_odds)
