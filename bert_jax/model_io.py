@@ -242,7 +242,8 @@ def write_task_info(directory: str, task_info: dict) -> None:
 # An HF head's architecture (and problem type) -> the task that trains it.
 _TASK_OF_HEAD = {("BertForSequenceClassification", "regression"): "regress",
                  ("BertForSequenceClassification", None): "classify",
-                 ("BertForTokenClassification", None): "ner"}
+                 ("BertForTokenClassification", None): "ner",
+                 ("BertForQuestionAnswering", None): "qa"}
 
 
 def load_task_info(path: str) -> dict | None:
@@ -250,7 +251,8 @@ def load_task_info(path: str) -> dict | None:
 
     bert-jax directories and runs keep task.json; a Hugging Face directory of a
     BertForSequenceClassification / BertForTokenClassification describes its head in
-    config.json, which becomes {"task", "settings": {"label_names"}, "head"}.
+    config.json, which becomes {"task", "settings": {"label_names"}, "head"} (a
+    BertForQuestionAnswering's settings are qa's defaults).
     """
     from bert_jax.interop import hf_heads
 
@@ -261,9 +263,10 @@ def load_task_info(path: str) -> dict | None:
         head = hf_heads.read_head(path)
         if head is None:
             return None
-        problem = head["problem_type"] if head["problem_type"] == "regression" else None
+        problem = head.get("problem_type") if head.get("problem_type") == "regression" else None
         task = _TASK_OF_HEAD[(head["architecture"], problem)]
-        return dict(task=task, settings=dict(label_names=head["label_names"]), head=head)
+        settings = dict(label_names=head["label_names"]) if "label_names" in head else {}
+        return dict(task=task, settings=settings, head=head)
     directory = _step_run_directory(path) if kind == "training-step" else path
     info_path = os.path.join(directory, TASK_INFO)
     if not os.path.exists(info_path):
