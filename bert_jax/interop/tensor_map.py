@@ -104,6 +104,17 @@ def present_parts(params: Mapping) -> set[str]:
     return parts | {part for part in ("mlm_head", "nsp_head") if part in params}
 
 
+def refuse_unknown_heads(params: Mapping, known: Iterable[str], target: str) -> None:
+    """A clear error for a head (a top-level params key) that `target` has no names for.
+
+    Without it the head would be dropped silently and the export would look complete.
+    """
+    unknown = sorted(set(params) - {"bert", *known})
+    if unknown:
+        raise UserError(f"the model's head(s) {unknown} have no counterpart in {target}; "
+                        f"it can hold only the encoder and {sorted(known)}")
+
+
 def params_to_tensors(params: Mapping, entries: Iterable[Entry], parts: Iterable[str],
                       ) -> dict[str, np.ndarray]:
     """The foreign tensors of the given parts; every part must be in `params`."""

@@ -1,0 +1,239 @@
+"""Export to TensorFlow: original google-research/bert checkpoints and a SavedModel for serving.
+
+The references are independent of bert-jax's name table: the variable list is written out
+below from the variable scopes of the original `modeling.py` / `run_pretraining.py`, the
+round trip starts from a checkpoint written here by TensorFlow, and the SavedModel runs
+in a fresh Python process that imports no bert-jax.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from interop_helpers import random_pretraining_params, write_vocab
+
+from bert_jax import model_io
+from bert_jax.cli import main
+from bert_jax.config import preset
+from bert_jax.errors import UserError
+from input_pipeline.tokenization import load_tokenizer
+
+tf = pytest.importorskip("tensorflow")
+
+
+def original_variables(config, parts=("encoder", "pooler", "mlm_head", "nsp_head")) -> dict:
+    """name -> shape of every variable the original pre-training graph creates.
+
+    Written from the scopes in google-research/bert: modeling.py's BertModel ("bert" ->
+    "embeddings", "encoder/layer_%d", "pooler") and run_pretraining.py's get_masked_lm_output
+    ("cls/predictions") and get_next_sentence_output ("cls/seq_relationship").
+    """
+    hidden, intermediate, vocab = config.hidden_dim, config.mlp_dim, config.vocab_size
+    layer_norm = lambda scope: {f"{scope}/LayerNorm/beta": (hidden,),  # noqa: E731
+                                f"{scope}/LayerNorm/gamma": (hidden,)}
+    dense = lambda scope, inputs, outputs: {f"{scope}/kernel": (inputs, outputs),  # noqa: E731
+                                            f"{scope}/bias": (outputs,)}
+    variables = {}
+    if "encoder" in parts:
+        variables.update({
+            "bert/embeddings/word_embeddings": (vocab, hidden),
+            "bert/embeddings/token_type_embeddings": (config.num_segments, hidden),
+            "bert/embeddings/position_embeddings": (config.max_positions, hidden),
+            **layer_norm("bert/embeddings")})
+        for index in range(config.num_layers):
+            layer = f"bert/encoder/layer_{index}"
+            for projection in ("query", "key", "value"):
+                variables.update(dense(f"{layer}/attention/self/{projection}", hidden, hidden))
+            variables.update({**dense(f"{layer}/attention/output/dense", hidden, hidden),
+                              **layer_norm(f"{layer}/attention/output"),
+                              **dense(f"{layer}/intermediate/dense", hidden, intermediate),
+                              **dense(f"{layer}/output/dense", intermediate, hidden),
+                              **layer_norm(f"{layer}/output")})
+    if "pooler" in parts:
+        variables.update(dense("bert/pooler/dense", hidden, hidden))
+    if "mlm_head" in parts:
+        variables.update({**dense("cls/predictions/transform/dense", hidden, hidden),
+                          **layer_norm("cls/predictions/transform"),
+                          "cls/predictions/output_bias": (vocab,)})
+    if "nsp_head" in parts:
+        variables.update({"cls/seq_relationship/output_weights": (2, hidden),
+                          "cls/seq_relationship/output_bias": (2,)})
+    return variables
+
+
+def read_checkpoint(prefix: str) -> dict:
+    reader = tf.train.load_checkpoint(prefix)
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A tiny random pre-training model, its tokenizer and its bert-jax model directory."""
+    directory = tmp_path_factory.mktemp("tiny")
+    tokenizer = load_tokenizer(write_vocab(directory))
+    config = preset("tiny", vocab_size=tokenizer.vocab_size, max_positions=32, num_layers=3)
+    params = random_pretraining_params(config, seed=1)
+    model_io.save_model(config, params, tokenizer, str(directory / "bert-jax"))
+    return config, params, tokenizer, str(directory / "bert-jax")
+
+
+def test_tf_round_trip_is_bit_identical_with_the_original_names(tiny, tmp_path):
+    config, _, tokenizer, _ = tiny
+    expected = original_variables(config)
+    rng = np.random.default_rng(7)
+    original = {name: rng.normal(0, 0.3, shape).astype(np.float32)
+                for name, shape in expected.items()}
+    source = tmp_path / "google"
+    source.mkdir()
+    names = sorted(original)
+    tf.raw_ops.SaveV2(prefix=str(source / "bert_model.ckpt"), tensor_names=names,
+                      shape_and_slices=[""] * len(names),
+                      tensors=[tf.constant(original[name]) for name in names])
+    bert_config = dict(attention_probs_dropout_prob=0.1, hidden_act="gelu",
+                       hidden_dropout_prob=0.1, hidden_size=config.hidden_dim,
+                       initializer_range=0.02, intermediate_size=config.mlp_dim,
+                       max_position_embeddings=config.max_positions,
+                       num_attention_heads=config.num_heads,
+                       num_hidden_layers=config.num_layers, type_vocab_size=config.num_segments,
+                       vocab_size=config.vocab_size)
+    (source / "bert_config.json").write_text(json.dumps(bert_config))
+    write_vocab(source)
+
+    # TF -> bert-jax (a model directory on disk) -> TF, through the command line.
+    assert main(["convert", str(source), str(tmp_path / "ours"), "--to", "bert-jax"]) == 0
+    assert main(["convert", str(tmp_path / "ours"), str(tmp_path / "back"),
+                 "--to", "tf-checkpoint"]) == 0
+    back = tmp_path / "back"
+    assert {"bert_model.ckpt.index", "bert_model.ckpt.data-00000-of-00001", "bert_config.json",
+            "vocab.txt"} <= set(os.listdir(back))
+    written = read_checkpoint(str(back / "bert_model.ckpt"))
+    assert {name: tensor.shape for name, tensor in written.items()} == expected
+    for name, tensor in original.items():
+        assert written[name].dtype == np.float32 and written[name].tobytes() == tensor.tobytes()
+    assert json.loads((back / "bert_config.json").read_text()) == bert_config
+    assert (back / "vocab.txt").read_text() == (source / "vocab.txt").read_text()
+
+
+@pytest.mark.parametrize("parts", [("encoder", "pooler", "mlm_head", "nsp_head"),
+                                   ("encoder", "pooler"), ("encoder", "mlm_head")])
+def test_bert_jax_export_holds_exactly_the_original_variables(tiny, tmp_path, parts):
+    config, params, tokenizer, _ = tiny
+    # BertModel (encoder + pooler) and BertForMaskedLM (no pooler, no NSP head) layouts.
+    subset = {"bert": dict(params["bert"])}
+    if "pooler" not in parts:
+        del subset["bert"]["pooler"]
+    subset.update({part: params[part] for part in ("mlm_head", "nsp_head") if part in parts})
+    destination = str(tmp_path / "tf")
+    assert model_io.export_tf_checkpoint(config, subset, tokenizer, destination) == sorted(parts)
+    written = read_checkpoint(os.path.join(destination, "bert_model.ckpt"))
+    assert {name: tensor.shape for name, tensor in written.items()} == original_variables(
+        config, parts)
+    _, restored, _ = model_io.load_model(destination)
+    flat = lambda tree: {  # noqa: E731
+        "/".join(path): np.asarray(value) for path, value in
+        __import__("flax").traverse_util.flatten_dict(tree).items()}
+    assert flat(restored).keys() == flat(subset).keys()
+    for path, value in flat(subset).items():
+        assert np.array_equal(flat(restored)[path], value), path
+
+
+_LOAD_AND_RUN = """
+import sys
+import numpy as np
+import tensorflow as tf
+start = __import__("time").perf_counter()
+model = tf.saved_model.load(sys.argv[1])
+inputs = np.load(sys.argv[2])
+outputs = {}
+for name, signature in sorted(model.signatures.items()):
+    for shape in ("small", "large"):
+        feed = {key[len(shape) + 1:]: tf.constant(value) for key, value in inputs.items()
+                if key.startswith(shape + "/")}
+        if name != "pretraining":
+            feed.pop("masked_lm_positions")
+        for key, value in signature(**feed).items():
+            outputs[f"{name}/{shape}/{key}"] = value.numpy()
+np.savez(sys.argv[3], **outputs)
+print(sorted(model.signatures), model.vocab_file.asset_path.numpy().decode().endswith("vocab.txt"),
+      bool(model.do_lower_case.numpy()))
+"""
+
+
+def _inputs(rng, batch_size: int, seq_len: int, vocab_size: int) -> dict:
+    input_mask = np.ones((batch_size, seq_len), np.int32)
+    input_mask[0, seq_len // 2:] = 0  # one padded row, so the mask matters
+    segment_ids = np.zeros((batch_size, seq_len), np.int32)
+    segment_ids[:, seq_len // 3:] = 1
+    return dict(input_ids=rng.integers(0, vocab_size, (batch_size, seq_len)).astype(np.int32),
+                input_mask=input_mask, segment_ids=segment_ids,
+                masked_lm_positions=rng.integers(0, seq_len, (batch_size, 3)).astype(np.int32))
+
+
+def test_saved_model_in_a_fresh_process_equals_bert_jax(tiny, tmp_path):
+    import jax
+
+    from bert_jax.model import BertForPreTraining, BertModel
+
+    config, params, tokenizer, source = tiny
+    destination = tmp_path / "serving" / "bert" / "1"
+    assert main(["convert", source, str(destination), "--to", "saved-model"]) == 0
+    rng = np.random.default_rng(3)
+    shapes = {"small": (2, 7), "large": (5, 19)}
+    inputs = {shape: _inputs(rng, *size, config.vocab_size) for shape, size in shapes.items()}
+    np.savez(tmp_path / "inputs.npz", **{f"{shape}/{key}": value for shape, feed in
+                                         inputs.items() for key, value in feed.items()})
+    # A fresh interpreter with no bert-jax on its path: only TensorFlow reads the SavedModel.
+    environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    result = subprocess.run(
+        [sys.executable, "-c", _LOAD_AND_RUN, str(destination), str(tmp_path / "inputs.npz"),
+         str(tmp_path / "outputs.npz")], capture_output=True, text=True, env=environment,
+        cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split("\n")[-2] == "['pretraining', 'serving_default'] True True"
+    outputs = np.load(tmp_path / "outputs.npz")
+    for shape, feed in inputs.items():
+        sequence_output, pooled_output = BertModel(config).apply(
+            {"params": params["bert"]}, feed["input_ids"], feed["segment_ids"],
+            feed["input_mask"])
+        mlm_logits, nsp_logits = jax.jit(BertForPreTraining(config).apply)(
+            {"params": params}, feed["input_ids"], feed["segment_ids"], feed["input_mask"],
+            feed["masked_lm_positions"])
+        expected = {"serving_default/sequence_output": sequence_output,
+                    "serving_default/pooled_output": pooled_output,
+                    "pretraining/mlm_logits": mlm_logits, "pretraining/nsp_logits": nsp_logits}
+        for name, value in expected.items():
+            signature, key = name.split("/")
+            actual = outputs[f"{signature}/{shape}/{key}"]
+            assert actual.shape == value.shape, name
+            difference = float(np.max(np.abs(actual - np.asarray(value))))
+            print(f"SavedModel vs bert-jax {name} at {shapes[shape]}: max abs {difference:.2e}")
+            assert difference < 1e-5, (name, shape, difference)
+
+
+def test_exports_refuse_a_full_directory_and_heads_without_a_tf_counterpart(tiny, tmp_path):
+    config, params, tokenizer, source = tiny
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "keep.txt").write_text("mine")
+    for target in ("tf-checkpoint", "saved-model"):
+        assert main(["convert", source, str(full), "--to", target]) == 2
+        assert os.listdir(full) == ["keep.txt"]
+    assert main(["convert", source, str(full), "--to", "tf-checkpoint", "--overwrite"]) == 0
+    assert "keep.txt" not in os.listdir(full)
+    assert main(["convert", source, str(tmp_path / "x"), "--to", "saved-model",
+                 "--platforms", "cpu,gpu"]) == 2
+
+    with_head = {**params, "token_classifier": {"kernel": np.zeros((128, 5), np.float32)}}
+    exports = {"an original BERT checkpoint": model_io.export_tf_checkpoint,
+               "the SavedModel export": model_io.export_saved_model}
+    for target, export in exports.items():
+        destination = tmp_path / "refused"
+        with pytest.raises(UserError, match=rf"\['token_classifier'\] have no counterpart in "
+                                            rf"{target}"):
+            export(config, with_head, tokenizer, str(destination))
+        # Nothing half-written: no destination and no temporary directory beside it.
+        assert not destination.exists()
+        assert not [name for name in os.listdir(tmp_path) if name.startswith(".refused")]
