@@ -140,25 +140,90 @@ def test_bert_jax_export_holds_exactly_the_original_variables(tiny, tmp_path, pa
         assert np.array_equal(flat(restored)[path], value), path
 
 
+def original_bert_forward(variables: dict, config, input_ids, input_mask, segment_ids,
+                          masked_lm_positions) -> dict:
+    """The original modeling.py / run_pretraining.py computation, in float64 numpy, reading
+    only the checkpoint's variables by their original names.
+
+    One deliberate difference: the exact (erf) GELU, which bert-jax and Hugging Face use,
+    where modeling.py has the tanh approximation (they differ by up to ~1e-3).
+    """
+    from scipy.special import erf
+
+    v = {name: value.astype(np.float64) for name, value in variables.items()}
+    gelu = lambda x: 0.5 * x * (1 + erf(x / np.sqrt(2)))  # noqa: E731
+    dense = lambda x, scope: x @ v[f"{scope}/kernel"] + v[f"{scope}/bias"]  # noqa: E731
+
+    def layer_norm(x, scope):
+        mean, variance = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+        return ((x - mean) / np.sqrt(variance + 1e-12) * v[f"{scope}/LayerNorm/gamma"]
+                + v[f"{scope}/LayerNorm/beta"])
+
+    batch_size, seq_len = input_ids.shape
+    heads, head_dim = config.num_heads, config.hidden_dim // config.num_heads
+    x = (v["bert/embeddings/word_embeddings"][input_ids]
+         + v["bert/embeddings/token_type_embeddings"][segment_ids]
+         + v["bert/embeddings/position_embeddings"][:seq_len])
+    x = layer_norm(x, "bert/embeddings")
+    adder = (1.0 - input_mask[:, None, None, :]) * -10000.0  # create_attention_mask_from_input_mask
+    split = lambda t: t.reshape(batch_size, seq_len, heads, head_dim).transpose(0, 2, 1, 3)  # noqa: E731
+    for index in range(config.num_layers):
+        layer = f"bert/encoder/layer_{index}"
+        query, key, value = (split(dense(x, f"{layer}/attention/self/{name}"))
+                             for name in ("query", "key", "value"))  # (B, nh, T, hd)
+        scores = query @ key.transpose(0, 1, 3, 2) / np.sqrt(head_dim) + adder  # (B, nh, T, T)
+        probabilities = np.exp(scores - scores.max(-1, keepdims=True))
+        probabilities /= probabilities.sum(-1, keepdims=True)
+        context = (probabilities @ value).transpose(0, 2, 1, 3).reshape(batch_size, seq_len, -1)
+        x = layer_norm(dense(context, f"{layer}/attention/output/dense") + x,
+                       f"{layer}/attention/output")
+        hidden = gelu(dense(x, f"{layer}/intermediate/dense"))
+        x = layer_norm(dense(hidden, f"{layer}/output/dense") + x, f"{layer}/output")
+    pooled = np.tanh(dense(x[:, 0], "bert/pooler/dense"))
+    gathered = np.take_along_axis(x, masked_lm_positions[..., None], axis=1)  # (B, P, H)
+    transformed = layer_norm(gelu(dense(gathered, "cls/predictions/transform/dense")),
+                             "cls/predictions/transform")
+    mlm_logits = (transformed @ v["bert/embeddings/word_embeddings"].T
+                  + v["cls/predictions/output_bias"])
+    nsp_logits = (pooled @ v["cls/seq_relationship/output_weights"].T
+                  + v["cls/seq_relationship/output_bias"])
+    return dict(sequence_output=x, pooled_output=pooled, mlm_logits=mlm_logits,
+                nsp_logits=nsp_logits)
+
+
+def test_exported_checkpoint_computes_in_the_original_graph_what_bert_jax_computes(tiny,
+                                                                                     tmp_path):
+    config, params, tokenizer, _ = tiny
+    model_io.export_tf_checkpoint(config, params, tokenizer, str(tmp_path / "tf"))
+    variables = read_checkpoint(str(tmp_path / "tf" / "bert_model.ckpt"))
+    feed = _inputs(np.random.default_rng(5), 3, 11, config.vocab_size)
+    expected = original_bert_forward(variables, config, **feed)
+
+    actual = bert_jax_outputs(config, params, feed)
+    for name, value in expected.items():
+        np.testing.assert_allclose(np.asarray(actual[name]), value, atol=2e-5, err_msg=name)
+
+
 _LOAD_AND_RUN = """
 import sys
 import numpy as np
 import tensorflow as tf
-start = __import__("time").perf_counter()
-model = tf.saved_model.load(sys.argv[1])
-inputs = np.load(sys.argv[2])
+inputs = np.load(sys.argv[1])
 outputs = {}
-for name, signature in sorted(model.signatures.items()):
-    for shape in ("small", "large"):
-        feed = {key[len(shape) + 1:]: tf.constant(value) for key, value in inputs.items()
-                if key.startswith(shape + "/")}
-        if name != "pretraining":
-            feed.pop("masked_lm_positions")
-        for key, value in signature(**feed).items():
-            outputs[f"{name}/{shape}/{key}"] = value.numpy()
-np.savez(sys.argv[3], **outputs)
-print(sorted(model.signatures), model.vocab_file.asset_path.numpy().decode().endswith("vocab.txt"),
-      bool(model.do_lower_case.numpy()))
+for argument in sys.argv[3:]:
+    directory, shapes = argument.rsplit(":", 1)
+    model = tf.saved_model.load(directory)
+    print(sorted(model.signatures), model.vocab_file.asset_path.numpy().decode()[-9:],
+          bool(model.do_lower_case.numpy()))
+    for name, signature in model.signatures.items():
+        for shape in shapes.split(","):
+            feed = {key[len(shape) + 1:]: tf.constant(value) for key, value in inputs.items()
+                    if key.startswith(shape + "/")}
+            if name != "pretraining":
+                feed.pop("masked_lm_positions")
+            for key, value in signature(**feed).items():
+                outputs[f"{directory}/{name}/{shape}/{key}"] = value.numpy()
+np.savez(sys.argv[2], **outputs)
 """
 
 
@@ -172,45 +237,72 @@ def _inputs(rng, batch_size: int, seq_len: int, vocab_size: int) -> dict:
                 masked_lm_positions=rng.integers(0, seq_len, (batch_size, 3)).astype(np.int32))
 
 
-def test_saved_model_in_a_fresh_process_equals_bert_jax(tiny, tmp_path):
+def bert_jax_outputs(config, params, feed) -> dict:
+    """sequence_output, pooled_output, mlm_logits and nsp_logits from bert-jax's own modules
+    (one compilation); outputs of parts the params lack come from zeros and are dropped."""
     import jax
 
-    from bert_jax.model import BertForPreTraining, BertModel
+    from bert_jax.inference import runnable_params
+    from bert_jax.model import BertForPreTraining
 
+    def run(params):
+        model = BertForPreTraining(config)
+        arguments = (feed["input_ids"], feed["segment_ids"], feed["input_mask"])
+        sequence_output, pooled_output = model.apply(
+            {"params": params}, *arguments, method=lambda module, *inputs: module.bert(*inputs))
+        mlm_logits, nsp_logits = model.apply({"params": params}, *arguments,
+                                             feed["masked_lm_positions"])
+        return dict(sequence_output=sequence_output, pooled_output=pooled_output,
+                    mlm_logits=mlm_logits, nsp_logits=nsp_logits)
+
+    outputs = jax.jit(run)(runnable_params(config, params))  # params must hold the MLM head
+    present = {"sequence_output": True, "pooled_output": "pooler" in params["bert"],
+               "mlm_logits": "mlm_head" in params, "nsp_logits": "nsp_head" in params}
+    return {name: np.asarray(value) for name, value in outputs.items() if present[name]}
+
+
+def test_saved_model_in_a_fresh_process_equals_bert_jax(tiny, tmp_path):
     config, params, tokenizer, source = tiny
-    destination = tmp_path / "serving" / "bert" / "1"
-    assert main(["convert", source, str(destination), "--to", "saved-model"]) == 0
+    # The full pre-training model through the command line at two shapes, and a
+    # BertForMaskedLM-like model (no pooler, no NSP head) through the library at one.
+    full = str(tmp_path / "serving" / "bert" / "1")
+    assert main(["convert", source, full, "--to", "saved-model"]) == 0
+    masked_lm = {"bert": {key: value for key, value in params["bert"].items() if key != "pooler"},
+                 "mlm_head": params["mlm_head"]}
+    partial = str(tmp_path / "masked_lm")
+    assert model_io.export_saved_model(config, masked_lm, tokenizer, partial,
+                                       platforms=("cpu",)) == ["pretraining", "serving_default"]
     rng = np.random.default_rng(3)
     shapes = {"small": (2, 7), "large": (5, 19)}
     inputs = {shape: _inputs(rng, *size, config.vocab_size) for shape, size in shapes.items()}
     np.savez(tmp_path / "inputs.npz", **{f"{shape}/{key}": value for shape, feed in
                                          inputs.items() for key, value in feed.items()})
+    runs = {full: ("small", "large"), partial: ("small",)}
     # A fresh interpreter with no bert-jax on its path: only TensorFlow reads the SavedModel.
     environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     result = subprocess.run(
-        [sys.executable, "-c", _LOAD_AND_RUN, str(destination), str(tmp_path / "inputs.npz"),
-         str(tmp_path / "outputs.npz")], capture_output=True, text=True, env=environment,
-        cwd=tmp_path)
+        [sys.executable, "-c", _LOAD_AND_RUN, str(tmp_path / "inputs.npz"),
+         str(tmp_path / "outputs.npz"), *[f"{path}:{','.join(run)}" for path, run in runs.items()]],
+        capture_output=True, text=True, env=environment, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.split("\n")[-2] == "['pretraining', 'serving_default'] True True"
+    assert result.stdout.splitlines()[-2:] == [
+        "['pretraining', 'serving_default'] vocab.txt True"] * 2
     outputs = np.load(tmp_path / "outputs.npz")
-    for shape, feed in inputs.items():
-        sequence_output, pooled_output = BertModel(config).apply(
-            {"params": params["bert"]}, feed["input_ids"], feed["segment_ids"],
-            feed["input_mask"])
-        mlm_logits, nsp_logits = jax.jit(BertForPreTraining(config).apply)(
-            {"params": params}, feed["input_ids"], feed["segment_ids"], feed["input_mask"],
-            feed["masked_lm_positions"])
-        expected = {"serving_default/sequence_output": sequence_output,
-                    "serving_default/pooled_output": pooled_output,
-                    "pretraining/mlm_logits": mlm_logits, "pretraining/nsp_logits": nsp_logits}
-        for name, value in expected.items():
-            signature, key = name.split("/")
-            actual = outputs[f"{signature}/{shape}/{key}"]
-            assert actual.shape == value.shape, name
-            difference = float(np.max(np.abs(actual - np.asarray(value))))
-            print(f"SavedModel vs bert-jax {name} at {shapes[shape]}: max abs {difference:.2e}")
-            assert difference < 1e-5, (name, shape, difference)
+    signatures = dict(sequence_output="serving_default", pooled_output="serving_default",
+                      mlm_logits="pretraining", nsp_logits="pretraining")
+    for directory, model_params in ((full, params), (partial, masked_lm)):
+        for shape in runs[directory]:
+            expected = {f"{directory}/{signatures[name]}/{shape}/{name}": value for name, value
+                        in bert_jax_outputs(config, model_params, inputs[shape]).items()}
+            assert sorted(key for key in outputs.files
+                          if key.startswith(f"{directory}/") and f"/{shape}/" in key
+                          ) == sorted(expected)
+            for key, value in expected.items():
+                assert outputs[key].shape == value.shape, key
+                difference = float(np.max(np.abs(outputs[key] - value)))
+                print(f"SavedModel {key[len(str(tmp_path)) + 1:]} {shapes[shape]}: max abs "
+                      f"difference from bert-jax {difference:.2e}")
+                assert difference < 1e-5, (key, difference)
 
 
 def test_exports_refuse_a_full_directory_and_heads_without_a_tf_counterpart(tiny, tmp_path):
