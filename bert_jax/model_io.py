@@ -1,4 +1,4 @@
-"""Loads a model from any source bert-jax understands; saves bert-jax, Hugging Face and TF directories.
+"""Loads a model from any source bert-jax understands; saves it as bert-jax, HF or TF directories.
 
 Sources `load_model` recognises, by the files inside:
   - a Hugging Face BERT directory: config.json (model_type bert) + model.safetensors;

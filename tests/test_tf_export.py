@@ -120,6 +120,8 @@ def test_tf_round_trip_is_bit_identical_with_the_original_names(tiny, tmp_path):
 @pytest.mark.parametrize("parts", [("encoder", "pooler", "mlm_head", "nsp_head"),
                                    ("encoder", "pooler"), ("encoder", "mlm_head")])
 def test_bert_jax_export_holds_exactly_the_original_variables(tiny, tmp_path, parts):
+    import flax
+
     config, params, tokenizer, _ = tiny
     # BertModel (encoder + pooler) and BertForMaskedLM (no pooler, no NSP head) layouts.
     subset = {"bert": dict(params["bert"])}
@@ -131,13 +133,12 @@ def test_bert_jax_export_holds_exactly_the_original_variables(tiny, tmp_path, pa
     written = read_checkpoint(os.path.join(destination, "bert_model.ckpt"))
     assert {name: tensor.shape for name, tensor in written.items()} == original_variables(
         config, parts)
+    # ... and bert-jax -> TF -> bert-jax is bit-identical.
     _, restored, _ = model_io.load_model(destination)
-    flat = lambda tree: {  # noqa: E731
-        "/".join(path): np.asarray(value) for path, value in
-        __import__("flax").traverse_util.flatten_dict(tree).items()}
-    assert flat(restored).keys() == flat(subset).keys()
-    for path, value in flat(subset).items():
-        assert np.array_equal(flat(restored)[path], value), path
+    restored, subset = (flax.traverse_util.flatten_dict(tree) for tree in (restored, subset))
+    assert restored.keys() == subset.keys()
+    for path, value in subset.items():
+        assert restored[path].dtype == value.dtype and np.array_equal(restored[path], value), path
 
 
 def original_bert_forward(variables: dict, config, input_ids, input_mask, segment_ids,
@@ -166,7 +167,10 @@ def original_bert_forward(variables: dict, config, input_ids, input_mask, segmen
          + v["bert/embeddings/position_embeddings"][:seq_len])
     x = layer_norm(x, "bert/embeddings")
     adder = (1.0 - input_mask[:, None, None, :]) * -10000.0  # create_attention_mask_from_input_mask
-    split = lambda t: t.reshape(batch_size, seq_len, heads, head_dim).transpose(0, 2, 1, 3)  # noqa: E731
+
+    def split(tensor):  # (B, T, H) -> (B, nh, T, hd), as transpose_for_scores
+        return tensor.reshape(batch_size, seq_len, heads, head_dim).transpose(0, 2, 1, 3)
+
     for index in range(config.num_layers):
         layer = f"bert/encoder/layer_{index}"
         query, key, value = (split(dense(x, f"{layer}/attention/self/{name}"))

@@ -20,6 +20,7 @@ TensorFlow is imported only inside the functions (the input pipeline owns Tensor
 writer is the interop exception, like the checkpoint reader).
 """
 
+import dataclasses
 import os
 import tempfile
 
@@ -68,14 +69,13 @@ def _pretraining_function(config: BertConfig, with_nsp: bool):
 
 
 def _variables(tree: dict):
-    """The params tree as non-trainable tf.Variables named by their path."""
+    """The params tree as non-trainable float32 tf.Variables named by their path."""
+    import jax
     import tensorflow as tf
 
     def convert(path, value):
         name = "/".join(key.key for key in path)
         return tf.Variable(np.asarray(value, np.float32), trainable=False, name=name)
-
-    import jax
 
     return jax.tree_util.tree_map_with_path(convert, tree)
 
@@ -106,6 +106,8 @@ def write_directory(config: BertConfig, params: dict, directory: str, tokenizer,
     """Writes the SavedModel into `directory`; returns its signature names.
 
     `params` holds the encoder and, optionally, the pooler and the pre-training heads.
+    The SavedModel computes in float32 whatever dtype the model trained in: serving has no
+    use for bfloat16's savings on a CPU and loses its precision.
     """
     import tensorflow as tf
 
@@ -116,6 +118,7 @@ def write_directory(config: BertConfig, params: dict, directory: str, tokenizer,
     # Zeros stand in for an absent pooler or NSP head so the modules apply; their outputs
     # are not exposed.
     runnable = runnable_params(config, params)
+    config = dataclasses.replace(config, dtype="float32", param_dtype="float32")
     module = tf.Module()
     module.params = _variables(runnable)
     signatures = {"serving_default": _signature(
