@@ -20,7 +20,6 @@ TensorFlow is imported only inside the functions (the input pipeline owns Tensor
 writer is the interop exception, like the checkpoint reader).
 """
 
-import dataclasses
 import os
 import tempfile
 
@@ -106,8 +105,6 @@ def write_directory(config: BertConfig, params: dict, directory: str, tokenizer,
     """Writes the SavedModel into `directory`; returns its signature names.
 
     `params` holds the encoder and, optionally, the pooler and the pre-training heads.
-    The SavedModel computes in float32 whatever dtype the model trained in: serving has no
-    use for bfloat16's savings on a CPU and loses its precision.
     """
     import tensorflow as tf
 
@@ -118,7 +115,6 @@ def write_directory(config: BertConfig, params: dict, directory: str, tokenizer,
     # Zeros stand in for an absent pooler or NSP head so the modules apply; their outputs
     # are not exposed.
     runnable = runnable_params(config, params)
-    config = dataclasses.replace(config, dtype="float32", param_dtype="float32")
     module = tf.Module()
     module.params = _variables(runnable)
     signatures = {"serving_default": _signature(
