@@ -24,12 +24,18 @@ from input_pipeline.tokenization import load_tokenizer
 tf = pytest.importorskip("tensorflow")
 
 
-def original_variables(config, parts=("encoder", "pooler", "mlm_head", "nsp_head")) -> dict:
-    """name -> shape of every variable the original pre-training graph creates.
+NUM_LABELS = 3
+PRETRAINING = ("encoder", "pooler", "mlm_head", "nsp_head")
+CLASSIFIER = ("encoder", "pooler", "classifier")
+
+
+def original_variables(config, parts=PRETRAINING) -> dict:
+    """name -> shape of every variable the original pre-training or classifier graph creates.
 
     Written from the scopes in google-research/bert: modeling.py's BertModel ("bert" ->
-    "embeddings", "encoder/layer_%d", "pooler") and run_pretraining.py's get_masked_lm_output
-    ("cls/predictions") and get_next_sentence_output ("cls/seq_relationship").
+    "embeddings", "encoder/layer_%d", "pooler"), run_pretraining.py's get_masked_lm_output
+    ("cls/predictions") and get_next_sentence_output ("cls/seq_relationship"), and
+    run_classifier.py's create_model (unscoped "output_weights" [num_labels, hidden]).
     """
     hidden, intermediate, vocab = config.hidden_dim, config.mlp_dim, config.vocab_size
     layer_norm = lambda scope: {f"{scope}/LayerNorm/beta": (hidden,),  # noqa: E731
@@ -61,12 +67,29 @@ def original_variables(config, parts=("encoder", "pooler", "mlm_head", "nsp_head
     if "nsp_head" in parts:
         variables.update({"cls/seq_relationship/output_weights": (2, hidden),
                           "cls/seq_relationship/output_bias": (2,)})
+    if "classifier" in parts:
+        variables.update({"output_weights": (NUM_LABELS, hidden), "output_bias": (NUM_LABELS,)})
     return variables
 
 
 def read_checkpoint(prefix: str) -> dict:
     reader = tf.train.load_checkpoint(prefix)
     return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+
+
+def with_parts(params, parts, seed: int = 2) -> dict:
+    """The parts of `params` (a random pre-training model) that `parts` names, and a random
+    sequence classifier (heads.py's layout: kernel (H, labels)) if it names one."""
+    subset = {"bert": {key: value for key, value in params["bert"].items()
+                       if key != "pooler" or "pooler" in parts}}
+    subset.update({part: params[part] for part in ("mlm_head", "nsp_head") if part in parts})
+    if "classifier" in parts:
+        rng = np.random.default_rng(seed)
+        hidden = params["bert"]["pooler"]["bias"].shape[0]
+        subset["classifier"] = {
+            "kernel": rng.normal(0, 0.3, (hidden, NUM_LABELS)).astype(np.float32),
+            "bias": rng.normal(0, 0.3, (NUM_LABELS,)).astype(np.float32)}
+    return subset
 
 
 @pytest.fixture(scope="module")
@@ -80,18 +103,24 @@ def tiny(tmp_path_factory):
     return config, params, tokenizer, str(directory / "bert-jax")
 
 
-def test_tf_round_trip_is_bit_identical_with_the_original_names(tiny, tmp_path):
+@pytest.mark.parametrize("parts", [PRETRAINING, CLASSIFIER])
+def test_tf_round_trip_is_bit_identical_with_the_original_names(tiny, tmp_path, parts):
     config, _, tokenizer, _ = tiny
-    expected = original_variables(config)
+    expected = original_variables(config, parts)
     rng = np.random.default_rng(7)
     original = {name: rng.normal(0, 0.3, shape).astype(np.float32)
                 for name, shape in expected.items()}
+    # A run_classifier.py output also holds the step and the Adam moments: not weights.
+    training_state = {"global_step": np.array(900, np.int64),
+                      "output_weights/adam_m": np.zeros((NUM_LABELS, config.hidden_dim),
+                                                        np.float32)}
     source = tmp_path / "google"
     source.mkdir()
-    names = sorted(original)
+    variables = {**original, **training_state} if "classifier" in parts else original
+    names = sorted(variables)
     tf.raw_ops.SaveV2(prefix=str(source / "bert_model.ckpt"), tensor_names=names,
                       shape_and_slices=[""] * len(names),
-                      tensors=[tf.constant(original[name]) for name in names])
+                      tensors=[tf.constant(variables[name]) for name in names])
     bert_config = dict(attention_probs_dropout_prob=0.1, hidden_act="gelu",
                        hidden_dropout_prob=0.1, hidden_size=config.hidden_dim,
                        initializer_range=0.02, intermediate_size=config.mlp_dim,
@@ -102,10 +131,14 @@ def test_tf_round_trip_is_bit_identical_with_the_original_names(tiny, tmp_path):
     (source / "bert_config.json").write_text(json.dumps(bert_config))
     write_vocab(source)
 
-    # TF -> bert-jax (a model directory on disk) -> TF, through the command line.
-    assert main(["convert", str(source), str(tmp_path / "ours"), "--to", "bert-jax"]) == 0
-    assert main(["convert", str(tmp_path / "ours"), str(tmp_path / "back"),
-                 "--to", "tf-checkpoint"]) == 0
+    if "classifier" in parts:  # TF -> bert-jax (in memory) -> TF
+        _, params, _ = model_io.load_model(str(source))
+        assert params["classifier"]["kernel"].shape == (config.hidden_dim, NUM_LABELS)
+        assert main(["convert", str(source), str(tmp_path / "back"), "--to", "tf-checkpoint"]) == 0
+    else:  # TF -> bert-jax (a model directory on disk) -> TF
+        assert main(["convert", str(source), str(tmp_path / "ours"), "--to", "bert-jax"]) == 0
+        assert main(["convert", str(tmp_path / "ours"), str(tmp_path / "back"),
+                     "--to", "tf-checkpoint"]) == 0
     back = tmp_path / "back"
     assert {"bert_model.ckpt.index", "bert_model.ckpt.data-00000-of-00001", "bert_config.json",
             "vocab.txt"} <= set(os.listdir(back))
@@ -117,17 +150,14 @@ def test_tf_round_trip_is_bit_identical_with_the_original_names(tiny, tmp_path):
     assert (back / "vocab.txt").read_text() == (source / "vocab.txt").read_text()
 
 
-@pytest.mark.parametrize("parts", [("encoder", "pooler", "mlm_head", "nsp_head"),
-                                   ("encoder", "pooler"), ("encoder", "mlm_head")])
+@pytest.mark.parametrize("parts", [PRETRAINING, ("encoder", "pooler"), ("encoder", "mlm_head"),
+                                   CLASSIFIER])
 def test_bert_jax_export_holds_exactly_the_original_variables(tiny, tmp_path, parts):
     import flax
 
     config, params, tokenizer, _ = tiny
-    # BertModel (encoder + pooler) and BertForMaskedLM (no pooler, no NSP head) layouts.
-    subset = {"bert": dict(params["bert"])}
-    if "pooler" not in parts:
-        del subset["bert"]["pooler"]
-    subset.update({part: params[part] for part in ("mlm_head", "nsp_head") if part in parts})
+    # BertForPreTraining, BertModel, BertForMaskedLM (no pooler) and a sequence classifier.
+    subset = with_parts(params, parts)
     destination = str(tmp_path / "tf")
     assert model_io.export_tf_checkpoint(config, subset, tokenizer, destination) == sorted(parts)
     written = read_checkpoint(os.path.join(destination, "bert_model.ckpt"))
@@ -183,27 +213,33 @@ def original_bert_forward(variables: dict, config, input_ids, input_mask, segmen
                        f"{layer}/attention/output")
         hidden = gelu(dense(x, f"{layer}/intermediate/dense"))
         x = layer_norm(dense(hidden, f"{layer}/output/dense") + x, f"{layer}/output")
-    pooled = np.tanh(dense(x[:, 0], "bert/pooler/dense"))
-    gathered = np.take_along_axis(x, masked_lm_positions[..., None], axis=1)  # (B, P, H)
-    transformed = layer_norm(gelu(dense(gathered, "cls/predictions/transform/dense")),
-                             "cls/predictions/transform")
-    mlm_logits = (transformed @ v["bert/embeddings/word_embeddings"].T
-                  + v["cls/predictions/output_bias"])
-    nsp_logits = (pooled @ v["cls/seq_relationship/output_weights"].T
-                  + v["cls/seq_relationship/output_bias"])
-    return dict(sequence_output=x, pooled_output=pooled, mlm_logits=mlm_logits,
-                nsp_logits=nsp_logits)
+    outputs = dict(sequence_output=x)
+    pooled = outputs["pooled_output"] = np.tanh(dense(x[:, 0], "bert/pooler/dense"))
+    if "cls/predictions/output_bias" in v:
+        gathered = np.take_along_axis(x, masked_lm_positions[..., None], axis=1)  # (B, P, H)
+        transformed = layer_norm(gelu(dense(gathered, "cls/predictions/transform/dense")),
+                                 "cls/predictions/transform")
+        outputs["mlm_logits"] = (transformed @ v["bert/embeddings/word_embeddings"].T
+                                 + v["cls/predictions/output_bias"])
+        outputs["nsp_logits"] = (pooled @ v["cls/seq_relationship/output_weights"].T
+                                 + v["cls/seq_relationship/output_bias"])
+    if "output_weights" in v:  # run_classifier.py: matmul(..., transpose_b=True) + bias
+        outputs["logits"] = pooled @ v["output_weights"].T + v["output_bias"]
+    return outputs
 
 
-def test_exported_checkpoint_computes_in_the_original_graph_what_bert_jax_computes(tiny,
-                                                                                     tmp_path):
+@pytest.mark.parametrize("parts", [PRETRAINING, CLASSIFIER])
+def test_exported_checkpoint_computes_in_the_original_graph_what_bert_jax_computes(
+        tiny, tmp_path, parts):
     config, params, tokenizer, _ = tiny
+    params = with_parts(params, parts)
     model_io.export_tf_checkpoint(config, params, tokenizer, str(tmp_path / "tf"))
     variables = read_checkpoint(str(tmp_path / "tf" / "bert_model.ckpt"))
     feed = _inputs(np.random.default_rng(5), 3, 11, config.vocab_size)
     expected = original_bert_forward(variables, config, **feed)
 
     actual = bert_jax_outputs(config, params, feed)
+    assert sorted(actual) == sorted(expected)
     for name, value in expected.items():
         np.testing.assert_allclose(np.asarray(actual[name]), value, atol=2e-5, err_msg=name)
 
@@ -242,60 +278,70 @@ def _inputs(rng, batch_size: int, seq_len: int, vocab_size: int) -> dict:
 
 
 def bert_jax_outputs(config, params, feed) -> dict:
-    """sequence_output, pooled_output, mlm_logits and nsp_logits from bert-jax's own modules
-    (one compilation); outputs of parts the params lack come from zeros and are dropped."""
+    """What bert-jax's own modules compute for the parts `params` holds (one compilation):
+    sequence_output, pooled_output, mlm_logits, nsp_logits, logits (sequence classifier)."""
     import jax
 
+    from bert_jax.heads import BertForSequenceClassification
     from bert_jax.inference import runnable_params
-    from bert_jax.model import BertForPreTraining
+    from bert_jax.model import BertForPreTraining, BertModel
+
+    arguments = (feed["input_ids"], feed["segment_ids"], feed["input_mask"])
+    with_pooler = "pooler" in params["bert"]
 
     def run(params):
-        model = BertForPreTraining(config)
-        arguments = (feed["input_ids"], feed["segment_ids"], feed["input_mask"])
-        sequence_output, pooled_output = model.apply(
-            {"params": params}, *arguments, method=lambda module, *inputs: module.bert(*inputs))
-        mlm_logits, nsp_logits = model.apply({"params": params}, *arguments,
-                                             feed["masked_lm_positions"])
-        return dict(sequence_output=sequence_output, pooled_output=pooled_output,
-                    mlm_logits=mlm_logits, nsp_logits=nsp_logits)
+        sequence_output, pooled_output = BertModel(config, with_pooler=with_pooler).apply(
+            {"params": params["bert"]}, *arguments)
+        outputs = dict(sequence_output=sequence_output, pooled_output=pooled_output)
+        if "mlm_head" in params:
+            outputs["mlm_logits"], outputs["nsp_logits"] = BertForPreTraining(config).apply(
+                {"params": runnable_params(config, params)}, *arguments,
+                feed["masked_lm_positions"])
+            if "nsp_head" not in params:
+                del outputs["nsp_logits"]
+        if "classifier" in params:
+            outputs["logits"] = BertForSequenceClassification(config, NUM_LABELS).apply(
+                {"params": params}, *arguments)
+        return {name: value for name, value in outputs.items() if value is not None}
 
-    outputs = jax.jit(run)(runnable_params(config, params))  # params must hold the MLM head
-    present = {"sequence_output": True, "pooled_output": "pooler" in params["bert"],
-               "mlm_logits": "mlm_head" in params, "nsp_logits": "nsp_head" in params}
-    return {name: np.asarray(value) for name, value in outputs.items() if present[name]}
+    return {name: np.asarray(value) for name, value in jax.jit(run)(params).items()}
 
 
 def test_saved_model_in_a_fresh_process_equals_bert_jax(tiny, tmp_path):
     config, params, tokenizer, source = tiny
-    # The full pre-training model through the command line at two shapes, and a
-    # BertForMaskedLM-like model (no pooler, no NSP head) through the library at one.
+    # The full pre-training model through the command line at two shapes; a BertForMaskedLM
+    # -like model (no pooler, no NSP head) and a sequence classifier through the library.
     full = str(tmp_path / "serving" / "bert" / "1")
     assert main(["convert", source, full, "--to", "saved-model"]) == 0
-    masked_lm = {"bert": {key: value for key, value in params["bert"].items() if key != "pooler"},
-                 "mlm_head": params["mlm_head"]}
-    partial = str(tmp_path / "masked_lm")
-    assert model_io.export_saved_model(config, masked_lm, tokenizer, partial,
-                                       platforms=("cpu",)) == ["pretraining", "serving_default"]
+    models = {full: (params, ("small", "large"))}
+    for name, parts, signatures in (
+            ("masked_lm", ("encoder", "mlm_head"), ["pretraining", "serving_default"]),
+            ("classifier", CLASSIFIER, ["serving_default"])):
+        models[str(tmp_path / name)] = (with_parts(params, parts), ("small",))
+        assert model_io.export_saved_model(config, models[str(tmp_path / name)][0], tokenizer,
+                                           str(tmp_path / name), platforms=("cpu",)) == signatures
     rng = np.random.default_rng(3)
     shapes = {"small": (2, 7), "large": (5, 19)}
     inputs = {shape: _inputs(rng, *size, config.vocab_size) for shape, size in shapes.items()}
     np.savez(tmp_path / "inputs.npz", **{f"{shape}/{key}": value for shape, feed in
                                          inputs.items() for key, value in feed.items()})
-    runs = {full: ("small", "large"), partial: ("small",)}
     # A fresh interpreter with no bert-jax on its path: only TensorFlow reads the SavedModel.
     environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     result = subprocess.run(
         [sys.executable, "-c", _LOAD_AND_RUN, str(tmp_path / "inputs.npz"),
-         str(tmp_path / "outputs.npz"), *[f"{path}:{','.join(run)}" for path, run in runs.items()]],
+         str(tmp_path / "outputs.npz"),
+         *[f"{path}:{','.join(runs)}" for path, (_, runs) in models.items()]],
         capture_output=True, text=True, env=environment, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.splitlines()[-2:] == [
-        "['pretraining', 'serving_default'] vocab.txt True"] * 2
+    assert result.stdout.splitlines()[-3:] == [
+        "['pretraining', 'serving_default'] vocab.txt True"] * 2 + [
+        "['serving_default'] vocab.txt True"]
     outputs = np.load(tmp_path / "outputs.npz")
     signatures = dict(sequence_output="serving_default", pooled_output="serving_default",
-                      mlm_logits="pretraining", nsp_logits="pretraining")
-    for directory, model_params in ((full, params), (partial, masked_lm)):
-        for shape in runs[directory]:
+                      logits="serving_default", mlm_logits="pretraining",
+                      nsp_logits="pretraining")
+    for directory, (model_params, runs) in models.items():
+        for shape in runs:
             expected = {f"{directory}/{signatures[name]}/{shape}/{name}": value for name, value
                         in bert_jax_outputs(config, model_params, inputs[shape]).items()}
             assert sorted(key for key in outputs.files
@@ -322,14 +368,26 @@ def test_exports_refuse_a_full_directory_and_heads_without_a_tf_counterpart(tiny
     assert main(["convert", source, str(tmp_path / "x"), "--to", "saved-model",
                  "--platforms", "cpu,gpu"]) == 2
 
-    with_head = {**params, "token_classifier": {"kernel": np.zeros((128, 5), np.float32)}}
+    # Heads with no TF counterpart: an unknown head, and heads.py's token classifier (its
+    # `classifier` sits on an encoder without the pooler).
+    token_classifier = with_parts(params, ("encoder", "classifier"))  # no pooler
+    cases = {"span": ({**params, "qa_outputs": {"bias": np.zeros(2, np.float32)}},
+                      r"head\(s\) \['qa_outputs'\] have no counterpart in {target}"),
+             "token": (token_classifier,
+                       r"head 'classifier' scores every position \(token classification, no "
+                       r"pooler\): it has no counterpart in {target}")}
     exports = {"an original BERT checkpoint": model_io.export_tf_checkpoint,
                "the SavedModel export": model_io.export_saved_model}
     for target, export in exports.items():
-        destination = tmp_path / "refused"
-        with pytest.raises(UserError, match=rf"\['token_classifier'\] have no counterpart in "
-                                            rf"{target}"):
-            export(config, with_head, tokenizer, str(destination))
-        # Nothing half-written: no destination and no temporary directory beside it.
-        assert not destination.exists()
-        assert not [name for name in os.listdir(tmp_path) if name.startswith(".refused")]
+        for case_params, message in cases.values():
+            destination = tmp_path / "refused"
+            with pytest.raises(UserError, match=message.format(target=target)):
+                export(config, case_params, tokenizer, str(destination))
+            # Nothing half-written: no destination and no temporary directory beside it.
+            assert not destination.exists()
+            assert not [name for name in os.listdir(tmp_path) if name.startswith(".refused")]
+    # The sequence classifier that an original run_classifier.py checkpoint imports with is
+    # refused by the Hugging Face writer rather than dropped.
+    with pytest.raises(UserError, match=r"\['classifier'\] have no counterpart"):
+        model_io.export_huggingface(config, with_parts(params, CLASSIFIER), tokenizer,
+                                    str(tmp_path / "hf"))

@@ -10,7 +10,8 @@ module stays small and a BERT-Large fits under protobuf's 2 GB limit.
 
 Signatures (int32 inputs of shape [batch, seq]: `input_ids`, `input_mask`, `segment_ids`):
   - `serving_default` -> `sequence_output` [batch, seq, hidden], `pooled_output` [batch, hidden]
-    (no `pooled_output` when the model has no pooler);
+    (no `pooled_output` when the model has no pooler) and, for a sequence classifier
+    (`bert_jax/heads.py`), `logits` [batch, num_labels];
   - `pretraining` (models with the masked-LM head) also takes `masked_lm_positions` [batch,
     predictions] -> `mlm_logits` [batch, predictions, vocab] and, with the next-sentence
     head, `nsp_logits` [batch, 2], as the original run_pretraining.py computes them.
@@ -33,20 +34,34 @@ from bert_jax.interop import tensor_map
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
 DEFAULT_PLATFORMS = ("cpu", "cuda", "tpu")
 INPUT_NAMES = ("input_ids", "input_mask", "segment_ids")
-HEAD_PARTS = ("mlm_head", "nsp_head")
+HEAD_PARTS = ("mlm_head", "nsp_head", "classifier")
 
 
-def _encoder_function(config: BertConfig, with_pooler: bool):
-    """(bert params, input_ids, input_mask, segment_ids) -> the serving_default outputs."""
+def _encoder_function(config: BertConfig, parts: set[str]):
+    """(params, input_ids, input_mask, segment_ids) -> the serving_default outputs.
+
+    With a sequence classifier the head's own module runs (heads.py), and the encoder's
+    outputs are read from inside it, so the encoder is computed once.
+    """
+    from bert_jax.heads import BertForSequenceClassification
     from bert_jax.model import BertModel
 
-    def encoder(bert_params, input_ids, input_mask, segment_ids):
-        sequence_output, pooled_output = BertModel(config).apply(
-            {"params": bert_params}, input_ids, segment_ids, input_mask)  # (B, T, H), (B, H)
-        outputs = dict(sequence_output=sequence_output)
-        if with_pooler:
-            outputs["pooled_output"] = pooled_output
-        return outputs
+    def encoder(params, input_ids, input_mask, segment_ids):
+        arguments = (input_ids, segment_ids, input_mask)
+        if "classifier" in parts:
+            num_labels = params["classifier"]["bias"].shape[0]
+            logits, state = BertForSequenceClassification(config, num_labels).apply(
+                {"params": params}, *arguments,
+                capture_intermediates=lambda module, _: module.name == "bert")  # (B, labels)
+            sequence_output, pooled_output = state["intermediates"]["bert"]["__call__"][0]
+        else:
+            logits = None
+            sequence_output, pooled_output = BertModel(
+                config, with_pooler="pooler" in parts).apply(
+                    {"params": params["bert"]}, *arguments)  # (B, T, H), (B, H) or None
+        outputs = dict(sequence_output=sequence_output, pooled_output=pooled_output,
+                       logits=logits)
+        return {name: value for name, value in outputs.items() if value is not None}
 
     return encoder
 
@@ -104,7 +119,8 @@ def write_directory(config: BertConfig, params: dict, directory: str, tokenizer,
                     platforms=DEFAULT_PLATFORMS) -> list[str]:
     """Writes the SavedModel into `directory`; returns its signature names.
 
-    `params` holds the encoder and, optionally, the pooler and the pre-training heads.
+    `params` holds the encoder and, optionally, the pooler, the pre-training heads and a
+    sequence classifier.
     """
     import tensorflow as tf
 
@@ -112,13 +128,13 @@ def write_directory(config: BertConfig, params: dict, directory: str, tokenizer,
 
     tensor_map.refuse_unknown_heads(params, HEAD_PARTS, "the SavedModel export")
     parts = tensor_map.present_parts(params)
-    # Zeros stand in for an absent pooler or NSP head so the modules apply; their outputs
-    # are not exposed.
-    runnable = runnable_params(config, params)
     module = tf.Module()
-    module.params = _variables(runnable)
+    # The pre-training signature's module needs every part: zeros stand in for an absent
+    # pooler or NSP head, and their outputs are not exposed.
+    module.params = _variables(runnable_params(config, params) if "mlm_head" in parts
+                               else params)
     signatures = {"serving_default": _signature(
-        _encoder_function(config, "pooler" in parts), module.params["bert"], config, platforms)}
+        _encoder_function(config, parts), module.params, config, platforms)}
     if "mlm_head" in parts:
         signatures["pretraining"] = _signature(
             _pretraining_function(config, "nsp_head" in parts), module.params, config,

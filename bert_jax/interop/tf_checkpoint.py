@@ -1,7 +1,7 @@
 """Original google-research/bert TensorFlow checkpoints (`bert_model.ckpt.*` + `bert_config.json`).
 
-The one place the original variable names appear (`modeling.py` and `run_pretraining.py`
-of google-research/bert). One name table serves reading and writing, so the two cannot
+The one place the original variable names appear (`modeling.py`, `run_pretraining.py` and
+`run_classifier.py` of google-research/bert). One name table serves reading and writing, so the two cannot
 drift. TensorFlow is imported only when a checkpoint is read or written.
 """
 
@@ -24,8 +24,9 @@ ORIGINAL_CONFIG_KEYS = ("attention_probs_dropout_prob", "hidden_act", "hidden_dr
 # The original code hard-codes this LayerNorm epsilon; any other value has to travel as an
 # extra key (which modeling.BertConfig.from_dict stores and ignores).
 _ORIGINAL_LAYER_NORM_EPS = 1e-12
-# What the original graph holds besides the encoder (run_pretraining.py's `cls/` heads).
-HEAD_PARTS = ("mlm_head", "nsp_head")
+# What the original graphs hold besides the encoder: run_pretraining.py's `cls/` heads and
+# run_classifier.py's sequence classifier.
+HEAD_PARTS = ("mlm_head", "nsp_head", "classifier")
 # Variables of a run_pretraining.py output that are not model weights: the step counter and
 # the AdamWeightDecayOptimizer's moments.
 _TRAINING_STATE_SUFFIXES = ("/adam_m", "/adam_v")
@@ -54,7 +55,7 @@ def _layer_entries(index: int) -> list[Entry]:
 
 
 def name_table(config: BertConfig) -> list[Entry]:
-    """Every variable of the original pre-training graph."""
+    """Every variable of the original pre-training and classifier graphs."""
     embeddings = ("bert", "embeddings")
     entries = [
         Entry((*embeddings, "word_embeddings", "embedding"), "bert/embeddings/word_embeddings",
@@ -79,6 +80,9 @@ def name_table(config: BertConfig) -> list[Entry]:
         # The NSP weights are created as [2, hidden] and used with transpose_b=True.
         *dense_entries(("nsp_head",), "cls/seq_relationship/output_weights",
                        "cls/seq_relationship/output_bias", "nsp_head", transposed=True),
+        # run_classifier.py's create_model: [num_labels, hidden] at the top level, no scope.
+        *dense_entries(("classifier",), "output_weights", "output_bias", "classifier",
+                       transposed=True),
     ]
 
 
