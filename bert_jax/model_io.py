@@ -68,6 +68,10 @@ def _check_params(config: BertConfig, params: dict, source: str) -> None:
     from bert_jax.interop.tensor_map import parameter_shapes
 
     expected = parameter_shapes(config)
+    if "classifier" in params:  # a task head (heads.py): its width is the task's, not the config's
+        labels = tuple(np.shape(params["classifier"].get("bias", ()))[:1])
+        expected |= {("classifier", "kernel"): (config.hidden_dim, *labels),
+                     ("classifier", "bias"): labels}
     found = {path: value.shape for path, value in flax.traverse_util.flatten_dict(params).items()}
     wrong = sorted("/".join(path) + (f" {shape}" if path in expected else " (unknown)")
                    for path, shape in found.items() if expected.get(path) != tuple(shape))

@@ -17,12 +17,16 @@ as one of:
   tf-checkpoint  an original google-research/bert checkpoint (bert_model.ckpt.index,
                  bert_model.ckpt.data-00000-of-00001, bert_config.json, vocab.txt) with the
                  released checkpoints' variable names and shapes (bert/..., cls/predictions/...,
-                 cls/seq_relationship/...): run_classifier.py --init_checkpoint=DST/bert_model.ckpt;
+                 cls/seq_relationship/...; a sequence classifier as run_classifier.py's
+                 output_weights / output_bias): --init_checkpoint=DST/bert_model.ckpt;
   saved-model    a TensorFlow SavedModel running the bert-jax function (jax2tf, batch and
                  length left unknown): signature serving_default (input_ids, input_mask,
-                 segment_ids -> sequence_output, pooled_output) and, with the pre-training
-                 heads, pretraining (+ masked_lm_positions -> mlm_logits, nsp_logits). For
-                 TF Serving write it to MODELS/NAME/1 (see the README).
+                 segment_ids -> sequence_output, pooled_output, and logits for a sequence
+                 classifier) and, with the pre-training heads, pretraining
+                 (+ masked_lm_positions -> mlm_logits, nsp_logits). For TF Serving write
+                 it to MODELS/NAME/1 (see the README).
+A head that the target format has no names for (e.g. a token classifier for the TF formats)
+is refused with its name.
 
 DST is written to a temporary directory and renamed when complete; it must not exist or be
 empty unless --overwrite, and it may not lie inside a training run.
