@@ -1,8 +1,8 @@
 """Original google-research/bert TensorFlow checkpoints (`bert_model.ckpt.*` + `bert_config.json`).
 
 The one place the original variable names appear (`modeling.py`, `run_pretraining.py` and
-`run_classifier.py` of google-research/bert). One name table serves reading and writing, so the two cannot
-drift. TensorFlow is imported only when a checkpoint is read or written.
+`run_classifier.py` of google-research/bert). One name table serves reading and writing,
+so the two cannot drift. TensorFlow is imported only when a checkpoint is read or written.
 """
 
 import glob
