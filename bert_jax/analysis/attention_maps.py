@@ -49,8 +49,10 @@ def text_attention(config: BertConfig, params: dict, tokenizer, text: str,
     truncated_from = None
     if full_length > limit:
         truncated_from = full_length
-        warnings.warn(f"the input is {full_length} tokens long; the model takes {limit}, so "
-                      f"it was truncated to {limit} tokens", TruncationWarning, stacklevel=2)
+        warnings.warn(f"the input is {full_length} tokens long, more than the limit of "
+                      f"{limit} (max_seq_len, at most the model's {config.max_positions} "
+                      f"positions); it was truncated to {limit} tokens", TruncationWarning,
+                      stacklevel=2)
     encoded = tokenizer.encode_for_model([item], limit)
     attention = _all_layers_attention(config, params, encoded, limit, batch_size=1)[0]
     tokens = [tokenizer.id_to_token(int(index)) for index in encoded["input_ids"][0]]

@@ -1,6 +1,7 @@
 """A self-contained HTML head view, after bertviz's (Vig, 2019): pick a layer and heads, and
 see a line from each token on the left to each token it attends to on the right, as strong
-as the attention. Hovering a token shows only its lines.
+as the attention. Hovering a token shows only its lines. The address can choose the
+starting state: `head_view.html#layer=3&heads=1,9&from=4` (heads from 1, tokens from 0).
 
 The page carries its data inline (a JSON script element) and its script and style inline:
 no network, no CDN, so it opens from disk on an offline machine.
@@ -108,6 +109,20 @@ function draw() {
   });
   document.body.dataset.lines = lines;  // read by the browser test
   document.body.dataset.rendered = "yes";
+}
+// An address such as head_view.html#layer=3&heads=1,9&from=4 opens in that state.
+const wanted = new URLSearchParams(location.hash.slice(1));
+if (wanted.has("layer")) {
+  const index = data.layers.indexOf(Number(wanted.get("layer")));
+  if (index >= 0) layerSelect.value = index;
+}
+if (wanted.has("heads")) {
+  const heads = wanted.get("heads").split(",").map(head => Number(head) - 1);
+  document.querySelectorAll("input.head").forEach(box => {
+    box.checked = heads.includes(Number(box.value)); });
+}
+for (const side of ["from", "to"]) {
+  if (wanted.has(side)) focus = {side: side, index: Number(wanted.get(side))};
 }
 draw();
 """
