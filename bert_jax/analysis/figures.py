@@ -132,26 +132,29 @@ def probe_figure(result: ProbeResult, relations: list[str]) -> Figure:
                        f"{100 * best['accuracy']:.1f}; offset {offset['offset']:+d} "
                        f"{100 * offset['accuracy']:.1f}", fontsize=8)
     figure.colorbar(image, ax=figure.axes, shrink=0.5, label="accuracy (%)")
+    figure.suptitle("accuracy (%) of each head as a dependency classifier, the better of its "
+                    "two directions; best head boxed", fontsize=10)
     return figure
 
 
 def statistics_figure(statistics: dict) -> Figure:
-    """The (L, H) head statistics side by side: entropy, then the attention shares."""
+    """The (L, H) head statistics, one heatmap each: entropy, then the attention shares."""
     num_layers, num_heads = statistics["entropy"].shape
-    panel_width = max(3.0, 0.36 * num_heads + 1.2)
-    figure = Figure(figsize=(len(NAMES) * panel_width, 0.3 * num_layers + 1.6),
+    panel_width = max(3.4, 0.42 * num_heads + 1.4)
+    columns = 3
+    rows = math.ceil(len(NAMES) / columns)
+    figure = Figure(figsize=(columns * panel_width, rows * (0.36 * num_layers + 1.6)),
                     layout="constrained")
-    axes = figure.subplots(1, len(NAMES), squeeze=False)[0]
-    for axis, name in zip(axes, NAMES):
+    for axis, name in zip(_grid(figure, len(NAMES), columns), NAMES):
         values = statistics[name]
         if name == "entropy":
             top = max(float(statistics["uniform_entropy"]), float(values.max()), 1e-6)
             image = _annotated_heatmap(axis, values, 0, top, "cividis", ".1f")
-            title = f"{TITLES[name]}\nuniform would be {statistics['uniform_entropy']:.2f}"
+            title = f"{TITLES[name]}; uniform: {statistics['uniform_entropy']:.2f}"
         else:
             image = _annotated_heatmap(axis, values, 0, 1, "cividis", ".2f")
             title = TITLES[name]
         axis.set_title(title, fontsize=9)
         figure.colorbar(image, ax=axis, shrink=0.8)
+    figure.suptitle("per head, averaged over every attending token", fontsize=10)
     return figure
-

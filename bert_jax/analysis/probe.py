@@ -25,6 +25,7 @@ OFFSETS = (-3, -2, -1, 1, 2, 3)
 POSSESSIVE_CLITICS = ("'s", "'", "\u2019s", "\u2019")
 POSSESSIVE = "nmod:poss"
 ALL = "all"
+ROOT = "root"
 
 
 def head_predictions(attention: np.ndarray) -> np.ndarray:
@@ -83,10 +84,14 @@ class ProbeResult:
         return dict(offset=OFFSETS[best], accuracy=float(accuracy[best]))
 
     def rows(self, min_count: int = 100) -> list[dict]:
-        """One row per relation with at least `min_count` words, then the "all" row."""
+        """One row per relation with at least `min_count` words, then the "all" row.
+
+        `root` has no row: its head is the sentence's root, which no attention head can
+        predict (its words still count in "all", as in the paper's code).
+        """
         rows = []
         for relation, count in zip(self.relations, self.counts):
-            if count >= min_count or relation == ALL:
+            if relation != ROOT and (count >= min_count or relation == ALL):
                 best_head, best_offset = self.best_head(relation), self.best_offset(relation)
                 rows.append(dict(relation=relation, count=int(count), best_head=best_head,
                                  best_offset=best_offset,

@@ -13,7 +13,8 @@ PROCEDURE = (
     "itself is ignored; a nmod:poss word followed by 's or ' is scored by the clitic's "
     "prediction; baselines predict the word at a fixed offset (-3..+3, the root when "
     "falling off the start, the last word when falling off the end). Accuracy = correct / "
-    "words with that relation. Layers and heads are numbered from 1.")
+    "words with that relation. `root` gets no row (no head can predict the root) but its "
+    "words count in `all`. Layers and heads are numbered from 1.")
 
 
 def report_dict(result: ProbeResult, statistics: dict, settings: dict,
