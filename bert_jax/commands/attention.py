@@ -44,19 +44,12 @@ def run(args) -> int:
     from bert_jax.analysis import figures
     from bert_jax.analysis.attention_maps import TruncationWarning, text_attention
     from bert_jax.analysis.head_view import head_view_html
-    from bert_jax.commands.features import write_npz
+    from bert_jax.commands.features import load_text_model, write_npz
     from bert_jax.errors import UserError
-    from input_pipeline.tokenization import load_tokenizer
 
     if not args.text.strip():
         raise UserError("--text is empty; expected some text to analyse")
-    config, params, vocab_path = model_io.load_model(args.model)
-    if vocab_path is None:
-        raise UserError(f"{args.model}: no vocab.txt beside the weights")
-    if args.max_seq_len is not None and not 2 < args.max_seq_len <= config.max_positions:
-        raise UserError(f"--max-seq-len must be in 3..{config.max_positions} for this model, "
-                        f"got {args.max_seq_len}")
-    tokenizer = load_tokenizer(vocab_path)
+    config, params, tokenizer = load_text_model(args.model, args.max_seq_len)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", TruncationWarning)
         result = text_attention(config, params, tokenizer, args.text, args.text_b,

@@ -55,8 +55,8 @@ def run(args) -> int:
     from bert_jax.analysis.probe_report import report_dict, report_markdown
     from bert_jax.analysis.treebank import probe_treebank
     from bert_jax.errors import UserError
+    from bert_jax.commands.features import load_text_model
     from input_pipeline.tasks.conllu import read_conllu
-    from input_pipeline.tokenization import load_tokenizer
 
     if args.batch_size < 1 or args.min_count < 1:
         raise UserError("--batch-size and --min-count must be at least 1")
@@ -64,15 +64,9 @@ def run(args) -> int:
     total = sum(1 for _ in read_conllu(args.treebank))
     if total == 0:
         raise UserError(f"{args.treebank}: no sentences found (expected CoNLL-U)")
-    config, params, vocab_path = model_io.load_model(args.model)
-    if vocab_path is None:
-        raise UserError(f"{args.model}: no vocab.txt beside the weights")
-    if not 2 < args.max_seq_len <= config.max_positions:
-        raise UserError(f"--max-seq-len must be in 3..{config.max_positions} for this model, "
-                        f"got {args.max_seq_len}")
-    probe = probe_treebank(config, params, load_tokenizer(vocab_path),
-                           read_conllu(args.treebank), args.max_seq_len, args.batch_size,
-                           total=total)
+    config, params, tokenizer = load_text_model(args.model, args.max_seq_len)
+    probe = probe_treebank(config, params, tokenizer, read_conllu(args.treebank),
+                           args.max_seq_len, args.batch_size, total=total)
     if probe.sentences == 0:
         raise UserError(f"{args.treebank}: every sentence is longer than --max-seq-len "
                         f"{args.max_seq_len} word pieces")
