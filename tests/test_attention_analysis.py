@@ -181,3 +181,16 @@ def test_conllu_head_beyond_the_sentence_and_missing_file(tmp_path):
         list(read_conllu(str(path)))
     with pytest.raises(UserError, match="treebank file not found"):
         list(read_conllu(str(tmp_path / "absent.conllu")))
+
+
+def test_head_view_page_round_trips_its_data_even_with_markup_in_tokens():
+    from bert_jax.analysis.head_view import head_view_html, read_page_data
+
+    tokens = ["[CLS]", "</script>", "<b>", "[SEP]"]
+    attention = np.random.default_rng(1).dirichlet(np.ones(4), size=(2, 3, 4))  # (L, H, T, T)
+    html = head_view_html(tokens, attention, title="<i>title</i>")
+    assert html.count("</script>") == 2  # the data's and the code's, none from a token
+    data = read_page_data(html)
+    assert data["tokens"] == tokens and data["layers"] == [1, 2] and data["num_heads"] == 3
+    np.testing.assert_allclose(data["attention"], attention, atol=0.5 / 255 + 1e-9)
+    assert "&lt;i&gt;title&lt;/i&gt;" in html

@@ -22,23 +22,24 @@ def save(figure: Figure, path: str, dpi: int = 110) -> None:
     os.replace(temporary, path)
 
 
-def _label_size(num_tokens: int) -> float:
-    """Tick-label points that keep neighbouring token labels apart on a ~4-inch axis."""
-    return float(np.clip(220 / max(num_tokens, 1), 4, 9))
+MAX_LABELLED_TOKENS = 160  # beyond this, labels would be under 4 points: leave them out
 
 
 def layer_figure(attention: np.ndarray, tokens: list[str], layer: int) -> Figure:
     """Every head of one layer: (H, T, T) attention as heatmaps, tokens on both axes.
 
-    Rows are attending tokens (queries), columns attended tokens (keys).
+    Rows are attending tokens (queries), columns attended tokens (keys). Panels grow with
+    the number of tokens so labels stay apart; past MAX_LABELLED_TOKENS they are left out.
     """
     num_heads, num_tokens = attention.shape[0], len(tokens)
     columns = min(num_heads, 4)
     rows = math.ceil(num_heads / columns)
-    panel = float(np.clip(num_tokens * 0.17, 3.2, 7.0))  # inches: room for each label
+    panel = float(np.clip(num_tokens * 0.17, 3.2, 11.0))  # inches
     figure = Figure(figsize=(columns * panel + 1.0, rows * (panel + 0.4)), layout="constrained")
     axes = figure.subplots(rows, columns, squeeze=False)
-    size = _label_size(num_tokens) * panel / 4
+    spacing = panel * 72 / max(num_tokens, 1)  # points between neighbouring labels
+    size = float(np.clip(0.75 * spacing, 3.0, 9.0))
+    labelled = num_tokens <= MAX_LABELLED_TOKENS
     image = None
     for head, axis in enumerate(axes.flat):
         if head >= num_heads:
@@ -47,9 +48,16 @@ def layer_figure(attention: np.ndarray, tokens: list[str], layer: int) -> Figure
         image = axis.imshow(attention[head], cmap="viridis", vmin=0.0, vmax=1.0,
                             interpolation="nearest")
         axis.set_title(f"layer {layer}, head {head + 1}", fontsize=10)
-        axis.set_xticks(range(num_tokens), tokens, rotation=90, fontsize=size)
-        axis.set_yticks(range(num_tokens), tokens, fontsize=size)
+        if labelled:
+            axis.set_xticks(range(num_tokens), tokens, rotation=90, fontsize=size)
+            axis.set_yticks(range(num_tokens), tokens, fontsize=size)
+        else:
+            axis.set_xticks([])
+            axis.set_yticks([])
         axis.tick_params(length=0)
+    if not labelled:
+        figure.suptitle(f"{num_tokens} tokens: too many to label; attention.npz and "
+                        "head_view.html have them", fontsize=10)
     figure.colorbar(image, ax=axes, shrink=0.6, label="attention (row: from, column: to)")
     return figure
 
