@@ -7,7 +7,9 @@ Treats each attention head as a classifier that gives every word the word it att
 dependencies of --treebank (CoNLL-U, e.g. Universal Dependencies English-EWT), per relation,
 next to fixed-offset baselines (-3..+3). Follows "What Does BERT Look At?" (Clark,
 Khandelwal, Levy and Manning, 2019): word-level attention from word pieces (attention to a
-word summed over its pieces, from a word averaged), [CLS]/[SEP] and self-attention ignored.
+word summed over its pieces, from a word averaged), [CLS]/[SEP] and self-attention ignored,
+a nmod:poss word followed by 's scored by the clitic's prediction (the paper's special
+case); `root` gets no row, since no head can point at the root.
 Also measures each head's attention entropy and its attention to [CLS], [SEP], punctuation
 and the token itself (section 3 of the paper).
 
