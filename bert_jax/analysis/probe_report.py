@@ -6,7 +6,9 @@ from bert_jax.analysis.probe import DIRECTIONS, OFFSETS, ProbeResult
 from bert_jax.analysis.statistics import NAMES, TITLES
 
 PROCEDURE = (
-    "Clark et al. (2019), section 4: each head predicts, for every word, the word it attends "
+    "Clark et al. (2019), section 4: the model reads each sentence's syntactic words (the "
+    "treebank's, e.g. `do n't`), each split into word pieces, as `[CLS] pieces [SEP]`; "
+    "each head predicts, for every word, the word it attends "
     "to most (dependent->head) or the word attending to it most (head->dependent); "
     "word-level attention sums the attention *to* a word's pieces and averages the rows "
     "*from* them; [CLS]/[SEP] are dropped without renormalising; a word's attention to "
