@@ -17,8 +17,8 @@ $(RUNTIME): requirements.txt pyproject.toml | $(PYTHON)
 	$(PIP) --no-deps -e .
 	touch $@
 
-$(DEV): $(RUNTIME) requirements-dev.txt requirements-tpu.txt
-	$(PIP) -r requirements-dev.txt -r requirements-tpu.txt
+$(DEV): $(RUNTIME) requirements-dev.txt requirements-tpu.txt requirements-beam.txt
+	$(PIP) -r requirements-dev.txt -r requirements-tpu.txt -r requirements-beam.txt
 	touch $@
 
 test: $(DEV)
