@@ -28,6 +28,7 @@ bench: $(DEV)
 	$(PYTHON) bench/model_step.py
 	$(PYTHON) bench/learning_curve.py
 	$(PYTHON) bench/create_data.py
+	$(PYTHON) bench/create_data_beam.py
 	$(PYTHON) bench/reader.py
 	$(PYTHON) bench/attention_probe.py
 

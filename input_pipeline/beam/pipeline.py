@@ -64,14 +64,16 @@ def _read_units(_, inputs, input_format, encoding_errors, tfds_data_dir, tfds_fe
 
 
 class _ProcessUnits(beam.DoFn):
-    """A unit's documents -> its `UnitResult` (records in their final order)."""
+    """A unit's documents -> its `UnitResult` (records in their final order).
 
-    def __init__(self, vocab_path: str, lowercase: bool | None, settings: Settings):
-        self.vocab_path, self.lowercase, self.settings = vocab_path, lowercase, settings
+    The tokenizer travels pickled with the DoFn, so workers need no access to the
+    vocabulary file (a local path on the machine that launched a Dataflow job)."""
+
+    def __init__(self, tokenizer, settings: Settings):
+        self.tokenizer, self.settings = tokenizer, settings
 
     def setup(self):
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        self.tokenizer = load_tokenizer(self.vocab_path, self.lowercase)
 
     @_passing_user_errors
     def process(self, element):
@@ -133,7 +135,7 @@ class _Finalize(beam.DoFn):
         if not totals["instances"]:
             raise create_data.no_instances_error(self.manifest_arguments["input_patterns"])
         arguments = dict(self.manifest_arguments)
-        num_shards, tokenizer_path = arguments.pop("num_shards"), arguments.pop("vocab_path")
+        num_shards = arguments.pop("num_shards")
         arguments.pop("input_patterns")
         counts = [0] * num_shards
         for shard, count in shard_counts:
@@ -143,9 +145,8 @@ class _Finalize(beam.DoFn):
             if not counts[shard]:
                 tf.io.TFRecordWriter(path).close()  # a shard no record reached: empty, as locally
         create_data.commit_shards(temporary, _final_paths(self.output_dir, num_shards))
-        tokenizer = load_tokenizer(tokenizer_path, arguments.pop("lowercase"))
         manifest = create_data.build_manifest(counts, totals, replaced_bytes=replaced_bytes,
-                                              tokenizer=tokenizer, **arguments)
+                                              **arguments)
         manifest_lib.write_manifest(self.output_dir, manifest)
         yield manifest["num_instances"]
 
@@ -168,8 +169,8 @@ def pipeline_options(beam_options: str | None, workers: int) -> PipelineOptions:
     return PipelineOptions(arguments)
 
 
-def build(root, inputs: list[str], vocab_path: str, output_dir: str, run_token: str,
-          settings: Settings, lowercase: bool, num_shards: int, input_format: str,
+def build(root, inputs: list[str], tokenizer, output_dir: str, run_token: str,
+          settings: Settings, num_shards: int, input_format: str,
           encoding_errors: str, tfds_data_dir: str | None, tfds_feature: str,
           unit_bytes: int, input_patterns: list[str]) -> None:
     """Adds the shard writer's transforms to the pipeline `root`."""
@@ -178,7 +179,7 @@ def build(root, inputs: list[str], vocab_path: str, output_dir: str, run_token: 
                 _passing_user_errors(_read_units), inputs, input_format, encoding_errors,
                 tfds_data_dir, tfds_feature, unit_bytes).with_outputs("stats", main="units"))
     results = (read.units | "Spread" >> beam.Reshuffle()
-               | "ProcessUnits" >> beam.ParDo(_ProcessUnits(vocab_path, lowercase, settings)))
+               | "ProcessUnits" >> beam.ParDo(_ProcessUnits(tokenizer, settings)))
     first_record = (results
                     | "RecordCounts" >> beam.Map(lambda result: (result.index,
                                                                  len(result.offsets) - 1))
@@ -194,7 +195,7 @@ def build(root, inputs: list[str], vocab_path: str, output_dir: str, run_token: 
                     | "WriteShards" >> beam.ParDo(_WriteShard(output_dir, num_shards, run_token)))
     manifest_arguments = dict(settings=settings, input_format=input_format,
                               encoding_errors=encoding_errors, inputs=inputs,
-                              num_shards=num_shards, vocab_path=vocab_path, lowercase=lowercase,
+                              num_shards=num_shards, tokenizer=tokenizer,
                               input_patterns=input_patterns)
     (root | "AfterAll" >> beam.Create([None])
      | "Finalize" >> beam.ParDo(_Finalize(output_dir, run_token, manifest_arguments),
@@ -228,9 +229,9 @@ def create_pretraining_data(input_patterns: list[str], vocab_path: str, output_d
     run_token = uuid.uuid4().hex[:12]
     try:
         with beam.Pipeline(options=pipeline_options(beam_options, workers)) as root:
-            build(root, inputs, vocab_path, output_dir, run_token, settings,
-                  tokenizer.lowercase, num_shards, input_format, encoding_errors,
-                  tfds_data_dir, tfds_feature, unit_bytes, input_patterns)
+            build(root, inputs, tokenizer, output_dir, run_token, settings, num_shards,
+                  input_format, encoding_errors, tfds_data_dir, tfds_feature, unit_bytes,
+                  input_patterns)
     except BaseException as error:
         for name in os.listdir(output_dir):
             if name.endswith(f".tmp-beam-{run_token}"):
