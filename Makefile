@@ -30,6 +30,7 @@ bench: $(DEV)
 	$(PYTHON) bench/create_data.py
 	$(PYTHON) bench/create_data_beam.py
 	$(PYTHON) bench/reader.py
+	$(PYTHON) bench/tf_export.py
 	$(PYTHON) bench/attention_probe.py
 
 pretrain: $(RUNTIME)
