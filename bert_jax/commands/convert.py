@@ -38,9 +38,9 @@ empty unless --overwrite, and it may not lie inside a training run.
 examples:
   bert-jax convert runs/demo exported/demo-hf --to hf
   bert-jax convert path/to/hf-bert models/bert-jax-copy
-  bert-jax convert runs/sst2/best exported/sst2-hf --to hf
   bert-jax convert runs/demo exported/demo-tf --to tf-checkpoint
   bert-jax convert runs/demo serving/bert/1 --to saved-model
+  bert-jax convert runs/sst2/best exported/sst2-hf --to hf
 """
 
 
