@@ -222,8 +222,13 @@ def save_model(config: BertConfig, params: dict, tokenizer, destination: str,
 
 
 def export_huggingface(config: BertConfig, params: dict, tokenizer, destination: str,
-                       architecture: str | None = None, overwrite: bool = False) -> str:
-    """A Hugging Face directory `transformers` loads; returns the architecture written."""
+                       architecture: str | None = None, overwrite: bool = False,
+                       extra_files: Callable[[str], None] | None = None) -> str:
+    """A Hugging Face directory `transformers` loads; returns the architecture written.
+
+    `extra_files(directory)` adds files of a wrapping format (sentence-transformers) before
+    the directory is renamed into place.
+    """
     from bert_jax.interop import huggingface
 
     written = []
@@ -232,6 +237,8 @@ def export_huggingface(config: BertConfig, params: dict, tokenizer, destination:
         written.append(huggingface.write_directory(
             config, params, directory, tokenizer.pad_id, architecture))
         _write_tokenizer_files(directory, tokenizer, huggingface.tokenizer_settings(config))
+        if extra_files:
+            extra_files(directory)
 
     write_directory_atomically(destination, fill, overwrite)
     return written[0]

@@ -9,7 +9,11 @@ an original google-research/bert checkpoint directory with bert_config.json, a t
 directory (its latest checkpoint) or one of its checkpoints/<step> directories) and writes DST
 as a Hugging Face directory (config.json, model.safetensors, vocab.txt, tokenizer_config.json:
 loads with transformers' BertForPreTraining / BertForMaskedLM / BertModel.from_pretrained) or
-as a bert-jax model directory (model_config.json, vocab.txt, params/).
+as a bert-jax model directory (model_config.json, vocab.txt, params/), or, with
+--to sentence-transformers, as a Hugging Face BertModel directory plus modules.json,
+1_Pooling/config.json and sentence_bert_config.json, which
+sentence_transformers.SentenceTransformer(DST) loads; its encode() equals `bert-jax embed
+--model SRC` (SRC's pooling, normalisation and length travel with it).
 
 DST is written to a temporary directory and renamed when complete; it must not exist or be
 empty unless --overwrite, and it may not lie inside a training run.
@@ -17,6 +21,7 @@ empty unless --overwrite, and it may not lie inside a training run.
 examples:
   bert-jax convert runs/demo exported/demo-hf --to hf
   bert-jax convert path/to/hf-bert models/bert-jax-copy
+  bert-jax convert runs/sts/best exported/sts-st --to sentence-transformers
 """
 
 
@@ -24,7 +29,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("source", metavar="SRC", help="model directory to read")
     parser.add_argument("destination", metavar="DST", help="directory to write")
     parser.add_argument(
-        "--to", choices=("hf", "bert-jax"), default=None,
+        "--to", choices=("hf", "bert-jax", "sentence-transformers"), default=None,
         help="format of DST (default: bert-jax when SRC is a Hugging Face directory, else hf)")
     parser.add_argument(
         "--hf-architecture", choices=("auto", "BertForPreTraining", "BertForMaskedLM", "BertModel"),
@@ -44,6 +49,12 @@ def run(args) -> int:
     from input_pipeline.tokenization import load_tokenizer
 
     kind = model_io.source_kind(args.source)
+    if args.to == "sentence-transformers":
+        from bert_jax.interop import sentence_transformers
+
+        summary = sentence_transformers.export(args.source, args.destination, args.overwrite)
+        print(f"wrote sentence-transformers model ({summary}) to {args.destination}")
+        return 0
     target = args.to or ("bert-jax" if kind == "huggingface" else "hf")
     config, params, vocab_path = model_io.load_model(args.source)
     vocab_path = args.vocab or vocab_path

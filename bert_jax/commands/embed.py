@@ -77,9 +77,6 @@ def run(args) -> int:
     embeddings = embed_texts(model, texts, args.batch_size,
                              progress=len(texts) > args.batch_size)
     write_npy(args.output, embeddings)
-    settings = model.settings
     print(f"wrote {args.output}: {embeddings.shape[0]} x {embeddings.shape[1]} float32 "
-          f"(pooling {'+'.join(settings.pooling)}, "
-          f"{'normalised' if settings.normalize else 'not normalised'}, "
-          f"max {settings.max_seq_len} tokens)")
+          f"({model.settings.describe()})")
     return 0

@@ -37,6 +37,11 @@ class EmbeddingSettings:
     normalize: bool = False  # unit L2 norm after pooling (a Normalize module)
     max_seq_len: int | None = None  # tokens incl. [CLS]/[SEP]; None: the model's positions
 
+    def describe(self) -> str:
+        return (f"pooling {'+'.join(self.pooling)}, "
+                f"{'normalised' if self.normalize else 'not normalised'}, "
+                f"max {self.max_seq_len} tokens")
+
 
 def _read_json(path: str):
     try:
