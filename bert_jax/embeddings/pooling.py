@@ -6,6 +6,7 @@ and inside a jitted training step.
 
 from collections.abc import Sequence
 
+import jax
 import jax.numpy as jnp
 
 # sentence-transformers' names, in the order it concatenates them when several are on.
@@ -36,9 +37,13 @@ def pool(hidden, input_mask, modes: Sequence[str]):
 
 
 def normalize(vectors):
-    """Each row divided by its L2 norm (at least 1e-12, as torch.nn.functional.normalize)."""
-    norms = jnp.sqrt((vectors * vectors).sum(axis=-1, keepdims=True))
-    return vectors / jnp.maximum(norms, 1e-12)
+    """Each row divided by its L2 norm (at least 1e-12, as torch.nn.functional.normalize).
+
+    Written with rsqrt of the clamped squared norm, so a zero row has a zero gradient,
+    not the NaN that differentiating sqrt at 0 would give.
+    """
+    squared = (vectors * vectors).sum(axis=-1, keepdims=True)
+    return vectors * jax.lax.rsqrt(jnp.maximum(squared, 1e-24))
 
 
 def cosine_matrix(left, right):
