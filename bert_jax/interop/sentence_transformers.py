@@ -22,5 +22,6 @@ def export(source: str, destination: str, overwrite: bool = False) -> str:
     # BertModel holds the encoder and pooler only: the layout sentence-transformers loads
     # through AutoModel with no missing or unexpected keys.
     model_io.export_huggingface(model.config, {"bert": model.params}, model.tokenizer,
-                                destination, "BertModel", overwrite, add_pooling_files)
+                                destination, "BertModel", overwrite,
+                                extra_files=add_pooling_files)
     return settings.describe()
