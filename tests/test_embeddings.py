@@ -15,6 +15,7 @@ from bert_jax.embeddings import pooling, search
 from bert_jax.embeddings.encoder import embed_texts, load_embedding_model
 from bert_jax.embeddings.model_directory import (EmbeddingSettings, read_settings,
                                                  write_settings)
+from bert_jax.embeddings.similarity import evaluate_sts
 from bert_jax.errors import UserError
 from input_pipeline.tokenization import load_tokenizer
 
@@ -121,6 +122,20 @@ def test_sentence_transformers_round_trip(tiny_model, tmp_path):
         np.testing.assert_allclose(np.load(output), reference.encode(CORPUS, batch_size=4),
                                    atol=1e-5, rtol=0)
     assert read_settings(exported)[1] == EmbeddingSettings(("cls", "max"), True, 24)
+    # evaluate sts: the correlations of sentence-transformers' own cosines on an STS file.
+    from scipy import stats
+
+    pairs = [(CORPUS[index], CORPUS[(index * 3 + 1) % len(CORPUS)], index * 0.6)
+             for index in range(len(CORPUS))]
+    sts = tmp_path / "sts.tsv"
+    sts.write_text("".join(f"g\tf\ty\t{index}\t{score}\t{first}\t{second}\n"
+                           for index, (first, second, score) in enumerate(pairs)))
+    left, right = (reference.encode([pair[side] for pair in pairs]) for side in (0, 1))
+    cosines = (left * right).sum(1) / np.linalg.norm(left, axis=1) / np.linalg.norm(right, axis=1)
+    metrics = evaluate_sts(exported, str(sts))
+    gold = [score for *_, score in pairs]
+    assert metrics["spearman"] == pytest.approx(stats.spearmanr(cosines, gold).statistic, abs=1e-6)
+    assert metrics["pearson"] == pytest.approx(stats.pearsonr(cosines, gold).statistic, abs=1e-5)
 
 
 def test_read_settings_formats_and_errors(tmp_path):
@@ -141,6 +156,12 @@ def test_read_settings_formats_and_errors(tmp_path):
         modules + [{"path": "2_Dense", "type": "sentence_transformers.models.Dense"}]))
     with pytest.raises(UserError, match="modules.json: module .*Dense.* not supported"):
         read_settings(str(tmp_path))
+    fine_tuned = tmp_path / "best"  # what `finetune sentence-embedding` leaves in WORKDIR/best
+    fine_tuned.mkdir()
+    (fine_tuned / "task.json").write_text(json.dumps(dict(
+        task="sentence-embedding", settings=dict(loss="mnrl", pooling=["cls"]), max_seq_len=64)))
+    assert read_settings(str(fine_tuned)) == (str(fine_tuned),
+                                              EmbeddingSettings(("cls",), False, 64))
 
 
 def test_top_k_and_pairs_match_brute_force():

@@ -9,9 +9,11 @@ A sentence-transformers directory is a Hugging Face model plus:
   config_sentence_transformers.json  versions, prompts, similarity function
 Normalize needs no files of its own (all-MiniLM-L6-v2 lists `2_Normalize` in modules.json
 but ships no such folder). bert-jax writes the same modules.json and 1_Pooling/config.json
-into its own model directories (siamese training's `best/`), so both kinds read alike.
-A directory without modules.json pools by the mean over real tokens, unnormalised, as
-`SentenceTransformer` does for a plain Hugging Face model.
+into its own model directories, so both kinds read alike; a model fine-tuned by `bert-jax
+finetune sentence-embedding` (its task.json) pools as it was trained, unnormalised (cosine
+similarity does not depend on the norm), up to its training length. Any other directory
+pools by the mean over real tokens, unnormalised, as `SentenceTransformer` does for a plain
+Hugging Face model.
 """
 
 import dataclasses
@@ -25,6 +27,7 @@ MODULES = "modules.json"
 POOLING_CONFIG = os.path.join("1_Pooling", "config.json")
 SENTENCE_BERT_CONFIG = "sentence_bert_config.json"
 SENTENCE_TRANSFORMERS_CONFIG = "config_sentence_transformers.json"
+TASK_INFO = "task.json"  # written with every fine-tuned model directory
 _LEGACY_POOLING_KEYS = {"pooling_mode_cls_token": "cls", "pooling_mode_max_tokens": "max",
                         "pooling_mode_mean_tokens": "mean",
                         "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens"}
@@ -71,6 +74,18 @@ def _pooling_modes(path: str) -> tuple[str, ...]:
     return modes
 
 
+def _fine_tuned_settings(directory: str) -> EmbeddingSettings:
+    """The pooling a sentence-embedding fine-tuning run trained with; else the defaults."""
+    path = os.path.join(directory, TASK_INFO)
+    info = _read_json(path) if os.path.exists(path) else {}
+    if info.get("task") != "sentence-embedding":
+        return EmbeddingSettings()
+    pooling = tuple(info.get("settings", {}).get("pooling", ("mean",)))
+    if not pooling or any(mode not in POOLING_MODES for mode in pooling):
+        raise UserError(f"{path}: pooling {list(pooling)} is not supported")
+    return EmbeddingSettings(pooling=pooling, max_seq_len=info.get("max_seq_len"))
+
+
 def _module_kind(entry: dict, path: str) -> str:
     kind = str(entry.get("type", "")).rsplit(".", 1)[-1]
     if kind not in ("Transformer", "Pooling", "Normalize"):
@@ -83,7 +98,7 @@ def read_settings(directory: str) -> tuple[str, EmbeddingSettings]:
     """(the directory holding the encoder's weights, how it pools) for a model directory."""
     modules_path = os.path.join(directory, MODULES)
     if not os.path.exists(modules_path):
-        return directory, EmbeddingSettings()
+        return directory, _fine_tuned_settings(directory)
     modules = _read_json(modules_path)
     if not isinstance(modules, list):
         raise UserError(f"{modules_path}: expected a JSON list of modules")

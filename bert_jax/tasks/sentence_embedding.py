@@ -63,7 +63,7 @@ class SiameseEncoder(nn.Module):
         return embeddings, logits
 
 
-def _read_records(path: str) -> list[tuple[int, str, str, str]]:
+def read_pair_records(path: str) -> list[tuple[int, str, str, str]]:
     """(line, first text, second text, label cell) of every non-blank line."""
     try:
         with open(path, encoding="utf-8") as file:
@@ -99,7 +99,7 @@ def _read_records(path: str) -> list[tuple[int, str, str, str]]:
     return records
 
 
-def _scores(records) -> np.ndarray | None:
+def scores_of(records) -> np.ndarray | None:
     """The labels as floats if every one is a number (a scored STS file), else None."""
     try:
         return np.array([float(label) for *_, label in records], np.float64)
@@ -151,7 +151,7 @@ class SentenceEmbeddingTask(FineTuningTask):
     def from_arguments(cls, args, tokenizer):
         labels = ()
         if args.loss == "softmax":
-            records = _read_records(args.train)
+            records = read_pair_records(args.train)
             labels = tuple(sorted({label for *_, label in records}))
         return cls(args.loss, (args.pooling,), labels, args.hard_negatives, args.score_max)
 
@@ -217,7 +217,7 @@ class SentenceEmbeddingTask(FineTuningTask):
 
     def _pairs_and_labels(self, records, path: str):
         """(rows of texts, labels, weights, gold scores or None) for this loss."""
-        scores = _scores(records)
+        scores = scores_of(records)
         if scores is not None:  # an STS file: trains cosine/cosent, evaluates every loss
             trains = self.loss in ("cosine", "cosent")
             rows = [(first, second) + ((first,) if self.hard_negatives else ())
@@ -246,7 +246,7 @@ class SentenceEmbeddingTask(FineTuningTask):
         return rows, np.zeros(len(rows)), np.ones(len(rows)), None
 
     def read_examples(self, path, tokenizer, max_seq_len, with_labels=True):
-        rows, labels, weights, gold = self._pairs_and_labels(_read_records(path), path)
+        rows, labels, weights, gold = self._pairs_and_labels(read_pair_records(path), path)
         encoded = [tokenizer.encode_for_model([row[index] for row in rows], max_seq_len)
                    for index in range(len(self.sides))]
         seq_len = max(side["input_ids"].shape[1] for side in encoded)
