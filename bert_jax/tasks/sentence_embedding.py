@@ -65,13 +65,9 @@ class SiameseEncoder(nn.Module):
 
 def read_pair_records(path: str) -> list[tuple[int, str, str, str]]:
     """(line, first text, second text, label cell) of every non-blank line."""
-    try:
-        with open(path, encoding="utf-8") as file:
-            lines = file.read().splitlines()
-    except FileNotFoundError:
-        raise UserError(f"{path}: file not found") from None
-    except UnicodeDecodeError as error:
-        raise UserError(f"{path}: not UTF-8 text (byte {error.start})") from None
+    from bert_jax.embeddings.encoder import read_lines
+
+    lines = read_lines(path, "pair")
     records = []
     jsonl = path.lower().endswith((".jsonl", ".json"))
     for number, line in enumerate(lines, start=1):
