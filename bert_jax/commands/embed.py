@@ -9,8 +9,9 @@ as a row: the embedding of the empty text ([CLS] [SEP]), as sentence-transformer
 How a model pools comes from its directory: a sentence-transformers directory (modules.json,
 1_Pooling/config.json, sentence_bert_config.json, a Normalize module) is applied as
 SentenceTransformer(dir).encode applies it, so --model on all-MiniLM-L6-v2 gives its
-embeddings (mean pooling, normalised, 256 tokens). Any other model directory pools by the
-mean over real tokens, unnormalised, up to the model's 512 positions. --pool, --normalize
+embeddings (mean pooling, normalised, 256 tokens). A model trained by `bert-jax finetune
+sentence-embedding` (WORKDIR/best) pools as it was trained. Any other model directory pools
+by the mean over real tokens, unnormalised, up to the model's 512 positions. --pool, --normalize
 and --max-seq-len override the directory's settings.
 
 Inputs are sorted by length and batched into a few padded lengths (16, 32, 64, ...), so
