@@ -32,7 +32,6 @@ from bert_jax.tasks.base import Examples, FineTuningTask
 
 LOSSES = ("cosine", "cosent", "mnrl", "softmax")
 _TERMS = {"cosine": "cosine_mse", "cosent": "cosent", "mnrl": "mnrl", "softmax": "softmax_loss"}
-# TODO(issue 9): read through input_pipeline/tasks/columns.py once it is on main.
 _TSV_COLUMNS = (5, 6, 4)  # STS-B: sentence1, sentence2, score
 _JSONL_KEYS = (("sentence1", "sentence2", "score"), ("premise", "hypothesis", "label"))
 
@@ -63,36 +62,35 @@ class SiameseEncoder(nn.Module):
         return embeddings, logits
 
 
-def read_pair_records(path: str) -> list[tuple[int, str, str, str]]:
-    """(line, first text, second text, label cell) of every non-blank line."""
+def _column_spec(path: str):
+    """STS-B's columns for TSV; for JSONL, the key set the first object has."""
     from bert_jax.embeddings.encoder import read_lines
+    from input_pipeline.tasks import columns
 
-    lines = read_lines(path, "pair")
-    records = []
-    jsonl = path.lower().endswith((".jsonl", ".json"))
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        if jsonl:
-            try:
-                value = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise UserError(f"{path}:{number}: not valid JSON ({error.msg})") from None
-            keys = next((keys for keys in _JSONL_KEYS if isinstance(value, dict)
-                         and all(key in value for key in keys)), None)
-            if keys is None:
-                raise UserError(f"{path}:{number}: expected an object with keys "
-                                f"{' or '.join('/'.join(keys) for keys in _JSONL_KEYS)}")
-            records.append((number, *(str(value[key]) for key in keys)))
-        else:
-            cells = line.split("\t")  # GLUE-style TSV: no quoting
-            if len(cells) <= max(_TSV_COLUMNS):
-                raise UserError(f"{path}:{number}: {len(cells)} column(s); expected the STS-B "
-                                "layout: score in column 4, sentences in 5 and 6 (0-based)")
-            records.append((number, *(cells[column] for column in _TSV_COLUMNS)))
-    if not records:
-        raise UserError(f"{path}: the file has no rows")
-    return records
+    kind = columns.file_format(path)
+    if kind == "tsv":
+        return columns.ColumnSpec(_TSV_COLUMNS[:2], _TSV_COLUMNS[2], header=False)
+    if kind != "jsonl":
+        raise UserError(f"{path}: expected STS-B-style .tsv or .jsonl sentence pairs")
+    first = next((line for line in read_lines(path, "pair") if line.strip()), "")
+    try:
+        value = json.loads(first)
+    except json.JSONDecodeError:
+        value = None  # read_rows names the line
+    for keys in _JSONL_KEYS:
+        if isinstance(value, dict) and all(key in value for key in keys):
+            return columns.ColumnSpec(keys[:2], keys[2])
+    raise UserError(f"{path}: expected objects with keys "
+                    f"{' or '.join('/'.join(keys) for keys in _JSONL_KEYS)}")
+
+
+def read_pair_records(path: str) -> list[tuple[int, str, str, str]]:
+    """(line, first text, second text, label cell) of every row, read by the shared column
+    reader (`input_pipeline/tasks/columns.py`)."""
+    from input_pipeline.tasks import columns
+
+    rows = columns.read_rows(path, _column_spec(path))
+    return [(row.line, row.texts[0], row.texts[1], row.label) for row in rows]
 
 
 def scores_of(records) -> np.ndarray | None:
