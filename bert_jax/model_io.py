@@ -285,10 +285,13 @@ def load_task_info(path: str) -> dict | None:
 
 def export_huggingface(config: BertConfig, params: dict, tokenizer, destination: str,
                        architecture: str | None = None, overwrite: bool = False,
-                       head: dict | None = None) -> str:
+                       head: dict | None = None,
+                       extra_files: Callable[[str], None] | None = None) -> str:
     """A Hugging Face directory `transformers` loads; returns the architecture written.
 
     With a task `head` (task.json's), the task architecture with its labels.
+    `extra_files(directory)` adds files of a wrapping format (sentence-transformers) before
+    the directory is renamed into place.
     """
     from bert_jax.interop import huggingface
 
@@ -298,6 +301,8 @@ def export_huggingface(config: BertConfig, params: dict, tokenizer, destination:
         written.append(huggingface.write_directory(
             config, params, directory, tokenizer.pad_id, architecture, head))
         _write_tokenizer_files(directory, tokenizer, huggingface.tokenizer_settings(config))
+        if extra_files:
+            extra_files(directory)
 
     write_directory_atomically(destination, fill, overwrite)
     return written[0]

@@ -19,6 +19,12 @@ as one of:
                  released checkpoints' variable names and shapes (bert/..., cls/predictions/...,
                  cls/seq_relationship/...; a sequence classifier as run_classifier.py's
                  output_weights / output_bias): --init_checkpoint=DST/bert_model.ckpt;
+  sentence-transformers
+                 a Hugging Face BertModel directory plus modules.json,
+                 1_Pooling/config.json and sentence_bert_config.json:
+                 sentence_transformers.SentenceTransformer(DST) loads it, and its encode()
+                 equals `bert-jax embed --model SRC` (SRC's pooling, normalisation and
+                 length travel with it);
   saved-model    a TensorFlow SavedModel running the bert-jax function (jax2tf, batch and
                  length left unknown): signature serving_default (input_ids, input_mask,
                  segment_ids -> sequence_output, pooled_output, and logits for a sequence
@@ -41,6 +47,7 @@ examples:
   bert-jax convert runs/demo exported/demo-tf --to tf-checkpoint
   bert-jax convert runs/demo serving/bert/1 --to saved-model
   bert-jax convert runs/sst2/best exported/sst2-hf --to hf
+  bert-jax convert runs/sts/best exported/sts-st --to sentence-transformers
 """
 
 
@@ -48,7 +55,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("source", metavar="SRC", help="model directory to read")
     parser.add_argument("destination", metavar="DST", help="directory to write")
     parser.add_argument(
-        "--to", choices=("hf", "bert-jax", "tf-checkpoint", "saved-model"), default=None,
+        "--to", choices=("hf", "bert-jax", "tf-checkpoint", "saved-model",
+                         "sentence-transformers"), default=None,
         help="format of DST (default: bert-jax when SRC is a Hugging Face directory, else hf)")
     parser.add_argument(
         "--hf-architecture", choices=("auto", "BertForPreTraining", "BertForMaskedLM", "BertModel"),
@@ -72,6 +80,12 @@ def run(args) -> int:
     from input_pipeline.tokenization import load_tokenizer
 
     kind = model_io.source_kind(args.source)
+    if args.to == "sentence-transformers":
+        from bert_jax.interop import sentence_transformers
+
+        summary = sentence_transformers.export(args.source, args.destination, args.overwrite)
+        print(f"wrote sentence-transformers model ({summary}) to {args.destination}")
+        return 0
     target = args.to or ("bert-jax" if kind == "huggingface" else "hf")
     config, params, vocab_path = model_io.load_model(args.source)
     task_info = model_io.load_task_info(args.source)  # a fine-tuned model's task and labels
