@@ -108,7 +108,8 @@ def test_create_checks_before_any_gcloud_call(tmp_path, bucket, monkeypatch, cap
     fake = FakeGcloud(tmp_path)
     monkeypatch.chdir(REPO_ROOT)
     monkeypatch.setenv("PATH", f"{fake.bin_dir}{os.pathsep}{os.environ['PATH']}")
-    text = open(SHIPPED[0]).read().replace(BUCKET, bucket).replace("vocab/vocab.txt", "none.txt")
+    text = open(SHIPPED[0]).read().replace(f"{BUCKET}/shards", f"{bucket}/shards").replace(
+        f"{BUCKET}/vocab/vocab.txt", f"{bucket}/none.txt")
     job = tmp_path / "job.toml"
     job.write_text(text)
     assert cli.main(["launch", "create", str(job)]) == 2
