@@ -199,6 +199,7 @@ def create_pretraining_data(input_patterns: list[str], vocab_path: str, output_d
         num_instances=totals["instances"], num_documents=totals["documents"],
         num_sentences=totals["sentences"], num_tokens=totals["tokens"],
         num_masked_tokens=totals["masked_tokens"],
+        num_long_sentences=totals["long_sentences"], num_dropped_tokens=totals["dropped_tokens"],
         settings=dict(settings.to_dict(), input_format=input_format,
                       encoding_errors=encoding_errors, num_shards=num_shards),
         inputs=inputs, replaced_bytes=stats.replaced_bytes,
@@ -216,7 +217,9 @@ def _write_all(results, shards: _ShardSet, progress) -> collections.Counter:
             shards.write(result)
             totals.update(documents=result.num_documents, sentences=result.num_sentences,
                           tokens=result.num_tokens, masked_tokens=result.masked_tokens,
-                          instances=len(result.offsets) - 1)
+                          instances=len(result.offsets) - 1,
+                          long_sentences=result.long_sentences,
+                          dropped_tokens=result.dropped_tokens)
             progress.update(bytes_read - progress.n)
             progress.set_postfix(instances=totals["instances"], refresh=False)
     return totals
