@@ -50,7 +50,7 @@ def check_run(run_config, num_devices: int, num_workers: int, log=print) -> None
     from bert_jax.training import train_step, training_data
 
     data = run_config.data
-    tokenizer = training_data.prepare_data(run_config)  # vocabulary, manifests, vocab_size
+    tokenizer = training_data.prepare_data(run_config, log)  # vocabulary, manifests, size
     if tokenizer is not None:
         log(f"  vocabulary   {data.vocab_path}: {tokenizer.vocab_size} tokens "
             f"(model.vocab_size {run_config.model.vocab_size})")

@@ -212,7 +212,7 @@ def train(run_config, workdir: str, *, dataset_factory=None, show_progress: bool
     `dataset_factory(split, batch_size, process_index, process_count)` replaces the shard
     reader (tests feed synthetic batches through it).
     """
-    tokenizer = training_data.prepare_data(run_config)
+    tokenizer = training_data.prepare_data(run_config, log)
     dataset_factory = dataset_factory or training_data.reader_factory(run_config, tokenizer)
     bundle = _bundle_for(run_config, sharding.mesh_from_config(run_config.mesh))
     is_chief = jax.process_index() == 0
