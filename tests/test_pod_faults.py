@@ -1,6 +1,7 @@
 """Faults found by trying the pod path (issue 15), each with the test that would have caught it:
-original-tool shards, dynamic masking without a vocabulary."""
+original-tool shards, dynamic masking without a vocabulary, shards cut at a record boundary."""
 
+import json
 import os
 
 import numpy as np
@@ -37,6 +38,7 @@ def original_shards(tmp_path_factory):
         write_original_style_shard(str(root / "original" / f"tf_examples.tfrecord-{index}"),
                                    {name: value[rows] for name, value in features.items()})
     return dict(vocab=vocab, pattern=str(root / "original" / "tf_examples.tfrecord-*"),
+                ours=str(root / "ours"),
                 max_id=int(features["input_ids"].max()))
 
 
@@ -69,3 +71,32 @@ def test_dynamic_masking_without_a_vocabulary_is_a_clear_error():
     config = tiny_run_config(**{"data.dynamic_masking": True})
     with pytest.raises(UserError, match="data.dynamic_masking needs data.vocab_path"):
         training_data.prepare_data(config)
+
+
+def test_a_shard_cut_at_a_record_boundary_is_named(original_shards, tmp_path):
+    """Half the records of a shard, cut between two records: tf.data reads it without an
+    error; the epoch's record count against the manifest's catches it."""
+    import shutil
+
+    from input_pipeline import tfrecord
+    from input_pipeline.reader import PretrainingDataset
+
+    shards = tmp_path / "shards"
+    shutil.copytree(original_shards["ours"], shards)
+    manifest = json.loads((shards / "manifest.json").read_text())
+    first = shards / manifest["shards"][0]["file"]
+    listed = manifest["shards"][0]["num_instances"]
+    kept = tfrecord.first_records(str(first), listed // 2)
+    boundary = sum(8 + 4 + len(data) + 4 for data in kept)  # length, its crc, data, crc
+    first.write_bytes(first.read_bytes()[:boundary])
+    total = manifest["num_instances"]
+    reader = PretrainingDataset([str(shards)], 4, SEQ_LEN, PREDICTIONS, shuffle_buffer=1,
+                                process_index=0, process_count=1)
+    with pytest.raises(UserError, match=rf"{first.name}: holds {len(kept)} records but its "
+                                        rf"manifest lists {listed}: the shard was cut short"):
+        for _ in range(2 * total // 4 + 2):  # past the end of the first epoch
+            next(reader)
+    intact = PretrainingDataset([original_shards["ours"]], 4, SEQ_LEN, PREDICTIONS,
+                                shuffle_buffer=1, process_index=0, process_count=1)
+    for _ in range(2 * total // 4 + 2):  # two epochs of the intact shards pass
+        next(intact)
