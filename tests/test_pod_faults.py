@@ -100,3 +100,86 @@ def test_a_shard_cut_at_a_record_boundary_is_named(original_shards, tmp_path):
                                 shuffle_buffer=1, process_index=0, process_count=1)
     for _ in range(2 * total // 4 + 2):  # two epochs of the intact shards pass
         next(intact)
+
+
+def _tiny_tree(seed: int) -> dict:
+    import jax
+    return {"w": jax.random.normal(jax.random.PRNGKey(seed), (1000,))}
+
+
+def test_a_full_disk_is_one_clear_error_and_earlier_checkpoints_survive(tmp_path, monkeypatch,
+                                                                        caplog):
+    from bert_jax.training import checkpointing
+
+    checkpoints = checkpointing.Checkpoints(str(tmp_path / "checkpoints"), async_save=False)
+    checkpoints.save(1, _tiny_tree(0), _tiny_tree(1), {"step": 1})
+    # Not enough room for the next one: refused before anything is written.
+    usage = checkpointing.shutil.disk_usage(str(tmp_path))
+    monkeypatch.setattr(checkpointing.shutil, "disk_usage",
+                        lambda path: usage._replace(free=1000))
+    with pytest.raises(UserError, match=r"checkpoints: the checkpoint of step 2 needs about "
+                                        r"0\.0 MiB .* but the disk has 0\.0 MiB free"):
+        checkpoints.save(2, _tiny_tree(0), _tiny_tree(1), {"step": 2})
+    monkeypatch.undo()
+    # The disk fills during the write (tensorstore reports ENOSPC as a ValueError).
+    def full(*args, **kwargs):
+        raise ValueError('RESOURCE_EXHAUSTED: Error writing "w/0" in OCDBT database: Failed '
+                         "to write 4000 bytes to file 4: No space left on device")
+    monkeypatch.setattr(checkpoints._manager, "save", full)
+    with pytest.raises(UserError, match=r"saving checkpoint 3 failed: no space left on device "
+                                        r"\(a checkpoint needs about 0\.0 MiB\)\. Earlier "
+                                        r"checkpoints are intact"):
+        checkpoints.save(3, _tiny_tree(0), _tiny_tree(1), {"step": 3})
+    monkeypatch.undo()
+    assert checkpoints.all_steps() == [1]
+    checkpoints.close()
+
+
+def test_orbax_logs_of_a_full_disk_are_not_repeated():
+    import logging
+
+    from bert_jax.training import checkpointing  # noqa: F401  (installs the filter)
+
+    absl = logging.getLogger("absl")
+    record = absl.makeRecord("absl", logging.ERROR, __file__, 1, "raised an exception: %s",
+                             ("Failed writing: No space left on device",), None)
+    assert not all(f.filter(record) for f in absl.filters)
+    other = absl.makeRecord("absl", logging.ERROR, __file__, 1, "something else", (), None)
+    assert all(f.filter(other) for f in absl.filters)
+
+
+def test_a_second_run_on_a_work_directory_is_refused_naming_the_first(tmp_path):
+    import socket
+
+    from bert_jax.training.run_lock import RunLock
+
+    workdir = str(tmp_path / "run")
+    with RunLock(workdir):
+        with pytest.raises(UserError, match=rf"{workdir} is in use by another training run: "
+                                            rf"pid {os.getpid()} on host "
+                                            rf"{socket.gethostname()}, started 20"):
+            RunLock(workdir).__enter__()
+    with RunLock(workdir):  # released when the first run ends
+        pass
+
+
+def test_a_remote_lease_is_refused_while_fresh_and_taken_over_when_stale(tmp_path):
+    import time
+
+    from bert_jax.training.run_lock import LEASE_NAME, RunLock
+
+    workdir = str(tmp_path / "bucket-run")  # the lease logic, on a local path
+    first = RunLock(workdir, lease=True, renew_seconds=0.2).__enter__()
+    time.sleep(0.5)  # renewed in the background meanwhile
+    with pytest.raises(UserError, match=r"in use by another training run: .*lease renewed "
+                                        r"\d+ s ago"):
+        RunLock(workdir, lease=True, renew_seconds=0.2).__enter__()
+    first.__exit__(None, None, None)
+    assert not os.path.exists(os.path.join(workdir, LEASE_NAME))  # released
+    dead = RunLock(workdir, lease=True, renew_seconds=3600).__enter__()
+    dead._stop.set()  # its process died: the lease stays behind, never renewed
+    time.sleep(0.6)
+    taker = RunLock(workdir, lease=True, lease_seconds=0.5, renew_seconds=0.2)
+    with taker:  # 0.5 s without renewal: stale, taken over
+        assert json.loads(open(os.path.join(workdir, LEASE_NAME)).read())["token"] == \
+            taker._holder["token"]
