@@ -17,6 +17,11 @@ FEATURES = {
     "next_sentence_labels": ("int64", "one"),
 }
 
+# The dtypes a batch has once it crosses into JAX (TFRecord only stores int64 and float32).
+BATCH_DTYPES = {name: ("float32" if kind == "float" else "int32")
+                for name, (kind, _) in FEATURES.items()}
+
+
 def feature_lengths(seq_len: int, max_predictions: int) -> dict[str, int]:
     """The fixed length of each feature for these settings."""
     sizes = {"seq_len": seq_len, "max_predictions": max_predictions, "one": 1}

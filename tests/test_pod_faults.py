@@ -183,3 +183,122 @@ def test_a_remote_lease_is_refused_while_fresh_and_taken_over_when_stale(tmp_pat
     with taker:  # 0.5 s without renewal: stale, taken over
         assert json.loads(open(os.path.join(workdir, LEASE_NAME)).read())["token"] == \
             taker._holder["token"]
+
+
+# -- the training loop -------------------------------------------------------------------
+def _quiet(*_):
+    pass
+
+
+def _interrupting_factory(config, at: int):
+    """Synthetic batches; a Ctrl-C (SIGINT) arrives while batch `at` is read."""
+    import signal
+
+    from test_training_support import synthetic_factory
+
+    make = synthetic_factory(config)
+
+    def factory(split, *args):
+        dataset = make(split, *args)
+        if split == "train":
+            original = type(dataset).__next__
+
+            class Interrupting(type(dataset)):
+                def __next__(self):
+                    if self.position == at:
+                        os.kill(os.getpid(), signal.SIGINT)
+                    return original(self)
+            dataset.__class__ = Interrupting
+        return dataset
+    return factory
+
+
+def test_first_ctrl_c_saves_the_step_and_stops_then_a_changed_seed_is_refused(tmp_path):
+    """Also: one loss line per log step when there is no progress bar (a pod's log file)."""
+    from test_training_support import synthetic_factory
+
+    config = tiny_run_config()  # log_every_steps 1
+    logged = []
+    result = trainer.train(config, str(tmp_path), show_progress=False,
+                           dataset_factory=_interrupting_factory(config, at=4),
+                           log=lambda *parts: logged.append(" ".join(map(str, parts))))
+    assert result["preempted"] and result["step"] == 5  # the step in flight finished
+    assert os.path.isdir(tmp_path / "checkpoints" / "5" / "params")
+    lines = [line for line in logged if line.startswith("step ")]
+    assert [line.split(":")[0] for line in lines] == [f"step {n}/12" for n in range(1, 6)]
+    assert all(" loss " in line and "tokens/s" in line for line in lines)
+    resumed = tiny_run_config(seed=1)
+    with pytest.raises(UserError, match=r"checkpoints/5: this run was trained with seed 0, "
+                                        r"not --config.seed 1"):
+        trainer.train(resumed, str(tmp_path), show_progress=False, log=_quiet,
+                      dataset_factory=synthetic_factory(resumed))
+
+
+def test_second_ctrl_c_exits_at_once(monkeypatch):
+    import signal
+
+    from bert_jax.training import interrupts
+
+    exits = []
+    monkeypatch.setattr(interrupts.os, "_exit", exits.append)
+    with interrupts.StopRequests() as stops:
+        assert signal.getsignal(signal.SIGINT) == stops._handle
+        stops._handle(signal.SIGINT, None)
+        assert stops.requested and exits == []  # the first: save, then stop
+        stops._handle(signal.SIGINT, None)
+        assert exits == [interrupts.EXIT_NOW_STATUS]  # the second: now
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast")  # the learning rate, to inf
+def test_non_finite_updated_parameters_stop_before_any_checkpoint(tmp_path):
+    """A finite loss and gradient whose update overflows the parameters: the old check
+    passed it and saved infinite parameters as the "last good" checkpoint."""
+    from test_training_support import synthetic_factory
+
+    config = tiny_run_config(**{"optimizer.learning_rate": 1e39, "optimizer.warmup_steps": 0,
+                                "checkpoint.every_steps": 1})
+    with pytest.raises(UserError, match=r"step 1: the loss, the gradient norm or the updated "
+                                        r"parameters are not finite .* No checkpoint has been "
+                                        r"saved yet, so there is nothing to resume"):
+        trainer.train(config, str(tmp_path), show_progress=False, log=_quiet,
+                      dataset_factory=synthetic_factory(config))
+    assert not [name for name in os.listdir(tmp_path / "checkpoints") if name.isdigit()]
+
+
+def test_a_refused_start_writes_nothing_and_names_what_differs(tmp_path):
+    from interop_helpers import random_pretraining_params, write_vocab
+    from test_training_support import synthetic_factory
+
+    from bert_jax import model_io
+    from bert_jax.config import preset
+    from bert_jax.training.run_lock import RunLock
+    from input_pipeline.tokenization import load_tokenizer
+
+    tokenizer = load_tokenizer(write_vocab(tmp_path))
+    other = preset("tiny", vocab_size=tokenizer.vocab_size)  # hidden 128, 2 layers
+    model_io.export_huggingface(other, random_pretraining_params(other, seed=0), tokenizer,
+                                str(tmp_path / "other"))
+    config = tiny_run_config(**{"init_from": str(tmp_path / "other"), "data.train_files": "",
+                                "model.vocab_size": tokenizer.vocab_size})
+    workdir = tmp_path / "run"
+    with pytest.raises(UserError, match="init_from .*other: its hidden_dim is 128 but the run's "
+                                        "model.hidden_dim is 32"):
+        trainer.train(config, str(workdir), show_progress=False, log=_quiet,
+                      dataset_factory=synthetic_factory(config))
+    assert not workdir.exists()  # the corrected command is not refused afterwards
+    workdir.mkdir()
+    (workdir / "model_config.json").write_text(
+        json.dumps(dict(tiny_run_config().model, hidden_dim=48, num_layers=2)))
+    config = tiny_run_config()
+    with pytest.raises(UserError, match=r"holds a different model \(hidden_dim 48 there, 32 in "
+                                        r"this run; num_layers 2 there, 1 in this run\)"):
+        trainer.train(config, str(workdir), show_progress=False, log=_quiet,
+                      dataset_factory=synthetic_factory(config))
+    assert sorted(os.listdir(workdir)) == ["model_config.json"]
+    (workdir / "model_config.json").unlink()
+    with RunLock(str(workdir)):  # another run holds it
+        with pytest.raises(UserError, match="is in use by another training run"):
+            trainer.train(config, str(workdir), show_progress=False, log=_quiet,
+                          dataset_factory=synthetic_factory(config))
+    assert sorted(os.listdir(workdir)) == [".run_lock"]
