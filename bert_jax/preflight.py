@@ -31,7 +31,7 @@ def _check_shards(split: str, patterns: str, run_config, num_workers: int, log) 
                         "per worker")
     checked = check_first_records(files[0], data.seq_len, data.max_predictions,
                                   run_config.model.vocab_size)
-    log(f"  {split} data   {patterns}: {len(files)} shard file(s); the first {checked} "
+    log(f"  {split + ' data':<12} {patterns}: {len(files)} shard file(s); the first {checked} "
         f"record(s) of {files[0]} have the schema (seq_len {data.seq_len}, max_predictions "
         f"{data.max_predictions}) and ids below {run_config.model.vocab_size}")
 
