@@ -27,6 +27,10 @@ as one of:
                  it to MODELS/NAME/1 (see the README).
 A head that the target format has no names for (e.g. a token classifier for the TF formats)
 is refused with its name.
+A fine-tuned model (`bert-jax finetune`, e.g. WORKDIR/best) becomes a
+BertForSequenceClassification or BertForTokenClassification directory with its label
+names (id2label, label2id) under --to hf, and such Hugging Face directories import with
+their heads and labels.
 
 DST is written to a temporary directory and renamed when complete; it must not exist or be
 empty unless --overwrite, and it may not lie inside a training run.
@@ -36,6 +40,7 @@ examples:
   bert-jax convert path/to/hf-bert models/bert-jax-copy
   bert-jax convert runs/demo exported/demo-tf --to tf-checkpoint
   bert-jax convert runs/demo serving/bert/1 --to saved-model
+  bert-jax convert runs/sst2/best exported/sst2-hf --to hf
 """
 
 
@@ -69,6 +74,7 @@ def run(args) -> int:
     kind = model_io.source_kind(args.source)
     target = args.to or ("bert-jax" if kind == "huggingface" else "hf")
     config, params, vocab_path = model_io.load_model(args.source)
+    task_info = model_io.load_task_info(args.source)  # a fine-tuned model's task and labels
     vocab_path = args.vocab or vocab_path
     if vocab_path is None:
         raise UserError(f"{args.source}: no vocab.txt beside the weights; pass --vocab")
@@ -88,11 +94,13 @@ def run(args) -> int:
               f"{args.destination}")
     elif target == "hf":
         architecture = None if args.hf_architecture == "auto" else args.hf_architecture
+        head = task_info["head"] if task_info and architecture is None else None
         written = model_io.export_huggingface(config, params, tokenizer, args.destination,
-                                              architecture, args.overwrite)
+                                              architecture, args.overwrite, head=head)
         print(f"wrote {written} ({kind} -> Hugging Face) to {args.destination}")
     else:
-        model_io.save_model(config, params, tokenizer, args.destination, args.overwrite)
+        model_io.save_model(config, params, tokenizer, args.destination, args.overwrite,
+                            task_info=task_info)
         print(f"wrote bert-jax model ({kind} -> bert-jax) to {args.destination}")
     return 0
 
