@@ -213,6 +213,7 @@ def build_manifest(shard_counts: list[int], totals: dict, settings: Settings,
         num_instances=totals["instances"], num_documents=totals["documents"],
         num_sentences=totals["sentences"], num_tokens=totals["tokens"],
         num_masked_tokens=totals["masked_tokens"],
+        num_long_sentences=totals["long_sentences"], num_dropped_tokens=totals["dropped_tokens"],
         settings=dict(settings.to_dict(), input_format=input_format,
                       encoding_errors=encoding_errors, num_shards=num_shards),
         inputs=inputs, replaced_bytes=replaced_bytes,
@@ -229,7 +230,9 @@ def unit_totals(result: UnitResult) -> collections.Counter:
     """A unit's contribution to the manifest's counts."""
     return collections.Counter(documents=result.num_documents, sentences=result.num_sentences,
                                tokens=result.num_tokens, masked_tokens=result.masked_tokens,
-                               instances=len(result.offsets) - 1)
+                               instances=len(result.offsets) - 1,
+                               long_sentences=result.long_sentences,
+                               dropped_tokens=result.dropped_tokens)
 
 
 def _write_all(results, shards: _ShardSet, progress) -> collections.Counter:

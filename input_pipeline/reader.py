@@ -78,6 +78,24 @@ def check_schema(path: str, seq_len: int, max_predictions: int) -> bool:
     return True
 
 
+def _manifest_counts(paths: list[str]) -> dict[str, int] | None:
+    """Each shard's record count from the manifest beside it; None if any shard has none
+    (original-tool shards carry no manifest)."""
+    counts, manifests = {}, {}
+    for path in paths:
+        directory = os.path.dirname(path)
+        if directory not in manifests:
+            manifest_path = os.path.join(directory, manifest_lib.MANIFEST_NAME)
+            manifests[directory] = ({shard["file"]: shard["num_instances"] for shard in
+                                     manifest_lib.read_manifest(directory)["shards"]}
+                                    if file_lib.exists(manifest_path) else {})
+        listed = manifests[directory].get(os.path.basename(path))
+        if listed is None:
+            return None
+        counts[path] = listed
+    return counts
+
+
 class PretrainingDataset:
     """Batches of pre-training features, as dicts of numpy arrays (per-host batch size).
 
@@ -118,6 +136,8 @@ class PretrainingDataset:
             masked_lm_prob=masked_lm_prob, max_predictions=max_predictions)
         self._position = {"epoch": 0, "records_in_epoch": 0}
         self._iterator = None
+        self._expected_counts = _manifest_counts(self.files)  # file -> records, or None
+        self._last_tag = None  # (epoch, index) of the last record handed out
 
     # -- state ---------------------------------------------------------------------------
     def state(self) -> dict:
@@ -128,7 +148,7 @@ class PretrainingDataset:
         """Resume so that the next batch is the one after `state` was taken."""
         self._position = {"epoch": int(state["epoch"]),
                           "records_in_epoch": int(state["records_in_epoch"])}
-        self._iterator = None
+        self._iterator, self._last_tag = None, None
 
     # -- iteration -----------------------------------------------------------------------
     def __iter__(self):
@@ -145,8 +165,32 @@ class PretrainingDataset:
             raise UserError(f"{self.files}: a record does not match the pre-training schema "
                             f"({error.message.splitlines()[0]})") from None
         epochs, indices = batch.pop("epoch"), batch.pop("index")
+        if self._expected_counts is not None and self.deterministic:
+            self._check_epoch_ends(epochs, indices)
         self._position = {"epoch": int(epochs[-1]), "records_in_epoch": int(indices[-1]) + 1}
         return batch
+
+    def _check_epoch_ends(self, epochs: np.ndarray, indices: np.ndarray) -> None:
+        """Raises `UserError` when an epoch held fewer (or more) records than the manifest
+        lists: a shard cut at a record boundary reads without any tf.data error."""
+        if self._last_tag is not None:
+            epochs = np.concatenate([[self._last_tag[0]], epochs])
+            indices = np.concatenate([[self._last_tag[1]], indices])
+        self._last_tag = (int(epochs[-1]), int(indices[-1]))
+        expected = sum(self._expected_counts.values())
+        for end in np.nonzero(epochs[1:] != epochs[:-1])[0]:  # the last record of an epoch
+            if int(indices[end]) + 1 != expected:
+                self._raise_count_mismatch(int(indices[end]) + 1, expected)
+
+    def _raise_count_mismatch(self, counted: int, expected: int) -> None:
+        for path, listed in self._expected_counts.items():
+            actual = tfrecord.count_records(path)
+            if actual != listed:
+                raise UserError(f"{path}: holds {actual} records but its manifest lists "
+                                f"{listed}: the shard was cut short (or replaced); make or "
+                                "copy it again")
+        raise UserError(f"{self.files}: an epoch held {counted} records, the manifest lists "
+                        f"{expected}; make or copy the shards again")
 
     def _raise_data_loss(self, error) -> None:
         for path in self.files:

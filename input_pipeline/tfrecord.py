@@ -14,25 +14,36 @@ _HEADER = struct.Struct("<QI")  # length, masked crc32c of the length
 _FOOTER_SIZE = 4  # masked crc32c of the data
 
 
-def first_record(path: str) -> bytes | None:
-    """The data of a shard's first record, None if it has none; `UserError` if missing or cut."""
+def first_records(path: str, limit: int) -> list[bytes]:
+    """The data of a shard's first `limit` records (fewer if it has fewer); `UserError` if
+    the file is missing or one of them is cut short."""
+    records = []
     try:
         with files.open_file(path, "rb") as file:
-            header = file.read(_HEADER.size)
-            if not header:
-                return None
-            if len(header) < _HEADER.size:
-                raise UserError(f"{path}: truncated shard (a {len(header)}-byte record header)")
-            length, _ = _HEADER.unpack(header)
-            data = file.read(length)
-            if len(data) < length or len(file.read(_FOOTER_SIZE)) < _FOOTER_SIZE:
-                raise UserError(f"{path}: truncated shard (its first record is cut short); "
-                                "was it still being written?")
-            return data
+            while len(records) < limit:
+                header = file.read(_HEADER.size)
+                if not header:
+                    break
+                if len(header) < _HEADER.size:
+                    raise UserError(f"{path}: truncated shard (record {len(records)} has a "
+                                    f"{len(header)}-byte header)")
+                length, _ = _HEADER.unpack(header)
+                data = file.read(length)
+                if len(data) < length or len(file.read(_FOOTER_SIZE)) < _FOOTER_SIZE:
+                    raise UserError(f"{path}: truncated shard (record {len(records)} is cut "
+                                    "short); was it still being written?")
+                records.append(data)
     except FileNotFoundError:
         raise UserError(f"{path}: shard not found") from None
     except IsADirectoryError:
         raise UserError(f"{path}: is a directory, expected a TFRecord shard") from None
+    return records
+
+
+def first_record(path: str) -> bytes | None:
+    """The data of a shard's first record, None if it has none; `UserError` if missing or cut."""
+    records = first_records(path, 1)
+    return records[0] if records else None
 
 
 def count_records(path: str) -> int:

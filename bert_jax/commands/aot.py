@@ -32,8 +32,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chip-config", default=None,
                         help="libtpu chip config name; 'megacore' makes each v4/v5p chip one "
                              "device (default: libtpu's)")
-    parser.add_argument("--mfu", type=float, default=0.5,
-                        help="model-FLOPs utilisation assumed for the time projection (default: 0.5)")
+    from bert_jax.aot_report import DEFAULT_MFU  # imports no JAX
+
+    parser.add_argument("--mfu", type=float, default=DEFAULT_MFU,
+                        help="model-FLOPs utilisation assumed for the time projection "
+                             f"(default: {DEFAULT_MFU})")
     parser.add_argument("--steps", type=int, default=None,
                         help="steps to project the time for (default: the config's num_train_steps)")
     parser.add_argument("--recipe", choices=["original"], default=None,

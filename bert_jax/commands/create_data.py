@@ -1,6 +1,7 @@
 """`bert-jax create-data`: raw text to pre-masked TFRecord shards and a manifest."""
 
 import os
+import sys
 
 HELP = "turn raw text into pre-masked TFRecord shards for pre-training"
 DESCRIPTION = """\
@@ -98,4 +99,11 @@ def run(args) -> int:
     print(f"wrote {manifest['num_instances']} instances from {manifest['num_documents']} "
           f"documents to {len(manifest['shards'])} shards in {args.output_dir}"
           + (f" ({replaced} non-UTF-8 bytes replaced)" if replaced else ""))
+    if manifest["num_long_sentences"]:
+        budget = args.max_seq_len - 3
+        print(f"warning: {manifest['num_long_sentences']} sentence(s) (lines, in the bert "
+              f"format) were longer than the {budget} tokens an instance holds; "
+              f"{manifest['num_dropped_tokens']} of the corpus's {manifest['num_tokens']} tokens "
+              "were dropped (a sentence is never split across instances). Put one sentence "
+              "per line, or use --input-format prose", file=sys.stderr)
     return 0

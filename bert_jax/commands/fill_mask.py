@@ -32,6 +32,8 @@ def run(args) -> int:
     if vocab_path is None:
         raise UserError(f"{args.model}: no vocab.txt beside the weights")
     tokenizer = load_tokenizer(vocab_path)
+    for text in args.texts:  # every text is checked before any is answered
+        inference.masked_input(tokenizer, text, config.max_positions)
     for text in args.texts:
         predictions = inference.fill_mask(config, params, tokenizer, text, args.top_k)
         print(text)
