@@ -260,3 +260,32 @@ def move_into_place(local_file: str, destination: str) -> None:
         os.remove(local_file)
     else:
         os.replace(local_file, destination)
+
+
+def ancestors(path: str) -> list[str]:
+    """`path` (made absolute) and each directory above it, up to the root or the bucket."""
+    path = absolute(path)
+    if is_remote(path):
+        protocol, rest = path.split("://", 1)
+        parts = rest.split("/")
+        return [f"{protocol}://" + "/".join(parts[:count]) for count in range(len(parts), 1, -1)]
+    found = [path]
+    while os.path.dirname(found[-1]) != found[-1]:
+        found.append(os.path.dirname(found[-1]))
+    return found
+
+
+def apply_umask(directory: str) -> None:
+    """Gives a local tree the modes a plain `mkdir`/`open` would: 0777/0666 less the umask.
+
+    Temporary directories and some writers use 0700/0600, which would keep others from
+    reading an exported model.
+    """
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(directory, 0o777 & ~umask)
+    for root, directories, names in os.walk(directory):
+        for name in directories:
+            os.chmod(os.path.join(root, name), 0o777 & ~umask)
+        for name in names:
+            os.chmod(os.path.join(root, name), 0o666 & ~umask)

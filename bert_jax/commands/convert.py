@@ -12,7 +12,8 @@ loads with transformers' BertForPreTraining / BertForMaskedLM / BertModel.from_p
 as a bert-jax model directory (model_config.json, vocab.txt, params/).
 
 DST is written to a temporary directory and renamed when complete; it must not exist or be
-empty unless --overwrite, and it may not lie inside a training run.
+empty unless --overwrite, and it may not lie inside a training run or contain SRC. Either
+may be a gs:// URL.
 
 examples:
   bert-jax convert runs/demo exported/demo-hf --to hf
@@ -41,24 +42,21 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     from bert_jax import model_io
-    from input_pipeline.tokenization import load_tokenizer
 
     kind = model_io.source_kind(args.source)
     target = args.to or ("bert-jax" if kind == "huggingface" else "hf")
-    config, params, vocab_path = model_io.load_model(args.source)
-    vocab_path = args.vocab or vocab_path
-    if vocab_path is None:
-        raise UserError(f"{args.source}: no vocab.txt beside the weights; pass --vocab")
-    tokenizer = load_tokenizer(vocab_path)
+    config, params, tokenizer, vocab_path = model_io.load_model_and_tokenizer(
+        args.source, args.vocab)
     if tokenizer.vocab_size != config.vocab_size:
         raise UserError(f"{vocab_path}: {tokenizer.vocab_size} tokens, but the model's "
                         f"vocab_size is {config.vocab_size}")
     if target == "hf":
         architecture = None if args.hf_architecture == "auto" else args.hf_architecture
         written = model_io.export_huggingface(config, params, tokenizer, args.destination,
-                                              architecture, args.overwrite)
+                                              architecture, args.overwrite, (args.source,))
         print(f"wrote {written} ({kind} -> Hugging Face) to {args.destination}")
     else:
-        model_io.save_model(config, params, tokenizer, args.destination, args.overwrite)
+        model_io.save_model(config, params, tokenizer, args.destination, args.overwrite,
+                            (args.source,))
         print(f"wrote bert-jax model ({kind} -> bert-jax) to {args.destination}")
     return 0

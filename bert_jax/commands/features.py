@@ -57,11 +57,11 @@ def _parse_layers(text: str) -> list[int]:
 
 def read_texts(path: str) -> list[str | tuple[str, str]]:
     """One text per line; a line with a tab is a (first, second) pair."""
+    from bert_jax import files
     from bert_jax.errors import UserError
 
     try:
-        with open(path, encoding="utf-8") as file:
-            lines = file.read().splitlines()
+        lines = files.read_text(path).splitlines()
     except FileNotFoundError:
         raise UserError(f"{path}: input file not found") from None
     except UnicodeDecodeError as error:
@@ -79,41 +79,29 @@ def read_texts(path: str) -> list[str | tuple[str, str]]:
 
 
 def write_npz(path: str, arrays: dict) -> None:
-    """np.savez under a temporary name in the same directory, then an atomic rename."""
-    import os
-    import tempfile
-
+    """np.savez, published only when complete (local or gs://)."""
     import numpy as np
 
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=directory)
-    try:
-        with os.fdopen(handle, "wb") as file:
-            np.savez(file, **arrays)
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
+    from bert_jax import files
+
+    with files.atomic_write(path, "wb") as file:
+        np.savez(file, **arrays)
 
 
 def run(args) -> int:
     from bert_jax import inference, model_io
     from bert_jax.errors import UserError
-    from input_pipeline.tokenization import load_tokenizer
 
     requested = _parse_layers(args.layers)
     if args.batch_size < 1:
         raise UserError(f"--batch-size must be at least 1, got {args.batch_size}")
     texts = read_texts(args.input)
-    config, params, vocab_path = model_io.load_model(args.model)
-    if vocab_path is None:
-        raise UserError(f"{args.model}: no vocab.txt beside the weights")
+    config, params, tokenizer, _ = model_io.load_model_and_tokenizer(args.model)
     if not 2 < args.max_seq_len <= config.max_positions:
         raise UserError(f"--max-seq-len must be in 3..{config.max_positions} for this model, "
                         f"got {args.max_seq_len}")
     layers = inference.resolve_layers(requested, config.num_layers)
-    encoded = load_tokenizer(vocab_path).encode_for_model(texts, args.max_seq_len)
+    encoded = tokenizer.encode_for_model(texts, args.max_seq_len)
     results = inference.extract_features(
         config, params, encoded, layers, args.max_seq_len, args.pool, args.batch_size,
         args.attention, progress=len(texts) > args.batch_size)

@@ -14,15 +14,13 @@ non-finite loss or gradient stops it with an error, leaving the last good checkp
 """
 
 import json
-import os
 import signal
 import time
 
 import jax
 import numpy as np
-from etils import epath
 
-from bert_jax import sharding
+from bert_jax import files, sharding
 from bert_jax.training import checkpointing, distributed, train_step as train_step_lib
 from bert_jax.training import training_data
 from bert_jax.errors import UserError
@@ -76,18 +74,17 @@ def _bundle_for(run_config, mesh):
 
 def _write_run_files(run_config, workdir: str, model_config) -> None:
     """model_config.json, vocab.txt and run_config.json at the work directory's root."""
-    root = epath.Path(workdir)
-    root.mkdir(parents=True, exist_ok=True)
-    model_path = root / "model_config.json"
+    files.makedirs(workdir)
+    model_path = files.join(workdir, "model_config.json")
     wanted = json.dumps(model_config.to_dict(), indent=2, sort_keys=True)
-    if model_path.exists() and json.loads(model_path.read_text()) != model_config.to_dict():
+    if (files.exists(model_path)
+            and json.loads(files.read_text(model_path)) != model_config.to_dict()):
         raise UserError(f"{model_path}: this work directory holds a different model "
-                        f"({model_path.read_text()}); use another --workdir")
+                        f"({files.read_text(model_path)}); use another --workdir")
     for name, text in (("model_config.json", wanted), ("run_config.json", to_json(run_config))):
-        (root / (name + ".tmp")).write_text(text)
-        (root / (name + ".tmp")).replace(root / name)
+        files.write_text(files.join(workdir, name), text)
     if run_config.data.vocab_path:
-        epath.Path(run_config.data.vocab_path).copy(root / "vocab.txt", overwrite=True)
+        files.copy_file(run_config.data.vocab_path, files.join(workdir, "vocab.txt"))
 
 
 def _initial_state(run_config, bundle, checkpoints, log):
@@ -219,9 +216,9 @@ def train(run_config, workdir: str, *, dataset_factory=None, show_progress: bool
     if is_chief:
         _write_run_files(run_config, workdir, bundle.model_config)
     checkpoints = checkpointing.Checkpoints(
-        os.path.join(workdir, "checkpoints"), keep=run_config.checkpoint.keep,
+        files.join(workdir, "checkpoints"), keep=run_config.checkpoint.keep,
         async_save=run_config.checkpoint.async_save)
-    writer = MetricsWriter(os.path.join(workdir, "tensorboard"), enabled=is_chief)
+    writer = MetricsWriter(files.join(workdir, "tensorboard"), enabled=is_chief)
     try:
         state, meta = _initial_state(run_config, bundle, checkpoints, log)
         return _loop(run_config, bundle, state, meta, checkpoints, writer, dataset_factory,
