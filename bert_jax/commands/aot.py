@@ -59,12 +59,11 @@ def _compile(config_path: str, overrides: list[str], topology: str, chip_config,
 
 
 def _write_json(path: str, reports: list, mfu: float, extra: dict) -> None:
+    from bert_jax import files
     from bert_jax.aot_report import report_to_json
 
-    temporary = f"{path}.tmp"
-    with open(temporary, "w") as file:
+    with files.atomic_write(path) as file:
         json.dump({"reports": [report_to_json(r, mfu) for r in reports], **extra}, file, indent=2)
-    os.replace(temporary, path)
 
 
 def run(args: argparse.Namespace) -> int:
