@@ -136,7 +136,8 @@ class PretrainingDataset:
             self._iterator = iter(self._build(**self._position).as_numpy_iterator())
         try:
             batch = next(self._iterator)
-        except tf.errors.DataLossError as error:
+        except (tf.errors.DataLossError, tf.errors.UnknownError) as error:
+            # UnknownError: a remote shard's reader (tfrecord.read_records) raised inside tf.data.
             self._raise_data_loss(error)
         except tf.errors.InvalidArgumentError as error:
             raise UserError(f"{self.files}: a record does not match the pre-training schema "

@@ -15,21 +15,27 @@ _HEADER = struct.Struct("<QI")  # length, masked crc32c of the length
 _FOOTER_SIZE = 4  # masked crc32c of the data
 
 
+def _next_record(file, path: str, count: int, offset: int) -> bytes | None:
+    """The data of the record at `offset`, None at the end; `UserError` if it is cut short."""
+    header = file.read(_HEADER.size)
+    if not header:
+        return None
+    if len(header) < _HEADER.size:
+        raise UserError(f"{path}: truncated shard: record {count} at byte {offset} has a cut "
+                        "header; was it still being written?")
+    length, _ = _HEADER.unpack(header)
+    data = file.read(length)
+    if len(data) < length or len(file.read(_FOOTER_SIZE)) < _FOOTER_SIZE:
+        raise UserError(f"{path}: truncated shard: record {count} at byte {offset} is cut "
+                        "short; was it still being written?")
+    return data
+
+
 def first_record(path: str) -> bytes | None:
     """The data of a shard's first record, None if it has none; `UserError` if missing or cut."""
     try:
         with files.open_file(path, "rb") as file:
-            header = file.read(_HEADER.size)
-            if not header:
-                return None
-            if len(header) < _HEADER.size:
-                raise UserError(f"{path}: truncated shard (a {len(header)}-byte record header)")
-            length, _ = _HEADER.unpack(header)
-            data = file.read(length)
-            if len(data) < length or len(file.read(_FOOTER_SIZE)) < _FOOTER_SIZE:
-                raise UserError(f"{path}: truncated shard (its first record is cut short); "
-                                "was it still being written?")
-            return data
+            return _next_record(file, path, 0, 0)
     except FileNotFoundError:
         raise UserError(f"{path}: shard not found") from None
     except IsADirectoryError:
@@ -66,15 +72,7 @@ def read_records(path: str | bytes):
     path = path.decode() if isinstance(path, bytes) else path
     count = offset = 0
     with files.open_file(path, "rb") as file:
-        while header := file.read(_HEADER.size):
-            if len(header) < _HEADER.size:
-                raise UserError(f"{path}: truncated shard: record {count} at byte {offset} has "
-                                "a cut header")
-            length, _ = _HEADER.unpack(header)
-            data = file.read(length)
-            if len(data) < length or len(file.read(_FOOTER_SIZE)) < _FOOTER_SIZE:
-                raise UserError(f"{path}: truncated shard: record {count} at byte {offset} "
-                                "is cut short")
+        while (data := _next_record(file, path, count, offset)) is not None:
             yield data
-            offset += _HEADER.size + length + _FOOTER_SIZE
+            offset += _HEADER.size + len(data) + _FOOTER_SIZE
             count += 1

@@ -227,3 +227,25 @@ def test_a_vocabulary_larger_than_the_model_is_refused(command, tmp_path, capsys
     assert main(argv) == 2
     assert f"{tokenizer.vocab_size} tokens, but the model" in capsys.readouterr().err
     assert not (tmp_path / "out.npz").exists()
+
+
+def test_remote_shards_read_as_local_ones_and_a_cut_one_is_named(shards_local_and_remote):
+    """The file-layer reader (gs://) gives tf.data's local batches; a cut shard is named."""
+    from input_pipeline.reader import PretrainingDataset
+
+    data = shards_local_and_remote
+
+    def batches(source):
+        return list(PretrainingDataset([source], 4, 16, 4, process_index=0, process_count=1,
+                                       repeat=False, shuffle_buffer=8))
+
+    local, remote = batches(data["local"]), batches(data["shards"])
+    assert len(remote) == len(local) > 2
+    for expected, actual in zip(local, remote):
+        for name in expected:
+            np.testing.assert_array_equal(actual[name], expected[name])
+    whole = files.read_bytes(f"{data['shards']}/shard-00000-of-00002.tfrecord")
+    with files.atomic_write(f"{data['shards']}/shard-00000-of-00002.tfrecord", "wb") as file:
+        file.write(whole[:len(whole) - 30])
+    with pytest.raises(UserError, match="shard-00000-of-00002.tfrecord: truncated shard"):
+        batches(data["shards"])
