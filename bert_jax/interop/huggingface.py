@@ -212,6 +212,9 @@ def write_directory(config: BertConfig, params: dict, directory: str, pad_id: in
     """
     from safetensors.numpy import save_file
 
+    # A task head would otherwise be dropped silently (an original run_classifier.py
+    # checkpoint imports with its classifier).
+    tensor_map.refuse_unknown_heads(params, ("mlm_head", "nsp_head"), "these transformers classes")
     architecture = architecture or default_architecture(params)
     parts, prefix = ARCHITECTURES[architecture]
     tensors = tensor_map.params_to_tensors(params, name_table(config, prefix), parts)
