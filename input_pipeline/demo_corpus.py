@@ -18,6 +18,7 @@ import shutil
 import sys
 import warnings
 
+from bert_jax import files
 from bert_jax.errors import UserError
 
 # Modules that print, open windows or start things when imported are left out.

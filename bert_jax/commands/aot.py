@@ -2,7 +2,6 @@
 
 import argparse
 import json
-import os
 
 HELP = "compile the train step for a TPU topology on this CPU host: memory fit, FLOPs, time"
 DESCRIPTION = """\
