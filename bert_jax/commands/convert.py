@@ -27,6 +27,10 @@ as one of:
                  it to MODELS/NAME/1 (see the README).
 A head that the target format has no names for (e.g. a token classifier for the TF formats)
 is refused with its name.
+A fine-tuned model (`bert-jax finetune`, e.g. WORKDIR/best) becomes a
+BertForSequenceClassification or BertForTokenClassification directory with its label
+names (id2label, label2id) under --to hf, and such Hugging Face directories import with
+their heads and labels.
 
 DST is written to a temporary directory and renamed when complete; it must not exist or be
 empty unless --overwrite, and it may not lie inside a training run or contain SRC. Either
@@ -37,6 +41,7 @@ examples:
   bert-jax convert path/to/hf-bert models/bert-jax-copy
   bert-jax convert runs/demo exported/demo-tf --to tf-checkpoint
   bert-jax convert runs/demo serving/bert/1 --to saved-model
+  bert-jax convert runs/sst2/best exported/sst2-hf --to hf
 """
 
 
@@ -70,6 +75,7 @@ def run(args) -> int:
     target = args.to or ("bert-jax" if kind == "huggingface" else "hf")
     config, params, tokenizer, vocab_path = model_io.load_model_and_tokenizer(
         args.source, args.vocab)
+    task_info = model_io.load_task_info(args.source)  # a fine-tuned model's task and labels
     if tokenizer.vocab_size != config.vocab_size:
         raise UserError(f"{vocab_path}: {tokenizer.vocab_size} tokens, but the model's "
                         f"vocab_size is {config.vocab_size}")
@@ -86,12 +92,14 @@ def run(args) -> int:
               f"{args.destination}")
     elif target == "hf":
         architecture = None if args.hf_architecture == "auto" else args.hf_architecture
+        head = task_info["head"] if task_info and architecture is None else None
         written = model_io.export_huggingface(config, params, tokenizer, args.destination,
-                                              architecture, args.overwrite, (args.source,))
+                                              architecture, args.overwrite, head=head,
+                                              sources=(args.source,))
         print(f"wrote {written} ({kind} -> Hugging Face) to {args.destination}")
     else:
         model_io.save_model(config, params, tokenizer, args.destination, args.overwrite,
-                            (args.source,))
+                            task_info=task_info, sources=(args.source,))
         print(f"wrote bert-jax model ({kind} -> bert-jax) to {args.destination}")
     return 0
 
