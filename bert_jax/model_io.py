@@ -277,7 +277,8 @@ def write_task_info(directory: str, task_info: dict) -> None:
 # An HF head's architecture (and problem type) -> the task that trains it.
 _TASK_OF_HEAD = {("BertForSequenceClassification", "regression"): "regress",
                  ("BertForSequenceClassification", None): "classify",
-                 ("BertForTokenClassification", None): "ner"}
+                 ("BertForTokenClassification", None): "ner",
+                 ("BertForQuestionAnswering", None): "qa"}
 
 
 def load_task_info(path: str) -> dict | None:
@@ -285,7 +286,8 @@ def load_task_info(path: str) -> dict | None:
 
     bert-jax directories and runs keep task.json; a Hugging Face directory of a
     BertForSequenceClassification / BertForTokenClassification describes its head in
-    config.json, which becomes {"task", "settings": {"label_names"}, "head"}.
+    config.json, which becomes {"task", "settings": {"label_names"}, "head"} (a
+    BertForQuestionAnswering's settings are qa's defaults).
     """
     from bert_jax.interop import hf_heads
 
@@ -296,9 +298,10 @@ def load_task_info(path: str) -> dict | None:
         head = hf_heads.read_head(path)
         if head is None:
             return None
-        problem = head["problem_type"] if head["problem_type"] == "regression" else None
+        problem = head.get("problem_type") if head.get("problem_type") == "regression" else None
         task = _TASK_OF_HEAD[(head["architecture"], problem)]
-        return dict(task=task, settings=dict(label_names=head["label_names"]), head=head)
+        settings = dict(label_names=head["label_names"]) if "label_names" in head else {}
+        return dict(task=task, settings=settings, head=head)
     directory = _step_run_directory(path) if kind == "training-step" else path
     info_path = files.join(directory, TASK_INFO)
     if not files.exists(info_path):
@@ -312,10 +315,14 @@ def load_task_info(path: str) -> dict | None:
 
 def export_huggingface(config: BertConfig, params: dict, tokenizer, destination: str,
                        architecture: str | None = None, overwrite: bool = False,
-                       head: dict | None = None, sources: tuple[str, ...] = ()) -> str:
+                       head: dict | None = None,
+                       extra_files: Callable[[str], None] | None = None,
+                       sources: tuple[str, ...] = ()) -> str:
     """A Hugging Face directory `transformers` loads; returns the architecture written.
 
     With a task `head` (task.json's), the task architecture with its labels.
+    `extra_files(directory)` adds files of a wrapping format (sentence-transformers) before
+    the directory is renamed into place.
     """
     from bert_jax.interop import huggingface
 
@@ -325,6 +332,8 @@ def export_huggingface(config: BertConfig, params: dict, tokenizer, destination:
         written.append(huggingface.write_directory(
             config, params, directory, tokenizer.pad_id, architecture, head))
         _write_tokenizer_files(directory, tokenizer, huggingface.tokenizer_settings(config))
+        if extra_files:
+            extra_files(directory)
 
     write_directory_atomically(destination, fill, overwrite, sources)
     return written[0]

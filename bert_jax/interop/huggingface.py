@@ -192,8 +192,8 @@ def read_directory(directory: str) -> tuple[BertConfig, dict]:
     shapes = tensor_map.parameter_shapes(config)
     head = hf_heads.read_head(directory)
     if head is not None:
-        entries += hf_heads.classifier_entries()
-        shapes.update(hf_heads.classifier_shapes(config, len(head["label_names"])))
+        entries += hf_heads.head_entries(head)
+        shapes.update(hf_heads.head_shapes(config, head))
     return config, tensor_map.tensors_to_params(tensors, entries, shapes, directory)
 
 
@@ -232,7 +232,7 @@ def write_directory(config: BertConfig, params: dict, directory: str, pad_id: in
         raise UserError(f"{architecture} needs a task head and its labels, and only it does; "
                         "a fine-tuned model directory (with task.json) has them")
     parts, prefix = ARCHITECTURES[architecture]
-    entries = name_table(config, prefix) + (hf_heads.classifier_entries() if head else [])
+    entries = name_table(config, prefix) + (hf_heads.head_entries(head) if head else [])
     tensors = tensor_map.params_to_tensors(params, entries, parts)
     save_file(tensors, os.path.join(directory, SAFETENSORS), metadata={"format": "pt"})
     with open(os.path.join(directory, "config.json"), "w", encoding="utf-8") as file:

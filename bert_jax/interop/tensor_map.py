@@ -19,8 +19,8 @@ import numpy as np
 from bert_jax.config import BertConfig
 from bert_jax.errors import UserError
 
-PARTS = ("encoder", "pooler", "mlm_head", "nsp_head", "classifier")
-HEADS = ("mlm_head", "nsp_head", "classifier")  # parts that are top-level keys of params
+PARTS = ("encoder", "pooler", "mlm_head", "nsp_head", "classifier", "qa_outputs")
+HEADS = ("mlm_head", "nsp_head", "classifier", "qa_outputs")  # top-level keys of params
 
 # How a tensor's layout differs from ours.
 COPY = "copy"  # same shape (embedding tables, LayerNorm vectors)
