@@ -12,13 +12,12 @@ Reads shards of either tool (the schema in `schema.py`); a missing file, a schem
 or a truncated shard raises `UserError` naming the file.
 """
 
-import os
-
 import numpy as np
 import tensorflow as tf
 
+from bert_jax import files as file_lib
 from bert_jax.errors import UserError
-from input_pipeline import dynamic_masking, files as file_lib, manifest as manifest_lib, schema
+from input_pipeline import dynamic_masking, manifest as manifest_lib, schema
 from input_pipeline import tfrecord
 
 # Epoch seeds: large odd multipliers keep (seed, epoch) pairs from colliding.
@@ -35,13 +34,11 @@ def expand_patterns(file_patterns: list[str]) -> list[str]:
     files = []
     for pattern in file_patterns:
         if file_lib.isdir(pattern) and file_lib.exists(
-                os.path.join(pattern, manifest_lib.MANIFEST_NAME)):
+                file_lib.join(pattern, manifest_lib.MANIFEST_NAME)):
             shards = manifest_lib.read_manifest(pattern)["shards"]
-            matches = [os.path.join(pattern, shard["file"]) for shard in shards]
-        elif file_lib.isdir(pattern):
-            matches = file_lib.glob(os.path.join(pattern, "*.tfrecord"))
+            matches = [file_lib.join(pattern, shard["file"]) for shard in shards]
         else:
-            matches = file_lib.glob(pattern)
+            matches = file_lib.expand(pattern, "*.tfrecord")
         if not matches:
             raise UserError(f"{pattern}: no shard files match")
         files.extend(matches)
@@ -159,7 +156,8 @@ class PretrainingDataset:
             self._iterator = iter(self._build(**self._position).as_numpy_iterator())
         try:
             batch = next(self._iterator)
-        except tf.errors.DataLossError as error:
+        except (tf.errors.DataLossError, tf.errors.UnknownError) as error:
+            # UnknownError: a remote shard's reader (tfrecord.read_records) raised inside tf.data.
             self._raise_data_loss(error)
         except tf.errors.InvalidArgumentError as error:
             raise UserError(f"{self.files}: a record does not match the pre-training schema "
@@ -197,13 +195,21 @@ class PretrainingDataset:
             tfrecord.count_records(path)  # raises UserError naming a truncated file
         raise UserError(f"{self.files}: corrupt shard data ({error.message})") from None
 
+    def _records_of_file(self, path) -> tf.data.Dataset:
+        """One shard's serialized records: tf.data's reader locally, the file layer remotely."""
+        if not any(file_lib.is_remote(name) for name in self.files):
+            return tf.data.TFRecordDataset(path)
+        return tf.data.Dataset.from_generator(
+            tfrecord.read_records, args=(path,),
+            output_signature=tf.TensorSpec(shape=(), dtype=tf.string))
+
     def _epoch_records(self, epoch, start_epoch, start_offset) -> tf.data.Dataset:
         """(epoch, index, serialized record) for one epoch, skipping what was consumed."""
         epoch_seed = tf.cast(self.seed, tf.int64) * _EPOCH_MULTIPLIER + epoch
         files = tf.data.Dataset.from_tensor_slices(self.files)
         files = files.shuffle(len(self.files), seed=epoch_seed)
         records = files.interleave(
-            tf.data.TFRecordDataset, cycle_length=min(self.cycle_length, len(self.files)),
+            self._records_of_file, cycle_length=min(self.cycle_length, len(self.files)),
             block_length=1, num_parallel_calls=tf.data.AUTOTUNE,
             deterministic=self.deterministic)
         if self.shuffle_buffer > 1:

@@ -2,7 +2,6 @@
 
 import argparse
 import json
-import os
 
 HELP = "compile the train step for a TPU topology on this CPU host: memory fit, FLOPs, time"
 DESCRIPTION = """\
@@ -62,12 +61,11 @@ def _compile(config_path: str, overrides: list[str], topology: str, chip_config,
 
 
 def _write_json(path: str, reports: list, mfu: float, extra: dict) -> None:
+    from bert_jax import files
     from bert_jax.aot_report import report_to_json
 
-    temporary = f"{path}.tmp"
-    with open(temporary, "w") as file:
+    with files.atomic_write(path) as file:
         json.dump({"reports": [report_to_json(r, mfu) for r in reports], **extra}, file, indent=2)
-    os.replace(temporary, path)
 
 
 def run(args: argparse.Namespace) -> int:

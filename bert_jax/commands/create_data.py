@@ -12,7 +12,8 @@ and uses --workers processes; the output depends only on the inputs and --seed.
 
 Input: files in BERT format (one sentence per line, a blank line between documents),
 plain prose (--format prose), .gz files, globs, or a prepared TFDS dataset as
-tfds:NAME[:SPLIT] (with --tfds-data-dir)."""
+tfds:NAME[:SPLIT] (with --tfds-data-dir). Inputs, the vocabulary and the output directory
+may be gs:// paths."""
 
 
 def add_arguments(parser) -> None:

@@ -19,6 +19,7 @@ import jax
 import orbax.checkpoint as ocp
 from etils import epath
 
+from bert_jax import files  # also routes orbax's epath through the one file layer
 from bert_jax.errors import UserError
 
 ITEMS = ("params", "opt_state", "meta")
@@ -29,8 +30,7 @@ class Checkpoints:
 
     def __init__(self, directory: str, keep: int = 3, async_save: bool = True):
         # Orbax wants absolute paths; gs:// and other URLs already are.
-        self.directory = epath.Path(directory if "://" in directory
-                                    else os.path.abspath(directory))
+        self.directory = epath.Path(files.absolute(directory))
         options = ocp.CheckpointManagerOptions(
             max_to_keep=keep, enable_async_checkpointing=async_save, create=True)
         self._manager = ocp.CheckpointManager(self.directory, item_names=ITEMS, options=options)
@@ -112,7 +112,7 @@ def restore_params(path: str, abstract_params: Any | None = None) -> Any:
 
     Without `abstract_params` the arrays come back as they were saved, on the default device.
     """
-    if not epath.Path(path).exists():
+    if not files.exists(path):
         raise UserError(f"{path}: no parameter checkpoint here")
     checkpointer = ocp.StandardCheckpointer()
     try:

@@ -20,13 +20,12 @@ leaving the last good checkpoint. Before anything is written, the work directory
 
 import contextlib
 import json
-import os
 import time
 
 import jax
 import numpy as np
 
-from bert_jax import sharding
+from bert_jax import files, sharding
 from bert_jax.training import checkpointing, distributed, train_step as train_step_lib
 from bert_jax.training import training_data, workdir as workdir_lib
 from bert_jax.errors import UserError
@@ -254,9 +253,9 @@ def train(run_config, workdir: str, *, task=None, dataset_factory=None, evaluato
         if is_chief:
             workdir_lib.write_run_files(run_config, workdir, bundle.model_config)
         checkpoints = checkpointing.Checkpoints(
-            os.path.join(workdir, workdir_lib.CHECKPOINTS), keep=run_config.checkpoint.keep,
+            files.join(workdir, workdir_lib.CHECKPOINTS), keep=run_config.checkpoint.keep,
             async_save=run_config.checkpoint.async_save)
-        writer = MetricsWriter(os.path.join(workdir, "tensorboard"), enabled=is_chief)
+        writer = MetricsWriter(files.join(workdir, "tensorboard"), enabled=is_chief)
         try:
             state, meta = _initial_state(run_config, bundle, checkpoints, log, init_source)
             if meta is not None and evaluator is not None and meta.get("evaluator") is not None:

@@ -6,10 +6,9 @@ another vocabulary; `reader_factory` opens the shard reader per process; the dat
 goes into each checkpoint and comes back on resume unless the data itself has changed.
 """
 
-import os
-
 import jax
 
+from bert_jax import files
 from bert_jax.errors import UserError
 
 
@@ -46,8 +45,8 @@ def _check_shards(run_config, tokenizer, log) -> None:
 
     data = run_config.data
     for pattern in filter(None, (data.train_files + "," + data.eval_files).split(",")):
-        directory = pattern if os.path.isdir(pattern) else os.path.dirname(pattern)
-        if os.path.exists(os.path.join(directory, manifest_lib.MANIFEST_NAME)):
+        directory = pattern if files.isdir(pattern) else files.dirname(pattern)
+        if files.exists(files.join(directory, manifest_lib.MANIFEST_NAME)):
             manifest = manifest_lib.read_manifest(directory)
             manifest_lib.check_vocabulary(manifest, tokenizer.hash, pattern)
             manifest_lib.check_settings(manifest, data.seq_len, data.max_predictions, pattern)
