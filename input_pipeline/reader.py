@@ -80,13 +80,13 @@ def _manifest_counts(paths: list[str]) -> dict[str, int] | None:
     (original-tool shards carry no manifest)."""
     counts, manifests = {}, {}
     for path in paths:
-        directory = os.path.dirname(path)
+        directory = file_lib.dirname(path)
         if directory not in manifests:
-            manifest_path = os.path.join(directory, manifest_lib.MANIFEST_NAME)
+            manifest_path = file_lib.join(directory, manifest_lib.MANIFEST_NAME)
             manifests[directory] = ({shard["file"]: shard["num_instances"] for shard in
                                      manifest_lib.read_manifest(directory)["shards"]}
                                     if file_lib.exists(manifest_path) else {})
-        listed = manifests[directory].get(os.path.basename(path))
+        listed = manifests[directory].get(file_lib.basename(path))
         if listed is None:
             return None
         counts[path] = listed

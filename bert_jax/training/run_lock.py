@@ -21,8 +21,7 @@ import threading
 import time
 import uuid
 
-from etils import epath
-
+from bert_jax import files
 from bert_jax.errors import UserError
 
 LOCK_NAME = ".run_lock"
@@ -51,7 +50,7 @@ class RunLock:
     def __init__(self, workdir: str, lease: bool | None = None,
                  lease_seconds: float = LEASE_SECONDS, renew_seconds: float = RENEW_SECONDS):
         self.workdir = workdir
-        self.lease = "://" in workdir if lease is None else lease
+        self.lease = files.is_remote(workdir) if lease is None else lease
         self.lease_seconds, self.renew_seconds = lease_seconds, renew_seconds
         self._file = None
         self._stop = threading.Event()
@@ -75,13 +74,13 @@ class RunLock:
         self._file = descriptor
 
     # -- object storage: a renewed lease -------------------------------------------------
-    def _lease_path(self) -> epath.Path:
-        return epath.Path(self.workdir) / LEASE_NAME
+    def _lease_path(self) -> str:
+        return files.join(self.workdir, LEASE_NAME)
 
     def _read_lease(self) -> dict | None:
         path = self._lease_path()
         try:
-            return json.loads(path.read_text()) if path.exists() else None
+            return json.loads(files.read_text(path)) if files.exists(path) else None
         except (ValueError, OSError):
             return None  # half-written by its holder or just deleted: read again later
 
@@ -91,16 +90,16 @@ class RunLock:
         if current is not None:
             age = time.time() - float(current.get("renewed", 0))
             if age < self.lease_seconds:
-                raise _refusal(self.workdir, current, str(path),
+                raise _refusal(self.workdir, current, path,
                                f"; lease renewed {age:.0f} s ago, taken over after "
                                f"{self.lease_seconds:.0f} s without renewal")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self._holder))
+        files.makedirs(self.workdir)
+        files.write_text(path, json.dumps(self._holder))
         # Two runs starting together both write; the last write wins, the other run backs off.
         time.sleep(min(1.0, self.renew_seconds / 10))
         current = self._read_lease()
         if current is None or current.get("token") != self._holder["token"]:
-            raise _refusal(self.workdir, current or {}, str(path), "; it started at the same time")
+            raise _refusal(self.workdir, current or {}, path, "; it started at the same time")
         self._renewer = threading.Thread(target=self._renew, daemon=True)
         self._renewer.start()
 
@@ -108,7 +107,7 @@ class RunLock:
         while not self._stop.wait(self.renew_seconds):
             self._holder["renewed"] = time.time()
             try:
-                self._lease_path().write_text(json.dumps(self._holder))
+                files.write_text(self._lease_path(), json.dumps(self._holder))
             except OSError:
                 pass  # a transient storage error; the next renewal tries again
 
@@ -130,4 +129,4 @@ class RunLock:
             self._renewer = None
             current = self._read_lease()
             if current is not None and current.get("token") == self._holder["token"]:
-                self._lease_path().unlink(missing_ok=True)
+                files.remove(self._lease_path())

@@ -7,8 +7,7 @@ only then are the lock taken and model_config.json, run_config.json and vocab.tx
 
 import json
 
-from etils import epath
-
+from bert_jax import files
 from bert_jax.config import BertConfig
 from bert_jax.errors import UserError
 from bert_jax.run_config import to_json
@@ -19,11 +18,11 @@ CHECKPOINTS = "checkpoints"
 
 def check_model_config(workdir: str, model_config: BertConfig) -> None:
     """Refuses a work directory that holds another model, naming the fields that differ."""
-    path = epath.Path(workdir) / MODEL_CONFIG
-    if not path.exists():
+    path = files.join(workdir, MODEL_CONFIG)
+    if not files.exists(path):
         return
     # Compared as configs: a file from before the precision knobs left the model still matches.
-    held = BertConfig.from_dict(json.loads(path.read_text()), str(path))
+    held = BertConfig.from_dict(json.loads(files.read_text(path)), path)
     if held == model_config:
         return
     differences = [f"{key} {value} there, {getattr(model_config, key)} in this run"
@@ -35,17 +34,15 @@ def check_model_config(workdir: str, model_config: BertConfig) -> None:
 
 def has_checkpoint(workdir: str) -> bool:
     """Whether a run will resume here (a finished step directory under checkpoints/)."""
-    directory = epath.Path(workdir) / CHECKPOINTS
-    return directory.exists() and any(child.name.isdigit() for child in directory.iterdir())
+    directory = files.join(workdir, CHECKPOINTS)
+    return files.isdir(directory) and any(name.isdigit() for name in files.listdir(directory))
 
 
 def write_run_files(run_config, workdir: str, model_config: BertConfig) -> None:
     """model_config.json, run_config.json and vocab.txt at the work directory's root."""
-    root = epath.Path(workdir)
-    root.mkdir(parents=True, exist_ok=True)
+    files.makedirs(workdir)
     wanted = json.dumps(model_config.to_dict(), indent=2, sort_keys=True)
     for name, text in ((MODEL_CONFIG, wanted), ("run_config.json", to_json(run_config))):
-        (root / (name + ".tmp")).write_text(text)
-        (root / (name + ".tmp")).replace(root / name)
+        files.write_text(files.join(workdir, name), text)
     if run_config.data.vocab_path:
-        epath.Path(run_config.data.vocab_path).copy(root / "vocab.txt", overwrite=True)
+        files.copy_file(run_config.data.vocab_path, files.join(workdir, "vocab.txt"))
