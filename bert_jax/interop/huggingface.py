@@ -220,6 +220,11 @@ def write_directory(config: BertConfig, params: dict, directory: str, pad_id: in
     """
     from safetensors.numpy import save_file
 
+    if head is None:
+        # A task head would otherwise be dropped silently (an original run_classifier.py
+        # checkpoint imports with its classifier).
+        tensor_map.refuse_unknown_heads(params, ("mlm_head", "nsp_head"),
+                                        "these transformers classes")
     architecture = architecture or (head["architecture"] if head else
                                     default_architecture(params))
     if (architecture in hf_heads.ARCHITECTURES) != (head is not None):
