@@ -13,7 +13,8 @@ examples/s, and the dev score; then the ratio of examples/s.
 Sections (`--sections`), one per task; each is a function `section(args) -> list of lines`
 in SECTIONS, so CoNLL-2003 and SQuAD sections can be added beside SST-2.
 
-Usage: python bench/finetune.py [--sections sst2] [--train-examples 4000] [--epochs 1]
+Usage: python bench/finetune.py [--sections sst2,squad] [--train-examples 4000] [--epochs 1]
+       [--dev-examples 1190]
 """
 
 import argparse
@@ -151,7 +152,13 @@ def sst2(args) -> list[str]:
     return lines
 
 
-SECTIONS = {"sst2": sst2}
+def squad(args) -> list[str]:
+    from bench.finetune_squad import squad_section
+
+    return squad_section(args)
+
+
+SECTIONS = {"sst2": sst2, "squad": squad}
 
 
 def main() -> int:
@@ -159,6 +166,8 @@ def main() -> int:
     parser.add_argument("--sections", default="sst2", help=f"comma-separated: {list(SECTIONS)}")
     parser.add_argument("--model", default=None, help="start from (default MiniLM)")
     parser.add_argument("--train-examples", type=int, default=4000)
+    parser.add_argument("--dev-examples", type=int, default=1190,
+                        help="squad: XQuAD-English dev questions to score (default all)")
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--learning-rate", type=float, default=5e-5)

@@ -8,7 +8,6 @@ instant and `bert-jax launch` never imports JAX. A module that sets
 """
 
 import argparse
-import glob
 import importlib
 import os
 import sys
@@ -62,9 +61,9 @@ def _prefer_cpu_off_accelerators() -> None:
     With libtpu installed (the `tpu` extra, also used for `bert-jax aot`) but no TPU, JAX
     would otherwise probe for one at start-up and print a page of libtpu warnings.
     """
-    accelerator_nodes = ("/dev/accel*", "/dev/vfio/[0-9]*", "/dev/nvidia[0-9]*")
-    if "JAX_PLATFORMS" not in os.environ and not any(
-            glob.glob(pattern) for pattern in accelerator_nodes):
+    from bert_jax.training.distributed import accelerator_present
+
+    if "JAX_PLATFORMS" not in os.environ and not accelerator_present():
         os.environ["JAX_PLATFORMS"] = "cpu"
 
 

@@ -19,6 +19,12 @@ as one of:
                  released checkpoints' variable names and shapes (bert/..., cls/predictions/...,
                  cls/seq_relationship/...; a sequence classifier as run_classifier.py's
                  output_weights / output_bias): --init_checkpoint=DST/bert_model.ckpt;
+  sentence-transformers
+                 a Hugging Face BertModel directory plus modules.json,
+                 1_Pooling/config.json and sentence_bert_config.json:
+                 sentence_transformers.SentenceTransformer(DST) loads it, and its encode()
+                 equals `bert-jax embed --model SRC` (SRC's pooling, normalisation and
+                 length travel with it);
   saved-model    a TensorFlow SavedModel running the bert-jax function (jax2tf, batch and
                  length left unknown): signature serving_default (input_ids, input_mask,
                  segment_ids -> sequence_output, pooled_output, and logits for a sequence
@@ -28,18 +34,21 @@ as one of:
 A head that the target format has no names for (e.g. a token classifier for the TF formats)
 is refused with its name.
 A fine-tuned model (`bert-jax finetune`, e.g. WORKDIR/best) becomes, with --to hf, a
-BertForSequenceClassification or BertForTokenClassification directory with its label names
-(id2label, label2id), and such Hugging Face directories import with their heads and labels.
+BertForSequenceClassification, BertForTokenClassification (with its label names: id2label,
+label2id) or BertForQuestionAnswering directory, and such Hugging Face directories import
+with their heads and labels.
 
 DST is written to a temporary directory and renamed when complete; it must not exist or be
-empty unless --overwrite, and it may not lie inside a training run.
+empty unless --overwrite, and it may not lie inside a training run or contain SRC. Either
+may be a gs:// URL.
 
 examples:
   bert-jax convert runs/demo exported/demo-hf --to hf
   bert-jax convert path/to/hf-bert models/bert-jax-copy
-  bert-jax convert runs/sst2/best exported/sst2-hf --to hf
   bert-jax convert runs/demo exported/demo-tf --to tf-checkpoint
   bert-jax convert runs/demo serving/bert/1 --to saved-model
+  bert-jax convert runs/sst2/best exported/sst2-hf --to hf
+  bert-jax convert runs/sts/best exported/sts-st --to sentence-transformers
 """
 
 
@@ -47,7 +56,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("source", metavar="SRC", help="model directory to read")
     parser.add_argument("destination", metavar="DST", help="directory to write")
     parser.add_argument(
-        "--to", choices=("hf", "bert-jax", "tf-checkpoint", "saved-model"), default=None,
+        "--to", choices=("hf", "bert-jax", "tf-checkpoint", "saved-model",
+                         "sentence-transformers"), default=None,
         help="format of DST (default: bert-jax when SRC is a Hugging Face directory, else hf)")
     parser.add_argument(
         "--hf-architecture", choices=("auto", "BertForPreTraining", "BertForMaskedLM", "BertModel"),
@@ -68,38 +78,42 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     from bert_jax import model_io
-    from input_pipeline.tokenization import load_tokenizer
 
     kind = model_io.source_kind(args.source)
+    if args.to == "sentence-transformers":
+        from bert_jax.interop import sentence_transformers
+
+        summary = sentence_transformers.export(args.source, args.destination, args.overwrite)
+        print(f"wrote sentence-transformers model ({summary}) to {args.destination}")
+        return 0
     target = args.to or ("bert-jax" if kind == "huggingface" else "hf")
-    config, params, vocab_path = model_io.load_model(args.source)
+    config, params, tokenizer, vocab_path = model_io.load_model_and_tokenizer(
+        args.source, args.vocab)
     task_info = model_io.load_task_info(args.source)  # a fine-tuned model's task and labels
-    vocab_path = args.vocab or vocab_path
-    if vocab_path is None:
-        raise UserError(f"{args.source}: no vocab.txt beside the weights; pass --vocab")
-    tokenizer = load_tokenizer(vocab_path)
     if tokenizer.vocab_size != config.vocab_size:
         raise UserError(f"{vocab_path}: {tokenizer.vocab_size} tokens, but the model's "
                         f"vocab_size is {config.vocab_size}")
     if target == "tf-checkpoint":
         parts = model_io.export_tf_checkpoint(config, params, tokenizer, args.destination,
-                                              args.overwrite)
+                                              args.overwrite, (args.source,))
         print(f"wrote original TF checkpoint ({kind} -> {', '.join(parts)}) to "
               f"{args.destination}")
     elif target == "saved-model":
         signatures = model_io.export_saved_model(config, params, tokenizer, args.destination,
-                                                 _platforms(args.platforms), args.overwrite)
+                                                 _platforms(args.platforms), args.overwrite,
+                                                 (args.source,))
         print(f"wrote TensorFlow SavedModel ({kind} -> signatures {', '.join(signatures)}) to "
               f"{args.destination}")
     elif target == "hf":
         architecture = None if args.hf_architecture == "auto" else args.hf_architecture
         head = task_info["head"] if task_info and architecture is None else None
         written = model_io.export_huggingface(config, params, tokenizer, args.destination,
-                                              architecture, args.overwrite, head=head)
+                                              architecture, args.overwrite, head=head,
+                                              sources=(args.source,))
         print(f"wrote {written} ({kind} -> Hugging Face) to {args.destination}")
     else:
         model_io.save_model(config, params, tokenizer, args.destination, args.overwrite,
-                            task_info=task_info)
+                            task_info=task_info, sources=(args.source,))
         print(f"wrote bert-jax model ({kind} -> bert-jax) to {args.destination}")
     return 0
 

@@ -6,8 +6,14 @@ Predicts every example of --data (the training format) with --model and prints t
 metrics (classify: loss, accuracy, f1, matthews_correlation; regress: loss, pearson,
 spearman, mse), also written as JSON to --output (default: none).
 
-example:
+TASK `sts` takes any embedding model (a sentence-transformers directory such as
+all-MiniLM-L6-v2, any BERT, or a `finetune sentence-embedding` run's best/) and a scored pair
+file (STS-B TSV, or JSONL with sentence1/sentence2/score): the Pearson and Spearman
+correlation (scipy) of the cosine similarity of the two sentences' embeddings with the scores.
+
+examples:
   bert-jax evaluate classify --model runs/sst2/best --data ../shared/data/tasks/sst2/dev.tsv
+  bert-jax evaluate sts --model MODEL --data ../shared/data/tasks/stsb/sts-dev.tsv
 """
 
 
@@ -39,7 +45,14 @@ def run(args) -> int:
     import json
     import os
 
-    metrics = evaluate_file(args.model, args.task, args.data, args.batch_size, args.max_seq_len)
+    if args.task == "sts":
+        from bert_jax.embeddings.similarity import evaluate_sts
+
+        metrics = evaluate_sts(args.model, args.data, args.batch_size, args.max_seq_len,
+                               progress=True)
+    else:
+        metrics = evaluate_file(args.model, args.task, args.data, args.batch_size,
+                                args.max_seq_len)
     for name, value in metrics.items():
         print(f"{name}: {value:.4f}")
     if args.output:

@@ -24,14 +24,12 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from bert_jax import inference, model_io
     from bert_jax.errors import UserError
-    from input_pipeline.tokenization import load_tokenizer
 
     if args.top_k < 1:
         raise UserError(f"--top-k must be at least 1, got {args.top_k}")
-    config, params, vocab_path = model_io.load_model(args.model)
-    if vocab_path is None:
-        raise UserError(f"{args.model}: no vocab.txt beside the weights")
-    tokenizer = load_tokenizer(vocab_path)
+    config, params, tokenizer, _ = model_io.load_model_and_tokenizer(args.model)
+    for text in args.texts:  # every text is checked before any is answered
+        inference.masked_input(tokenizer, text, config.max_positions)
     for text in args.texts:
         predictions = inference.fill_mask(config, params, tokenizer, text, args.top_k)
         print(text)

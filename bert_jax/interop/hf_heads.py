@@ -1,14 +1,17 @@
 """Task heads in Hugging Face directories: `BertForSequenceClassification` and
-`BertForTokenClassification` (config.json label fields, the `classifier.*` tensors).
+`BertForTokenClassification` (config.json label fields, the `classifier.*` tensors), and
+`BertForQuestionAnswering` (the `qa_outputs.*` span tensors, two outputs, no labels).
 
 A head is described by a small dict, the same in task.json and here:
   {"architecture": "BertForSequenceClassification" | "BertForTokenClassification",
    "label_names": [...], "problem_type": "single_label_classification" | "regression"}
+  {"architecture": "BertForQuestionAnswering"}
 """
 
 import json
 import os
 
+from bert_jax import files
 from bert_jax.config import BertConfig
 from bert_jax.errors import UserError
 from bert_jax.interop.tensor_map import Entry, dense_entries
@@ -18,7 +21,9 @@ from bert_jax.interop.tensor_map import Entry, dense_entries
 ARCHITECTURES = {
     "BertForSequenceClassification": (("encoder", "pooler", "classifier"), "bert."),
     "BertForTokenClassification": (("encoder", "classifier"), "bert."),
+    "BertForQuestionAnswering": (("encoder", "qa_outputs"), "bert."),
 }
+SPAN = "BertForQuestionAnswering"  # start and end logits: HF's num_labels = 2, no label names
 REGRESSION = "regression"
 
 
@@ -32,8 +37,23 @@ def classifier_shapes(config: BertConfig, num_labels: int) -> dict:
             ("classifier", "bias"): (num_labels,)}
 
 
+def head_entries(head: dict) -> list[Entry]:
+    if head["architecture"] == SPAN:
+        return dense_entries(("qa_outputs",), "qa_outputs.weight", "qa_outputs.bias",
+                             "qa_outputs", transposed=True)
+    return classifier_entries()
+
+
+def head_shapes(config: BertConfig, head: dict) -> dict:
+    if head["architecture"] == SPAN:
+        return {("qa_outputs", "kernel"): (config.hidden_dim, 2), ("qa_outputs", "bias"): (2,)}
+    return classifier_shapes(config, len(head["label_names"]))
+
+
 def config_fields(head: dict) -> dict:
     """The config.json fields of a head: num_labels, id2label, label2id, problem_type."""
+    if head["architecture"] == SPAN:
+        return dict(num_labels=2)
     names = list(head["label_names"])
     return dict(num_labels=len(names), id2label={str(index): name for index, name in
                                                  enumerate(names)},
@@ -46,6 +66,12 @@ def head_from_config(values: dict, source: str) -> dict | None:
     architectures = values.get("architectures") or []
     if not architectures or architectures[0] not in ARCHITECTURES:
         return None
+    if architectures[0] == SPAN:
+        outputs = values.get("num_labels", len(values.get("id2label") or {}) or 2)
+        if outputs != 2:
+            raise UserError(f"{source}: a BertForQuestionAnswering with {outputs} outputs "
+                            "(num_labels); expected 2 (span start and end)")
+        return dict(architecture=SPAN)
     id2label = values.get("id2label") or {}
     num_labels = values.get("num_labels", len(id2label) or 2)
     if id2label and len(id2label) != num_labels:
@@ -60,6 +86,6 @@ def head_from_config(values: dict, source: str) -> dict | None:
 
 def read_head(directory: str) -> dict | None:
     """The head of an HF directory (None when it has none of ours)."""
-    path = os.path.join(directory, "config.json")
-    with open(path, encoding="utf-8") as file:
+    path = files.join(directory, "config.json")
+    with files.open_file(path) as file:
         return head_from_config(json.load(file), path)

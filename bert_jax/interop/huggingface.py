@@ -192,8 +192,8 @@ def read_directory(directory: str) -> tuple[BertConfig, dict]:
     shapes = tensor_map.parameter_shapes(config)
     head = hf_heads.read_head(directory)
     if head is not None:
-        entries += hf_heads.classifier_entries()
-        shapes.update(hf_heads.classifier_shapes(config, len(head["label_names"])))
+        entries += hf_heads.head_entries(head)
+        shapes.update(hf_heads.head_shapes(config, head))
     return config, tensor_map.tensors_to_params(tensors, entries, shapes, directory)
 
 
@@ -220,18 +220,19 @@ def write_directory(config: BertConfig, params: dict, directory: str, pad_id: in
     """
     from safetensors.numpy import save_file
 
-    if head is None:
-        # A task head would otherwise be dropped silently (an original run_classifier.py
-        # checkpoint imports with its classifier).
-        tensor_map.refuse_unknown_heads(params, ("mlm_head", "nsp_head"),
-                                        "these transformers classes")
+    # A head this writer has no names for would otherwise be dropped silently.
+    # A classifier exports only with its labels (a fine-tuned model directory's task.json).
+    known = tensor_map.HEADS if head else ("mlm_head", "nsp_head")
+    tensor_map.refuse_unknown_heads(
+        params, known, "these transformers classes without the task's labels (export a "
+        "fine-tuned model directory, which has task.json)", token_classifier=True)
     architecture = architecture or (head["architecture"] if head else
                                     default_architecture(params))
     if (architecture in hf_heads.ARCHITECTURES) != (head is not None):
         raise UserError(f"{architecture} needs a task head and its labels, and only it does; "
                         "a fine-tuned model directory (with task.json) has them")
     parts, prefix = ARCHITECTURES[architecture]
-    entries = name_table(config, prefix) + (hf_heads.classifier_entries() if head else [])
+    entries = name_table(config, prefix) + (hf_heads.head_entries(head) if head else [])
     tensors = tensor_map.params_to_tensors(params, entries, parts)
     save_file(tensors, os.path.join(directory, SAFETENSORS), metadata={"format": "pt"})
     with open(os.path.join(directory, "config.json"), "w", encoding="utf-8") as file:

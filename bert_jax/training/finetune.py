@@ -86,12 +86,13 @@ def _host_params(params):
 
 class BestModelEvaluator:
     """Evaluates on the eval file, keeps WORKDIR/best/, stops after `patience` (trainer protocol)."""
-    baseline = False
+    baseline = False  # a task may ask for an evaluation before the first step
 
     def __init__(self, task, examples, run_config, workdir, tokenizer, task_info, log):
         self.task, self.examples, self.run_config = task, examples, run_config
         self.workdir, self.tokenizer, self.task_info, self.log = workdir, tokenizer, task_info, log
         self.every_steps = run_config.eval.every_steps
+        self.baseline = getattr(task, "evaluate_before_training", False)
         self.metric = run_config.finetune.best_metric or task.best_metric
         self.greater = task.greater_is_better if self.metric == task.best_metric else (
             self.metric != "loss")
@@ -165,8 +166,11 @@ def finetune(task, model_path: str, train_path: str, eval_path: str | None, work
         model_io.write_task_info(workdir, info)
     sequence = batching.sequence_features(task.batch_schema())
 
+    # A task may draw its batches anew each epoch (masked LM's dynamic masks).
+    batches_class = getattr(task, "training_batches", batching.BucketedBatches)
+
     def dataset_factory(split, batch_size, process_index, process_count):
-        return batching.BucketedBatches(
+        return batches_class(
             train.features, sequence, batch_size * process_count, run_config.data.seq_len,
             seed=run_config.seed, process_index=process_index, process_count=process_count,
             window_batches=run_config.finetune.length_window)
@@ -188,6 +192,8 @@ def _write_results(task, run_config, workdir, settings, evaluator, evaluation, r
     if evaluator is not None and evaluator.history:
         results.update(final=evaluator.history[-1], best=evaluator.best,
                        best_metric=evaluator.metric, history=evaluator.history)
+        if hasattr(task, "summary"):  # a task's own top-level names (mlm: perplexity_before)
+            results.update(task.summary(evaluator.history))
     if jax.process_index() == 0 and not result["preempted"]:
         path = os.path.join(workdir, EVAL_RESULTS)
         with open(path + ".tmp", "w", encoding="utf-8") as file:
