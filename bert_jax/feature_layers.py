@@ -1,0 +1,59 @@
+"""Feature-based heads: a classifier over chosen layers of a frozen encoder (BERT paper, 5.4).
+
+The encoder is not trained; its hidden states of some layers (0 = embedding output) are
+combined into one feature per position and only the combination and the classifier learn.
+The BERT paper's Table 7 compares such combinations on CoNLL-2003 NER:
+
+- `concat`: the layers side by side, (B, T, L*H);
+- `sum`: their plain sum, (B, T, H);
+- `scalar-mix`: ELMo's (Peters et al., 2018, eq. 1) `scale * sum_l softmax(w)_l h_l`, the
+  weights w and the scale learned, starting from the mean of the layers.
+"""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from bert_jax.config import BertConfig
+from bert_jax.model import Dense, Dropout
+
+Array = jax.Array
+COMBINE_MODES = ("concat", "sum", "scalar-mix")
+
+
+class LayerCombination(nn.Module):
+    """(L, B, T, H) hidden states of L layers -> (B, T, H) or, for concat, (B, T, L*H)."""
+    mode: str
+
+    @nn.compact
+    def __call__(self, hidden_states: Array) -> Array:
+        num_layers, batch_size, seq_len, hidden_dim = hidden_states.shape
+        if self.mode == "concat":
+            stacked = jnp.moveaxis(hidden_states, 0, 2)  # (B, T, L, H)
+            return stacked.reshape(batch_size, seq_len, num_layers * hidden_dim)
+        if self.mode == "sum":
+            return hidden_states.sum(axis=0)
+        if self.mode == "scalar-mix":
+            # Zero logits: the softmax starts as the plain mean of the layers.
+            logits = self.param("layer_weights", nn.with_logical_partitioning(
+                nn.initializers.zeros_init(), ("layers",)), (num_layers,), jnp.float32)
+            scale = self.param("scale", nn.initializers.ones_init(), (), jnp.float32)
+            weights = jax.nn.softmax(logits).astype(hidden_states.dtype)  # (L,)
+            return scale.astype(hidden_states.dtype) * jnp.einsum(
+                "l,lbth->bth", weights, hidden_states)
+        raise ValueError(f"unknown combine mode {self.mode!r}; expected one of {COMBINE_MODES}")
+
+
+class FeatureTokenClassifier(nn.Module):
+    """Combined frozen-layer features -> dropout -> a label score per position (B, T, C)."""
+    config: BertConfig
+    num_labels: int
+    combine: str
+
+    @nn.compact
+    def __call__(self, hidden_states: Array, train: bool = False) -> Array:
+        features = LayerCombination(self.combine, name="combination")(
+            jax.lax.stop_gradient(hidden_states))  # the encoder stays frozen
+        features = Dropout(self.config.dropout_rate)(features, deterministic=not train)
+        return Dense(self.config, (self.num_labels,), ("embed",), ("classes",),
+                     name="classifier")(features)
