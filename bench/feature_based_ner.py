@@ -31,6 +31,11 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import flax.linen as nn  # noqa: E402
+import numpy as np  # noqa: E402
+
+from bert_jax.feature_layers import FeatureTokenClassifier, LayerCombination  # noqa: E402
+
 DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "tasks", "conll2003")
 
 # (row name, layers as the CLI's --layers takes them, combine mode); layers relative to the
@@ -78,56 +83,106 @@ def word_features(config, params, tokenizer, sentences, max_seq_len: int, batch_
     return features
 
 
-def train_head(config, features, labels, num_labels: int, combine: str, epochs: int,
-               batch_size: int, learning_rate: float, seed: int):
-    """Trains the combination + linear head on (words, L, H) features; returns its params."""
-    import flax.linen as nn
+class BiLSTMHead(nn.Module):
+    """The paper's head, smaller: combination, dropout, a 2-layer BiLSTM, a linear classifier."""
+    num_labels: int
+    combine: str
+    units: int
+    dropout_rate: float
+
+    @nn.compact
+    def __call__(self, hidden_states, lengths, train: bool = False):
+        x = LayerCombination(self.combine, name="combination")(hidden_states)  # (B, W, D)
+        x = nn.Dropout(self.dropout_rate, deterministic=not train)(x)
+        for _ in range(2):
+            x = nn.Bidirectional(nn.RNN(nn.OptimizedLSTMCell(self.units)),
+                                 nn.RNN(nn.OptimizedLSTMCell(self.units)))(
+                x, seq_lengths=lengths)  # (B, W, 2 * units)
+            x = nn.Dropout(self.dropout_rate, deterministic=not train)(x)
+        return nn.Dense(self.num_labels)(x)  # (B, W, C)
+
+
+class LinearHead(nn.Module):
+    """bert-jax's own feature head: each word judged from its own (combined) feature."""
+    config: object
+    num_labels: int
+    combine: str
+
+    @nn.compact
+    def __call__(self, hidden_states, lengths, train: bool = False):
+        return FeatureTokenClassifier(self.config, self.num_labels, self.combine, name="head")(
+            hidden_states, train)
+
+
+def sentence_batches(lengths, batch_size: int, rng=None):
+    """Sentence indices per batch (shuffled when `rng` is given, else shortest first)."""
+    order = rng.permutation(len(lengths)) if rng is not None else np.argsort(lengths)
+    return [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
+
+
+def gather(features, offsets, lengths, sentences, layers, labels=None):
+    """A padded batch: hidden (L, B, W, H) float32, lengths (B,), labels and weights (B, W)."""
+    from bert_jax.inference import bucket_length
+
+    width = bucket_length(int(lengths[sentences].max()), 256, smallest=8)
+    index = np.zeros((len(sentences), width), np.int64)
+    weights = np.zeros((len(sentences), width), np.float32)
+    for row, sentence in enumerate(sentences):
+        count = lengths[sentence]
+        index[row, :count] = np.arange(offsets[sentence], offsets[sentence] + count)
+        weights[row, :count] = 1
+    hidden = features[index][:, :, layers].transpose(2, 0, 1, 3).astype(np.float32)
+    targets = labels[index] if labels is not None else None
+    return hidden, lengths[sentences].astype(np.int32), targets, weights
+
+
+def train_head(head, features, offsets, lengths, labels, layers, epochs: int, batch_size: int,
+               learning_rate: float, seed: int):
+    """Trains `head` on the frozen features of whole sentences; returns its params."""
     import jax
     import jax.numpy as jnp
-    import numpy as np
     import optax
 
-    from bert_jax.feature_layers import FeatureTokenClassifier
-
-    head = FeatureTokenClassifier(config, num_labels, combine)
-    sample = jnp.zeros((features.shape[1], 1, 1, features.shape[2]), jnp.float32)
-    params = nn.unbox(head.init(jax.random.key(seed), sample)["params"])
-    steps = epochs * (len(features) // batch_size)
+    hidden, sample_lengths, _, _ = gather(features, offsets, lengths, np.arange(2), layers, labels)
+    params = nn.unbox(head.init(jax.random.key(seed), hidden, sample_lengths)["params"])
+    steps = epochs * -(-len(lengths) // batch_size)
     optimizer = optax.adamw(optax.linear_schedule(learning_rate, 0.0, steps), weight_decay=0.01)
     state = optimizer.init(params)
 
     @jax.jit
-    def step(params, state, inputs, targets, key):
+    def step(params, state, hidden, sentence_lengths, targets, weights, key):
         def loss_fn(params):
-            hidden = jnp.transpose(inputs, (1, 0, 2))[:, :, None].astype(jnp.float32)  # (L,B,1,H)
-            logits = head.apply({"params": params}, hidden, train=True, rngs={"dropout": key})
-            return optax.softmax_cross_entropy_with_integer_labels(logits[:, 0], targets).mean()
+            logits = head.apply({"params": params}, hidden, sentence_lengths, train=True,
+                                rngs={"dropout": key})
+            losses = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
+            return jnp.sum(losses * weights) / jnp.sum(weights)
         loss, grads = jax.value_and_grad(loss_fn)(params)
         updates, state = optimizer.update(grads, state, params)
         return optax.apply_updates(params, updates), state, loss
 
     rng, key = np.random.default_rng(seed), jax.random.key(seed)
     for epoch in range(epochs):
-        order = rng.permutation(len(features))
-        for start in range(0, len(order) - batch_size + 1, batch_size):
-            rows = order[start:start + batch_size]
-            params, state, loss = step(params, state, features[rows], labels[rows],
-                                       jax.random.fold_in(key, epoch * len(order) + start))
-    return head, params
+        for index, sentences in enumerate(sentence_batches(lengths, batch_size, rng)):
+            batch = gather(features, offsets, lengths, sentences, layers, labels)
+            params, state, _ = step(params, state, *batch,
+                                    jax.random.fold_in(key, epoch * 100_000 + index))
+    return params
 
 
-def predict(head, params, features, batch_size: int = 4096):
+def predict(head, params, features, offsets, lengths, layers, batch_size: int = 128):
+    """Per sentence, the predicted label id of each word."""
     import jax
     import jax.numpy as jnp
-    import numpy as np
 
-    apply = jax.jit(lambda params, hidden: jnp.argmax(head.apply({"params": params}, hidden),
-                                                      axis=-1))
-    predictions = []
-    for start in range(0, len(features), batch_size):
-        hidden = np.transpose(features[start:start + batch_size], (1, 0, 2))[:, :, None]
-        predictions.append(np.asarray(apply(params, hidden.astype(np.float32)))[:, 0])
-    return np.concatenate(predictions)
+    apply = jax.jit(lambda params, hidden, sentence_lengths: jnp.argmax(
+        head.apply({"params": params}, hidden, sentence_lengths), axis=-1))
+    predicted = [None] * len(lengths)
+    for sentences in sentence_batches(lengths, batch_size):
+        hidden, sentence_lengths, _, _ = gather(features, offsets, lengths, sentences, layers)
+        labels = np.asarray(apply(params, hidden, sentence_lengths))
+        for row, sentence in enumerate(sentences):
+            predicted[sentence] = labels[row, :lengths[sentence]]
+    return predicted
 
 
 def main() -> None:
@@ -137,15 +192,15 @@ def main() -> None:
     parser.add_argument("--train-sentences", type=int, default=None,
                         help="only the first N training sentences (default: all 14,041)")
     parser.add_argument("--epochs", type=int, default=4)
-    parser.add_argument("--batch-size", type=int, default=256, help="words per head step")
+    parser.add_argument("--head", choices=("bilstm", "linear"), default="bilstm")
+    parser.add_argument("--units", type=int, default=128, help="BiLSTM units each way")
+    parser.add_argument("--batch-size", type=int, default=32, help="sentences per head step")
     parser.add_argument("--learning-rate", type=float, default=2e-3)
     parser.add_argument("--max-seq-len", type=int, default=128)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--fine-tuned", default=None,
                         help="eval_results.json of a `bert-jax finetune ner` run to list beside")
     args = parser.parse_args()
-
-    import numpy as np
 
     from bert_jax import inference, model_io
     from bert_jax.tasks.entity_metrics import entity_scores
@@ -166,27 +221,34 @@ def main() -> None:
                                  args.max_seq_len, 64)
     extraction = time.perf_counter() - started
     train_labels = np.array([label_ids[tag] for s in train for tag in s.tags], np.int32)
-    lengths = np.cumsum([0] + [len(s.words) for s in dev])
+    train_lengths = np.array([len(s.words) for s in train])
+    dev_lengths = np.array([len(s.words) for s in dev])
+    train_offsets, dev_offsets = (np.cumsum([0, *lengths[:-1]])
+                                  for lengths in (train_lengths, dev_lengths))
 
     print(f"model {model} ({config.num_layers} layers, hidden {config.hidden_dim}), frozen; "
           f"CoNLL-2003 train: {len(train)} sentences ({len(train_labels)} words); dev: "
-          f"{len(dev)} sentences ({lengths[-1]} words); features {extraction:.0f}s")
-    print(f"head: layer combination + dropout {config.dropout_rate} + linear, AdamW lr "
+          f"{len(dev)} sentences ({dev_lengths.sum()} words); features {extraction:.0f}s")
+    head_text = ("2-layer BiLSTM, " + f"{args.units} units each way" if args.head == "bilstm"
+                 else "linear")
+    print(f"head: layer combination, dropout {config.dropout_rate}, {head_text}; AdamW lr "
           f"{args.learning_rate} linear decay, weight decay 0.01, {args.epochs} epochs, "
-          f"{args.batch_size} words a step, seed {args.seed}; seqeval strict IOB2")
-    print(f"{'features':<32} {'layers':<14} {'combine':<11} {'dev F1':>7}")
+          f"{args.batch_size} sentences a step, seed {args.seed}; seqeval strict IOB2")
+    print(f"{'features':<32} {'layers':<14} {'combine':<11} {'dev F1':>7} {'seconds':>8}")
     for name, layers, combine in ROWS:
-        chosen = inference.resolve_layers(
-            layers or range(1, config.num_layers + 1), config.num_layers)
-        head, head_params = train_head(
-            config, train_features[:, chosen], train_labels, len(labels), combine, args.epochs,
-            args.batch_size, args.learning_rate, args.seed)
-        predicted = predict(head, head_params, dev_features[:, chosen])
-        tags = [[labels[i] for i in predicted[lengths[k]:lengths[k + 1]]]
-                for k in range(len(dev))]
+        started = time.perf_counter()
+        chosen = list(inference.resolve_layers(
+            layers or range(1, config.num_layers + 1), config.num_layers))
+        head = (BiLSTMHead(len(labels), combine, args.units, config.dropout_rate)
+                if args.head == "bilstm" else LinearHead(config, len(labels), combine))
+        head_params = train_head(head, train_features, train_offsets, train_lengths,
+                                 train_labels, chosen, args.epochs, args.batch_size,
+                                 args.learning_rate, args.seed)
+        predicted = predict(head, head_params, dev_features, dev_offsets, dev_lengths, chosen)
+        tags = [[labels[i] for i in sentence] for sentence in predicted]
         f1 = entity_scores([s.tags for s in dev], tags)["f1"]
-        print(f"{name:<32} {','.join(map(str, chosen)):<14} {combine:<11} {100 * f1:7.2f}",
-              flush=True)
+        print(f"{name:<32} {','.join(map(str, chosen)):<14} {combine:<11} {100 * f1:7.2f} "
+              f"{time.perf_counter() - started:8.0f}", flush=True)
     if args.fine_tuned:
         with open(args.fine_tuned, encoding="utf-8") as file:
             results = json.load(file)

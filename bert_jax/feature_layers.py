@@ -10,12 +10,14 @@ The BERT paper's Table 7 compares such combinations on CoNLL-2003 NER:
   weights w and the scale learned, starting from the mean of the layers.
 """
 
+import dataclasses
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from bert_jax.config import BertConfig
-from bert_jax.model import Dense, Dropout
+from bert_jax.model import BertModel, Dense, Dropout, Embeddings, EncoderLayer
 
 Array = jax.Array
 COMBINE_MODES = ("concat", "sum", "scalar-mix")
@@ -57,3 +59,46 @@ class FeatureTokenClassifier(nn.Module):
         features = Dropout(self.config.dropout_rate)(features, deterministic=not train)
         return Dense(self.config, (self.num_labels,), ("embed",), ("classes",),
                      name="classifier")(features)
+
+
+def _capture_hidden_states(states: list):
+    """A flax method interceptor that appends each embedding and encoder-layer output.
+
+    The encoder's own `sow` of its hidden states needs `apply(..., mutable=...)`, which
+    the task seam's shared `apply` does not ask for; intercepting the calls gets the same
+    tensors (0 = embedding output, then each layer) without changing the encoder.
+    """
+    def capture(call, args, kwargs, context):
+        outputs = call(*args, **kwargs)
+        if context.method_name == "__call__" and isinstance(context.module,
+                                                             (Embeddings, EncoderLayer)):
+            states.append(outputs)
+        return outputs
+    return capture
+
+
+class FrozenEncoderTokenClassifier(nn.Module):
+    """BERT's frozen layers `layers` (0 = embeddings) combined, then a label score per position.
+
+    The encoder's parameters sit under `bert` as in every other head, so any BERT model
+    loads into it; the task keeps them out of the optimizer (`Task.trainable`) and the
+    hidden states pass through `stop_gradient`, so nothing flows back into the encoder.
+    Remat is off for the encoder: with no backward pass through it there is nothing to save.
+    """
+    config: BertConfig
+    num_labels: int
+    layers: tuple[int, ...]  # absolute layer numbers, 0..num_layers
+    combine: str
+
+    @nn.compact
+    def __call__(self, input_ids: Array, segment_ids: Array, input_mask: Array,
+                 train: bool = False) -> Array:
+        config = dataclasses.replace(self.config, remat=False)
+        states = []
+        with nn.intercept_methods(_capture_hidden_states(states)):
+            # Dropout in a frozen encoder would only add noise to fixed features: eval mode.
+            BertModel(config, name="bert")(input_ids, segment_ids, input_mask, False)
+        hidden = jnp.stack([states[layer] for layer in self.layers])  # (L, B, T, H)
+        logits = FeatureTokenClassifier(self.config, self.num_labels, self.combine,
+                                        name="head")(hidden, train)
+        return logits.astype(jnp.float32)  # (B, T, num_labels)
