@@ -9,6 +9,31 @@ from bert_jax.errors import UserError
 BERT_VOCAB_SIZE = 30522
 
 
+# Keys that older model_config.json files hold but that now belong to the run (`Precision`).
+RUN_TIME_KEYS = ("dtype", "param_dtype", "remat")
+DTYPES = ("float32", "bfloat16")
+
+
+@dataclasses.dataclass(frozen=True)
+class Precision:
+    """How a run computes, not what the model is: a model saved in fp32 trains on in bf16."""
+    dtype: str = "float32"  # compute dtype of activations: float32 or bfloat16
+    param_dtype: str = "float32"  # storage dtype of parameters (keep float32 to train)
+    remat: bool = False  # recompute each layer's activations in the backward pass
+
+    def __post_init__(self):
+        for name in ("dtype", "param_dtype"):
+            if getattr(self, name) not in DTYPES:
+                raise UserError(f"precision.{name} must be 'float32' or 'bfloat16', "
+                                f"got {getattr(self, name)!r}")
+
+    @classmethod
+    def from_run_config(cls, run_config) -> "Precision":
+        """The run config's `precision` section (absent in old run configs: float32)."""
+        section = run_config.get("precision") if hasattr(run_config, "get") else None
+        return cls(**dict(section)) if section else cls()
+
+
 @dataclasses.dataclass(frozen=True)
 class BertConfig:
     vocab_size: int = BERT_VOCAB_SIZE  # WordPiece/SentencePiece vocabulary size
@@ -22,19 +47,12 @@ class BertConfig:
     dropout_rate: float = 0.1  # hidden-state dropout (embeddings, residual branches)
     attention_dropout_rate: float = 0.1  # dropout on attention probabilities
     initializer_std: float = 0.02  # truncated-normal std of every weight matrix
-    dtype: str = "float32"  # compute dtype of activations: float32 or bfloat16
-    param_dtype: str = "float32"  # storage dtype of parameters (keep float32 to train)
-    remat: bool = False  # recompute each layer's activations in the backward pass
 
     def __post_init__(self):
         if self.hidden_dim % self.num_heads:
             raise UserError(
                 f"model.hidden_dim ({self.hidden_dim}) must be a multiple of "
                 f"model.num_heads ({self.num_heads})")
-        for name in ("dtype", "param_dtype"):
-            if getattr(self, name) not in ("float32", "bfloat16"):
-                raise UserError(
-                    f"model.{name} must be 'float32' or 'bfloat16', got {getattr(self, name)!r}")
 
     @property
     def head_dim(self) -> int:
@@ -47,6 +65,8 @@ class BertConfig:
     def from_dict(cls, values: dict[str, Any], source: str = "config") -> "BertConfig":
         """Builds a config, naming any key that is not a field instead of ignoring it."""
         known = {field.name for field in dataclasses.fields(cls)}
+        # Files saved before the run-time knobs moved to `Precision` still load.
+        values = {key: value for key, value in values.items() if key not in RUN_TIME_KEYS}
         unknown = sorted(set(values) - known)
         if unknown:
             raise UserError(

@@ -16,7 +16,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax.config import BertConfig
+from bert_jax.config import BertConfig, Precision
 
 Array = jax.Array
 
@@ -67,13 +67,17 @@ def gelu(x: Array) -> Array:
     return jax.nn.gelu(x, approximate=False)
 
 
-def layer_norm(config: BertConfig, name: str | None = None) -> nn.LayerNorm:
+FLOAT32 = Precision()
+
+
+def layer_norm(config: BertConfig, precision: Precision, name: str | None = None
+               ) -> nn.LayerNorm:
     """LayerNorm computed and returned in float32 whatever the compute dtype, as bf16 needs.
 
     Its float32 output also keeps the residual stream in float32 between layers.
     """
     return nn.LayerNorm(
-        epsilon=config.layer_norm_eps, dtype=jnp.float32, param_dtype=config.param_dtype,
+        epsilon=config.layer_norm_eps, dtype=jnp.float32, param_dtype=precision.param_dtype,
         scale_init=_ones("embed"), bias_init=_zeros("embed"), name=name)
 
 
@@ -87,15 +91,17 @@ class Dense(nn.Module):
     features: tuple[int, ...]
     input_axes: tuple[str, ...]
     output_axes: tuple[str, ...]
+    precision: Precision = FLOAT32
 
     @nn.compact
     def __call__(self, x: Array) -> Array:
-        config = self.config
+        config, precision = self.config, self.precision
         num_inputs = len(self.input_axes)
         kernel = self.param("kernel", _init(config, *self.input_axes, *self.output_axes),
-                            x.shape[-num_inputs:] + self.features, config.param_dtype)
-        bias = self.param("bias", _zeros(*self.output_axes), self.features, config.param_dtype)
-        x, kernel, bias = nn.dtypes.promote_dtype(x, kernel, bias, dtype=config.dtype)
+                            x.shape[-num_inputs:] + self.features, precision.param_dtype)
+        bias = self.param("bias", _zeros(*self.output_axes), self.features,
+                          precision.param_dtype)
+        x, kernel, bias = nn.dtypes.promote_dtype(x, kernel, bias, dtype=precision.dtype)
         contracting = (tuple(range(x.ndim - num_inputs, x.ndim)), tuple(range(num_inputs)))
         return jax.lax.dot_general(x, kernel, (contracting, ((), ()))) + bias
 
@@ -103,12 +109,13 @@ class Dense(nn.Module):
 class Embeddings(nn.Module):
     """Word + position + segment embeddings, then LayerNorm and dropout."""
     config: BertConfig
+    precision: Precision = FLOAT32
 
     def setup(self):
         config = self.config
         embed = functools.partial(
-            nn.Embed, features=config.hidden_dim, param_dtype=config.param_dtype,
-            dtype=config.dtype)
+            nn.Embed, features=config.hidden_dim, param_dtype=self.precision.param_dtype,
+            dtype=self.precision.dtype)
         self.word_embeddings = embed(
             num_embeddings=config.vocab_size, embedding_init=_init(config, "vocab", "embed"))
         self.position_embeddings = embed(
@@ -117,7 +124,7 @@ class Embeddings(nn.Module):
         self.segment_embeddings = embed(
             num_embeddings=config.num_segments,
             embedding_init=_init(config, "segments", "embed"))
-        self.layer_norm = layer_norm(config)
+        self.layer_norm = layer_norm(config, self.precision)
         self.dropout = Dropout(config.dropout_rate)
 
     def __call__(self, input_ids: Array, segment_ids: Array, train: bool) -> Array:
@@ -132,12 +139,14 @@ class Embeddings(nn.Module):
 class SelfAttention(nn.Module):
     """Multi-head scaled dot-product self-attention with a key padding mask."""
     config: BertConfig
+    precision: Precision = FLOAT32
 
     @nn.compact
     def __call__(self, x: Array, attention_bias: Array, train: bool) -> Array:
         config = self.config
         heads = (config.num_heads, config.head_dim)
-        project = functools.partial(Dense, config, heads, ("embed",), ("heads", "kv"))
+        project = functools.partial(Dense, config, heads, ("embed",), ("heads", "kv"),
+                                    self.precision)
         query = project(name="query")(x)  # (B, T, nh, hd)
         key = project(name="key")(x)  # (B, T, nh, hd)
         value = project(name="value")(x)  # (B, T, nh, hd)
@@ -147,50 +156,63 @@ class SelfAttention(nn.Module):
         probabilities = jax.nn.softmax(scores.astype(jnp.float32) + attention_bias, axis=-1)
         self.sow("intermediates", "attention_probabilities", probabilities)
         probabilities = Dropout(config.attention_dropout_rate)(
-            probabilities, deterministic=not train).astype(config.dtype)
+            probabilities, deterministic=not train).astype(self.precision.dtype)
         context = jnp.einsum("bhqk,bkhd->bqhd", probabilities, value)  # (B, T, nh, hd)
-        return Dense(config, (config.hidden_dim,), ("heads", "kv"), ("embed",),
+        return Dense(config, (config.hidden_dim,), ("heads", "kv"), ("embed",), self.precision,
                      name="output")(context)
 
 
 class FeedForward(nn.Module):
     config: BertConfig
+    precision: Precision = FLOAT32
 
     @nn.compact
     def __call__(self, x: Array) -> Array:
         config = self.config
-        x = Dense(config, (config.mlp_dim,), ("embed",), ("mlp",), name="intermediate")(x)
+        x = Dense(config, (config.mlp_dim,), ("embed",), ("mlp",), self.precision,
+                  name="intermediate")(x)
         x = gelu(x)
-        return Dense(config, (config.hidden_dim,), ("mlp",), ("embed",), name="output")(x)
+        return Dense(config, (config.hidden_dim,), ("mlp",), ("embed",), self.precision,
+                     name="output")(x)
 
 
 class EncoderLayer(nn.Module):
     """Post-LN: x = LN(x + Attention(x)); x = LN(x + FeedForward(x)), dropout on each branch."""
     config: BertConfig
+    precision: Precision = FLOAT32
 
     @nn.compact
     def __call__(self, x: Array, attention_bias: Array, train: bool) -> Array:
         config = self.config
         dropout = Dropout(config.dropout_rate)
-        attended = SelfAttention(config, name="attention")(x, attention_bias, train)
-        x = layer_norm(config, name="attention_layer_norm")(
+        precision = self.precision
+        attended = SelfAttention(config, precision, name="attention")(x, attention_bias, train)
+        x = layer_norm(config, precision, name="attention_layer_norm")(
             x + dropout(attended, deterministic=not train))
-        transformed = FeedForward(config, name="mlp")(x)
-        x = layer_norm(config, name="output_layer_norm")(
+        transformed = FeedForward(config, precision, name="mlp")(x)
+        x = layer_norm(config, precision, name="output_layer_norm")(
             x + dropout(transformed, deterministic=not train))
         return nn.with_logical_constraint(x, ("batch", "seq", "embed"))
 
 
 class BertModel(nn.Module):
-    """The encoder and pooler: returns (sequence_output (B, T, H), pooled_output (B, H))."""
+    """The encoder and pooler: returns (sequence_output (B, T, H), pooled_output (B, H)).
+
+    Without the pooler (`with_pooler=False`, as HF's token-level heads) pooled is None.
+    """
     config: BertConfig
+    precision: Precision = FLOAT32
+    with_pooler: bool = True
 
     def setup(self):
-        config = self.config
-        self.embeddings = Embeddings(config)
-        layer = nn.remat(EncoderLayer, static_argnums=(3,)) if config.remat else EncoderLayer
-        self.layers = [layer(config, name=f"layer_{index}") for index in range(config.num_layers)]
-        self.pooler = Dense(config, (config.hidden_dim,), ("embed",), ("embed_out",))
+        config, precision = self.config, self.precision
+        self.embeddings = Embeddings(config, precision)
+        layer = nn.remat(EncoderLayer, static_argnums=(3,)) if precision.remat else EncoderLayer
+        self.layers = [layer(config, precision, name=f"layer_{index}")
+                       for index in range(config.num_layers)]
+        if self.with_pooler:
+            self.pooler = Dense(config, (config.hidden_dim,), ("embed",), ("embed_out",),
+                                precision)
 
     def __call__(self, input_ids: Array, segment_ids: Array, input_mask: Array,
                  train: bool = False) -> tuple[Array, Array]:
@@ -203,7 +225,7 @@ class BertModel(nn.Module):
         for layer in self.layers:
             x = layer(x, attention_bias, train)
             self.sow("intermediates", "hidden_states", x)
-        pooled = jnp.tanh(self.pooler(x[:, 0]))
+        pooled = jnp.tanh(self.pooler(x[:, 0])) if self.with_pooler else None
         return x, pooled
 
     def word_logits(self, x: Array) -> Array:
@@ -214,26 +236,29 @@ class BertModel(nn.Module):
 class MaskedLanguageModelHead(nn.Module):
     """Transform (dense + GELU + LayerNorm), then the tied decoder plus an output bias."""
     config: BertConfig
+    precision: Precision = FLOAT32
 
     @nn.compact
     def __call__(self, x: Array, decode) -> Array:
-        config = self.config
-        x = Dense(config, (config.hidden_dim,), ("embed",), ("embed_out",), name="transform")(x)
-        x = layer_norm(config, name="layer_norm")(gelu(x)).astype(config.dtype)
+        config, precision = self.config, self.precision
+        x = Dense(config, (config.hidden_dim,), ("embed",), ("embed_out",), precision,
+                  name="transform")(x)
+        x = layer_norm(config, precision, name="layer_norm")(gelu(x)).astype(precision.dtype)
         bias = self.param("output_bias", _zeros("vocab"), (config.vocab_size,),
-                          config.param_dtype)
-        return decode(x) + bias.astype(config.dtype)
+                          precision.param_dtype)
+        return decode(x) + bias.astype(precision.dtype)
 
 
 class BertForPreTraining(nn.Module):
     """BERT with the masked-LM head on the gathered masked positions and the NSP head."""
     config: BertConfig
+    precision: Precision = FLOAT32
 
     def setup(self):
-        config = self.config
-        self.bert = BertModel(config)
-        self.mlm_head = MaskedLanguageModelHead(config)
-        self.nsp_head = Dense(config, (2,), ("embed",), ("classes",))
+        config, precision = self.config, self.precision
+        self.bert = BertModel(config, precision)
+        self.mlm_head = MaskedLanguageModelHead(config, precision)
+        self.nsp_head = Dense(config, (2,), ("embed",), ("classes",), precision)
 
     def __call__(self, input_ids: Array, segment_ids: Array, input_mask: Array,
                  masked_lm_positions: Array, train: bool = False) -> tuple[Array, Array]:

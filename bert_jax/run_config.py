@@ -27,6 +27,11 @@ def base_config(model_preset: str = "base") -> ml_collections.ConfigDict:
     config.seed = 0  # parameter initialisation, dropout and data order
     # BertConfig fields; vocab_size 0 = the size of data.vocab_path's vocabulary.
     config.model = ml_collections.ConfigDict(preset(model_preset, vocab_size=0).to_dict())
+    # How this run computes (not part of the saved model: fp32 weights train on in bf16).
+    config.precision = ml_collections.ConfigDict()
+    config.precision.dtype = "float32"  # activations: float32 or bfloat16
+    config.precision.param_dtype = "float32"  # parameter storage (keep float32 to train)
+    config.precision.remat = False  # recompute each layer's activations in the backward pass
     config.init_from = ""  # HF / bert-jax model dir or training workdir to start from
     config.batch_size = 256  # global sequences per optimizer step, over all processes
     config.grad_accum_steps = 1  # micro-batches per step (batch_size must divide evenly)
@@ -79,7 +84,7 @@ def pod_config(model_preset: str) -> ml_collections.ConfigDict:
     """The original recipe as run on a TPU pod: base_config plus bf16 compute, sharding over
     the slice, and checkpoint/eval intervals sized for a 1M-step run."""
     config = base_config(model_preset)
-    config.model.dtype = "bfloat16"  # compute; parameters and loss stay float32
+    config.precision.dtype = "bfloat16"  # compute; parameters and loss stay float32
     config.mesh.data = 1
     config.mesh.fsdp = -1  # parameters and optimizer slots split over every chip
     config.checkpoint.every_steps = 5000

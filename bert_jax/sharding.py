@@ -111,6 +111,8 @@ def tree_shardings(boxed_tree: Any, mesh: Mesh) -> Any:
     Unboxed leaves (step counters, optimizer scalars) are replicated.
     """
     def sharding_of(leaf):
+        if isinstance(leaf, nn.Partitioned) and not hasattr(leaf.value, "shape"):
+            return leaf.value  # an empty node (optax's MaskedNode for a frozen parameter)
         if isinstance(leaf, nn.Partitioned):
             return logical_to_sharding(leaf.names, leaf.value.shape, mesh)
         return NamedSharding(mesh, PartitionSpec())

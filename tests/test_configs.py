@@ -45,10 +45,10 @@ def test_two_phase_recipe_shares_one_schedule_and_lengthens_sequences():
 def test_overrides_are_converted_to_the_type_they_replace():
     config = load_run_config(os.path.join(CONFIGS, "demo.py"), [
         "--config.batch_size=64", "--config.optimizer.learning_rate", "2e-4",
-        "--config.model.dtype=bfloat16", "--config.checkpoint.async_save=false",
+        "--config.precision.dtype=bfloat16", "--config.checkpoint.async_save=false",
         "--config.optimizer.warmup_steps=5"])
     assert (config.batch_size, config.optimizer.learning_rate) == (64, 2e-4)
-    assert config.model.dtype == "bfloat16" and config.checkpoint.async_save is False
+    assert config.precision.dtype == "bfloat16" and config.checkpoint.async_save is False
     assert isinstance(config.optimizer.learning_rate, float)
     assert "optimizer.learning_rate" in flatten(config)
 

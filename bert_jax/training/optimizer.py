@@ -35,22 +35,31 @@ def warmup_decay_schedule(peak_learning_rate: float, warmup_steps: int,
     return schedule
 
 
+def map_parameter_paths(function, params: Any) -> Any:
+    """A tree like `params` of `function(names)`, names the leaf's dictionary keys."""
+    def call(path, _):
+        # Dictionary keys only: a flax `Partitioned` box adds an attribute key (`.value`).
+        return function(tuple(str(key.key) for key in path
+                              if isinstance(key, jax.tree_util.DictKey)))
+    return jax.tree_util.tree_map_with_path(call, params)
+
+
 def decay_mask(params: Any) -> Any:
     """True for weights that get weight decay: everything but LayerNorm parameters and biases."""
-    def decays(path, _):
-        # Dictionary keys only: a flax `Partitioned` box adds an attribute key (`.value`).
-        names = [str(key.key) for key in path if isinstance(key, jax.tree_util.DictKey)]
+    def decays(names):
         is_layer_norm = any("layer_norm" in name for name in names)
         is_bias = names[-1] in ("bias", "output_bias")
         return not (is_layer_norm or is_bias)
-    return jax.tree_util.tree_map_with_path(decays, params)
+    return map_parameter_paths(decays, params)
 
 
-def make_optimizer(config, total_steps: int) -> tuple[optax.GradientTransformation,
-                                                      optax.Schedule]:
+def make_optimizer(config, total_steps: int, trainable: Any = None
+                   ) -> tuple[optax.GradientTransformation, optax.Schedule]:
     """The run config's `optimizer` section as an optax transformation and its schedule.
 
     `total_steps` is the length of the whole schedule (both phases of a two-phase run).
+    `trainable(path) -> bool` (path: the parameter's names, e.g. ('bert', 'layer_0', ...);
+    None: everything trains) freezes the others: no update, no decay, no optimizer slots.
     """
     if config.name not in OPTIMIZERS:
         raise UserError(f"optimizer.name must be one of {list(OPTIMIZERS)}, got {config.name!r}")
@@ -61,4 +70,10 @@ def make_optimizer(config, total_steps: int) -> tuple[optax.GradientTransformati
     else:
         update = optax.lamb(schedule, b1=config.beta1, b2=config.beta2, eps=config.epsilon,
                             weight_decay=config.weight_decay, mask=decay_mask)
-    return optax.chain(optax.clip_by_global_norm(config.clip_norm), update), schedule
+    transform = optax.chain(optax.clip_by_global_norm(config.clip_norm), update)
+    if trainable is not None:
+        transform = optax.multi_transform(
+            {"train": transform, "freeze": optax.set_to_zero()},
+            lambda params: map_parameter_paths(
+                lambda names: "train" if trainable(names) else "freeze", params))
+    return transform, schedule

@@ -1,4 +1,7 @@
-"""The pre-training loop: data in, train steps, evaluation, metrics, checkpoints, preemption.
+"""The training loop of any task: data in, train steps, evaluation, metrics, checkpoints, preemption.
+
+The task (`bert_jax/tasks/base.py`) decides the model, batches, loss and metrics; without
+one the run config is pre-training and its shards are read here.
 
 Where the starting state comes from, in this order:
   1. resume: the work directory has a checkpoint -> parameters, optimizer state, step, RNG
@@ -25,13 +28,11 @@ from etils import epath
 from bert_jax import sharding
 from bert_jax.training import checkpointing, distributed, train_step as train_step_lib
 from bert_jax.training import training_data
+from bert_jax.config import BertConfig
 from bert_jax.errors import UserError
 from bert_jax.training.metrics_writer import MetricsWriter
 from bert_jax.run_config import to_json
 
-LOGGED = ("loss", "mlm_loss", "nsp_loss", "mlm_accuracy", "nsp_accuracy", "grad_norm",
-          "learning_rate")
-EVALUATED = ("loss", "mlm_loss", "nsp_loss", "mlm_accuracy", "nsp_accuracy")
 
 
 class _Preemption:
@@ -59,18 +60,21 @@ class _Preemption:
 _BUNDLES = {}
 
 
-def _bundle_for(run_config, mesh):
+def _bundle_for(run_config, mesh, task=None):
     """build_train_step, reused (with its compiled programs) when a process trains again.
 
     A resume in the same process, as in tests or notebooks, then skips recompiling.
     """
+    task = task or train_step_lib.default_task(run_config)
+    precision = run_config.get("precision")
     key = (json.dumps([run_config.model.to_dict(), run_config.optimizer.to_dict(),
+                       precision.to_dict() if precision else None,
                        run_config.batch_size, run_config.grad_accum_steps,
                        run_config.schedule_steps or run_config.num_train_steps,
-                       run_config.data.seq_len, run_config.data.max_predictions],
+                       run_config.data.seq_len, task.name, task.settings()],
                       sort_keys=True), mesh)
     if key not in _BUNDLES:
-        _BUNDLES[key] = train_step_lib.build_train_step(run_config, mesh)
+        _BUNDLES[key] = train_step_lib.build_train_step(run_config, mesh, task=task)
     return _BUNDLES[key]
 
 
@@ -80,7 +84,9 @@ def _write_run_files(run_config, workdir: str, model_config) -> None:
     root.mkdir(parents=True, exist_ok=True)
     model_path = root / "model_config.json"
     wanted = json.dumps(model_config.to_dict(), indent=2, sort_keys=True)
-    if model_path.exists() and json.loads(model_path.read_text()) != model_config.to_dict():
+    # Compared as configs: a file from before the precision knobs left the model still matches.
+    if model_path.exists() and BertConfig.from_dict(
+            json.loads(model_path.read_text()), str(model_path)) != model_config:
         raise UserError(f"{model_path}: this work directory holds a different model "
                         f"({model_path.read_text()}); use another --workdir")
     for name, text in (("model_config.json", wanted), ("run_config.json", to_json(run_config))):
@@ -133,39 +139,38 @@ def _merge_params(initial, loaded):
     return {key: _merge_params(value, (loaded or {}).get(key)) for key, value in initial.items()}
 
 
-def evaluate(bundle, params, dataset, num_batches: int) -> dict:
-    """Mean eval metrics over `num_batches` batches; MLM means weighted by predictions."""
-    sums, predictions, batches = dict.fromkeys(EVALUATED, 0.0), 0.0, 0
-    for _, local in zip(range(num_batches), dataset):
-        metrics = jax.device_get(bundle.eval_step(
+def evaluate(bundle, params, dataset, num_batches: int | None = None) -> dict:
+    """Each term's exact mean over `num_batches` batches (None: all), and the loss.
+
+    Sums and counts are added over batches before dividing, so a mean does not depend on
+    how the data falls into batches.
+    """
+    task, sums, counts, batches = bundle.task, None, None, 0
+    for local in (dataset if num_batches is None else
+                  (batch for _, batch in zip(range(num_batches), dataset))):
+        values = jax.device_get(bundle.eval_step(
             params, distributed.global_batch(local, bundle.batch_shardings)))
-        weight = float(metrics["num_predictions"])
-        for name in ("mlm_loss", "mlm_accuracy"):
-            sums[name] += float(metrics[name]) * weight
-        for name in ("nsp_loss", "nsp_accuracy"):
-            sums[name] += float(metrics[name])
-        predictions, batches = predictions + weight, batches + 1
+        sums = values["sums"] if sums is None else jax.tree.map(np.add, sums, values["sums"])
+        counts = (values["counts"] if counts is None
+                  else jax.tree.map(np.add, counts, values["counts"]))
+        batches += 1
     if not batches:
         raise UserError("evaluation data gave no batches; check data.eval_files")
-    result = {name: sums[name] / max(predictions, 1e-5) for name in ("mlm_loss", "mlm_accuracy")}
-    result.update({name: sums[name] / batches for name in ("nsp_loss", "nsp_accuracy")})
-    result["loss"] = result["mlm_loss"] + result["nsp_loss"]
-    return result
+    means = task.means({name: np.float64(value) for name, value in sums.items()},
+                       {name: np.float64(value) for name, value in counts.items()}, xp=np)
+    return {name: float(means[name]) for name in task.evaluated}
 
 
 class _Throughput:
     """Tokens/s and MFU between two log points, from wall time on the host."""
 
-    def __init__(self, run_config, model_config, peak_flops_total: float):
+    def __init__(self, run_config, model_config, peak_flops_total: float, task):
         self.tokens_per_step = run_config.batch_size * run_config.data.seq_len
         self.peak = peak_flops_total
         self.flops_per_step = 0
         if peak_flops_total:
-            from bert_jax import flops
-
-            self.flops_per_step = flops.train_step_flops(
-                model_config, run_config.batch_size, run_config.data.seq_len,
-                run_config.data.max_predictions)
+            self.flops_per_step = task.train_step_flops(
+                model_config, run_config.batch_size, run_config.data.seq_len)
         self.reset(0)
 
     def reset(self, step: int) -> None:
@@ -195,26 +200,62 @@ def _check_finite(state, step: int, checkpoints) -> None:
             "optimizer.warmup_steps, or check the data, then rerun to resume from it")
 
 
-def _save(checkpoints, state, step, run_config, dataset) -> None:
+def _save(checkpoints, state, step, run_config, dataset, evaluator) -> None:
     # Dropout keys are fold_in(PRNGKey(seed), step): the seed's key and the step restore them.
     rng = jax.random.key_data(jax.random.PRNGKey(run_config.seed)).reshape(-1)
     meta = dict(step=step, rng=[int(x) for x in rng],
                 data=distributed.gather_json(dataset.state()),
-                data_source=training_data.data_source(run_config))
+                data_source=training_data.data_source(run_config),
+                evaluator=evaluator.state() if evaluator else None)
     checkpoints.save(step, state.params, state.opt_state, meta)
 
 
-def train(run_config, workdir: str, *, dataset_factory=None, show_progress: bool = True,
-          log=print) -> dict:
-    """Runs (or resumes) pre-training to run_config.num_train_steps in `workdir`.
+class TermEvaluator:
+    """The default evaluation: the task's term means on data.eval_files (pre-training).
 
-    Returns {'step', 'preempted', 'evaluations': [(step, metrics)], 'losses': [(step, loss)]}.
-    `dataset_factory(split, batch_size, process_index, process_count)` replaces the shard
-    reader (tests feed synthetic batches through it).
+    The interface every evaluator has: `every_steps` (and at the last step), `baseline`
+    (also at step 0), `__call__(bundle, state, step) -> metrics`, `stop` (end the run
+    now, e.g. early stopping), and `state()` / `restore(state)` for checkpoints.
     """
-    tokenizer = training_data.prepare_data(run_config)
-    dataset_factory = dataset_factory or training_data.reader_factory(run_config, tokenizer)
-    bundle = _bundle_for(run_config, sharding.mesh_from_config(run_config.mesh))
+    baseline = True
+    stop = False
+
+    def __init__(self, run_config, dataset_factory):
+        self.run_config, self.dataset_factory = run_config, dataset_factory
+        self.every_steps = run_config.eval.every_steps
+
+    def __call__(self, bundle, state, step) -> dict:
+        processes, index = jax.process_count(), jax.process_index()
+        dataset = self.dataset_factory("eval", self.run_config.eval.batch_size // processes,
+                                       index, processes)
+        return evaluate(bundle, state.params, dataset, self.run_config.eval.num_batches)
+
+    def state(self):
+        return None
+
+    def restore(self, state) -> None:
+        pass
+
+
+def train(run_config, workdir: str, *, task=None, dataset_factory=None, evaluator=None,
+          show_progress: bool = True, log=print) -> dict:
+    """Runs (or resumes) `task` to run_config.num_train_steps in `workdir`.
+
+    Returns {'step', 'preempted', 'stopped', 'evaluations': [(step, metrics)],
+    'losses': [(step, loss)]}. Without a task the run is pre-training: its data section is
+    prepared and its shards read here. `dataset_factory(split, batch_size, process_index,
+    process_count)` gives the batches (required with a task; tests feed synthetic
+    pre-training batches through it). `evaluator` (see `TermEvaluator`, the default when
+    data.eval_files is set) evaluates during the run and may stop it early.
+    """
+    if task is None:
+        tokenizer = training_data.prepare_data(run_config)
+        dataset_factory = dataset_factory or training_data.reader_factory(run_config, tokenizer)
+    elif dataset_factory is None:
+        raise ValueError("a task's run needs its dataset_factory")
+    if evaluator is None and run_config.data.eval_files:
+        evaluator = TermEvaluator(run_config, dataset_factory)
+    bundle = _bundle_for(run_config, sharding.mesh_from_config(run_config.mesh), task)
     is_chief = jax.process_index() == 0
     if is_chief:
         _write_run_files(run_config, workdir, bundle.model_config)
@@ -224,14 +265,16 @@ def train(run_config, workdir: str, *, dataset_factory=None, show_progress: bool
     writer = MetricsWriter(os.path.join(workdir, "tensorboard"), enabled=is_chief)
     try:
         state, meta = _initial_state(run_config, bundle, checkpoints, log)
+        if meta is not None and evaluator is not None and meta.get("evaluator") is not None:
+            evaluator.restore(meta["evaluator"])
         return _loop(run_config, bundle, state, meta, checkpoints, writer, dataset_factory,
-                     show_progress and is_chief, log)
+                     evaluator, show_progress and is_chief, log)
     finally:
         checkpoints.close()
         writer.close()
 
 
-def _loop(run_config, bundle, state, meta, checkpoints, writer, dataset_factory,
+def _loop(run_config, bundle, state, meta, checkpoints, writer, dataset_factory, evaluator,
           show_progress, log) -> dict:
     from tqdm import tqdm
 
@@ -242,16 +285,16 @@ def _loop(run_config, bundle, state, meta, checkpoints, writer, dataset_factory,
     total = run_config.num_train_steps
     rng = jax.device_put(jax.random.PRNGKey(run_config.seed), sharding.replicated(bundle.mesh))
     throughput = _Throughput(run_config, bundle.model_config,
-                             run_config.peak_flops_per_device * jax.device_count())
-    result = dict(step=step, preempted=False, evaluations=[], losses=[])
-    if step >= total:
+                             run_config.peak_flops_per_device * jax.device_count(), bundle.task)
+    result = dict(step=step, preempted=False, stopped=False, evaluations=[], losses=[])
+    if step >= total or (evaluator is not None and evaluator.stop):
         log(f"the run is complete: step {step} of {total} is saved in {checkpoints.directory}; "
             "raise --config.num_train_steps to train further")
         return result
     progress = tqdm(total=total, initial=start, disable=not show_progress, unit="step",
-                    dynamic_ncols=True, desc="pretrain")
-    if run_config.data.eval_files and step == 0:  # the untrained baseline, for comparison
-        _run_evaluation(run_config, bundle, state, dataset_factory, step, writer, result)
+                    dynamic_ncols=True, desc=bundle.task.name)
+    if evaluator is not None and evaluator.baseline and step == 0:  # the untrained baseline
+        _run_evaluation(evaluator, bundle, state, step, writer, result)
     with _Preemption() as preemption:
         while step < total:
             local = next(dataset)
@@ -262,19 +305,25 @@ def _loop(run_config, bundle, state, meta, checkpoints, writer, dataset_factory,
             stop = _preemption_requested(preemption, step, run_config.log_every_steps)
             if step % run_config.log_every_steps == 0 or step == total or stop:
                 _check_finite(state, step, checkpoints)
-                _log_metrics(metrics, step, throughput, writer, progress, result)
-            if step % run_config.checkpoint.every_steps == 0 or step == total or stop:
+                _log_metrics(bundle.task, metrics, step, throughput, writer, progress, result)
+            # Evaluate before saving, so the checkpoint holds the evaluator's state after it.
+            if evaluator is not None and (step % evaluator.every_steps == 0 or step == total):
                 _check_finite(state, step, checkpoints)
-                _save(checkpoints, state, step, run_config, dataset)
-            if run_config.data.eval_files and (
-                    step % run_config.eval.every_steps == 0 or step == total):
-                _run_evaluation(run_config, bundle, state, dataset_factory, step, writer, result)
+                _run_evaluation(evaluator, bundle, state, step, writer, result)
                 throughput.reset(step)
+                result["stopped"] = evaluator.stop
+            if (step % run_config.checkpoint.every_steps == 0 or step == total or stop
+                    or result["stopped"]):
+                _check_finite(state, step, checkpoints)
+                _save(checkpoints, state, step, run_config, dataset, evaluator)
             if stop:
                 checkpoints.wait()
                 log(f"\nSIGTERM: saved step {step} in {checkpoints.directory}; "
                     "run the same command again to resume")
                 result["preempted"] = True
+                break
+            if result["stopped"]:
+                log(f"\nstopped early at step {step}: no better evaluation for a while")
                 break
     progress.close()
     result["step"] = step
@@ -291,21 +340,20 @@ def _preemption_requested(preemption, step: int, every: int) -> bool:
     return any(votes)
 
 
-def _log_metrics(metrics, step, throughput, writer, progress, result) -> None:
+def _log_metrics(task, metrics, step, throughput, writer, progress, result) -> None:
     values = {name: float(value) for name, value in jax.device_get(metrics).items()
-              if name in LOGGED}
+              if name in task.logged}
     values.update(throughput.measure(step))
     writer.scalars(step, {f"train/{name}": value for name, value in values.items()})
     result["losses"].append((step, values["loss"]))
-    progress.set_postfix(loss=f"{values['loss']:.3f}", mlm_acc=f"{values['mlm_accuracy']:.3f}",
-                         tok_s=f"{values['tokens_per_second']:.0f}", refresh=False)
+    shown = {name: f"{values[name]:.3f}" for name in task.logged[:2]}
+    progress.set_postfix(**shown, tok_s=f"{values['tokens_per_second']:.0f}", refresh=False)
 
 
-def _run_evaluation(run_config, bundle, state, dataset_factory, step, writer, result) -> None:
-    processes, index = jax.process_count(), jax.process_index()
-    dataset = dataset_factory("eval", run_config.eval.batch_size // processes, index, processes)
-    metrics = evaluate(bundle, state.params, dataset, run_config.eval.num_batches)
-    writer.scalars(step, {f"eval/{name}": value for name, value in metrics.items()})
+def _run_evaluation(evaluator, bundle, state, step, writer, result) -> None:
+    metrics = evaluator(bundle, state, step)
+    writer.scalars(step, {f"eval/{name}": value for name, value in metrics.items()
+                          if isinstance(value, (int, float))})
     result["evaluations"].append((step, metrics))
 
 

@@ -1,0 +1,53 @@
+"""Task heads on the BERT encoder, laid out as Hugging Face's so they convert one to one.
+
+`BertForSequenceClassification`: dropout and a dense layer on the pooled [CLS] output
+(classification, or regression with one output). `BertForTokenClassification`: dropout and
+a dense layer on every position, over an encoder without the pooler (HF builds it with
+`add_pooling_layer=False`). Logits come back in float32 whatever the compute dtype, since
+the loss and the host-side predictions read them.
+"""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from bert_jax.config import BertConfig, Precision
+from bert_jax.model import FLOAT32, BertModel, Dense, Dropout
+
+Array = jax.Array
+
+
+class BertForSequenceClassification(nn.Module):
+    """Logits (B, num_labels) from the pooled [CLS] output."""
+    config: BertConfig
+    num_labels: int
+    precision: Precision = FLOAT32
+
+    @nn.compact
+    def __call__(self, input_ids: Array, segment_ids: Array, input_mask: Array,
+                 train: bool = False) -> Array:
+        config = self.config
+        _, pooled = BertModel(config, self.precision, name="bert")(
+            input_ids, segment_ids, input_mask, train)  # (B, H)
+        pooled = Dropout(config.dropout_rate)(pooled, deterministic=not train)
+        logits = Dense(config, (self.num_labels,), ("embed",), ("classes",), self.precision,
+                       name="classifier")(pooled)  # (B, num_labels)
+        return logits.astype(jnp.float32)
+
+
+class BertForTokenClassification(nn.Module):
+    """Logits (B, T, num_labels) at every position."""
+    config: BertConfig
+    num_labels: int
+    precision: Precision = FLOAT32
+
+    @nn.compact
+    def __call__(self, input_ids: Array, segment_ids: Array, input_mask: Array,
+                 train: bool = False) -> Array:
+        config = self.config
+        sequence_output, _ = BertModel(config, self.precision, with_pooler=False, name="bert")(
+            input_ids, segment_ids, input_mask, train)  # (B, T, H)
+        sequence_output = Dropout(config.dropout_rate)(sequence_output, deterministic=not train)
+        logits = Dense(config, (self.num_labels,), ("embed",), ("classes",), self.precision,
+                       name="classifier")(sequence_output)  # (B, T, num_labels)
+        return nn.with_logical_constraint(logits.astype(jnp.float32), ("batch", "seq", "classes"))

@@ -1,0 +1,72 @@
+"""Predictions of a fine-tuned model over a whole file, in input order, with the loss.
+
+Batches come from `batching.BucketedBatches` in length order (little padding); the
+task's predict hook turns each batch's outputs into per-example predictions, which are
+put back in input order. Term sums and counts are added over batches, so the loss is
+the exact mean over the file.
+"""
+
+import jax
+import numpy as np
+
+from bert_jax.training import batching, distributed
+
+
+def predict(bundle, params, examples, batch_size: int, max_seq_len: int,
+            progress: bool = False) -> tuple[dict, dict]:
+    """({name: per-example predictions, in input order}, {term means and 'loss'}).
+
+    A prediction array is stacked when every example's has the same shape (labels,
+    probabilities); otherwise it is a list (e.g. per-token tags of different lengths).
+    """
+    from tqdm import tqdm
+
+    task = bundle.task
+    processes, index = jax.process_count(), jax.process_index()
+    batches = batching.BucketedBatches(
+        examples.features, batching.sequence_features(task.batch_schema()), batch_size,
+        max_seq_len, shuffle=False, process_index=index, process_count=processes)
+    count = batches.num_examples
+    rows_out: dict[str, list] = {}
+    sums = counts = None
+    with tqdm(total=count, unit="example", desc="predict", disable=not progress) as bar:
+        for rows in batches.plan(0):
+            local = batches.batch(rows)
+            # Every process asks for the same global batch; outputs come back replicated.
+            result = jax.device_get(bundle.predict_step(
+                params, distributed.global_batch(local, bundle.batch_shardings)))
+            global_batch = {name: _gathered(value, local, processes)
+                            for name, value in local.items()}
+            predictions = task.predictions(result["outputs"], global_batch)
+            for name, values in predictions.items():
+                column = rows_out.setdefault(name, [None] * count)
+                for position, row in enumerate(rows):
+                    column[row] = values[position]
+            sums = _add(sums, result["sums"])
+            counts = _add(counts, result["counts"])
+            bar.update(len(rows))
+    means = task.means({name: np.float64(value) for name, value in sums.items()},
+                       {name: np.float64(value) for name, value in counts.items()}, xp=np)
+    return {name: _stacked(column) for name, column in rows_out.items()}, {
+        name: float(value) for name, value in means.items()}
+
+
+def _gathered(value, local, processes):
+    """This process's rows of a batch feature -> the global batch's (a collective if several)."""
+    if processes == 1:
+        return value
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(value, tiled=True))
+
+
+def _add(total, values):
+    values = {name: float(value) for name, value in values.items()}
+    if total is None:
+        return values
+    return {name: total[name] + value for name, value in values.items()}
+
+
+def _stacked(column: list):
+    shapes = {np.shape(value) for value in column}
+    return np.stack(column) if len(shapes) == 1 else column

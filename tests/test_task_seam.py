@@ -1,0 +1,74 @@
+"""The task seam: run-time precision outside the saved model, and pre-training as a task."""
+
+import json
+
+import jax
+import numpy as np
+
+from bert_jax import model_io, sharding
+from bert_jax.config import BertConfig, Precision
+from bert_jax.tasks.pretraining import PretrainingTask
+from bert_jax.training import train_step
+from input_pipeline import schema
+from test_training_support import synthetic_batch, tiny_run_config
+
+
+def test_old_model_configs_with_precision_keys_still_load(tmp_path):
+    values = dict(BertConfig(num_layers=1).to_dict(), dtype="bfloat16", param_dtype="float32",
+                  remat=True)
+    path = tmp_path / model_io.MODEL_CONFIG
+    path.write_text(json.dumps(values))
+    config = model_io._read_model_config(str(path))
+    assert config == BertConfig(num_layers=1)
+    assert "dtype" not in config.to_dict()
+
+
+def test_pretraining_batch_schema_is_the_shard_schema():
+    task = PretrainingTask(max_predictions=5)
+    shapes = {name: shape_of(4, 16) for name, (_, shape_of) in task.batch_schema().items()}
+    assert list(shapes) == list(schema.FEATURES)
+    assert shapes["masked_lm_ids"] == (4, 5) and shapes["input_ids"] == (4, 16)
+    assert shapes["next_sentence_labels"] == (4,)
+
+
+def _first_step(config):
+    mesh = sharding.make_mesh(1, 1, 1, devices=jax.devices()[:1])
+    bundle = train_step.build_train_step(config, mesh)
+    state = bundle.init_state(jax.random.PRNGKey(0))
+    batch = synthetic_batch(0, config.batch_size, config.data.seq_len,
+                            config.data.max_predictions)
+    return bundle, bundle.train_step(state, jax.device_put(batch, bundle.batch_shardings),
+                                     jax.random.PRNGKey(1))
+
+
+def test_bfloat16_compute_keeps_float32_parameters_and_a_close_loss():
+    config = tiny_run_config()
+    config.model.update(dropout_rate=0.0, attention_dropout_rate=0.0)
+    _, (_, float32_metrics) = _first_step(config)
+    config.precision.dtype = "bfloat16"
+    bundle, (state, metrics) = _first_step(config)
+    assert {leaf.dtype for leaf in jax.tree.leaves(state.params)} == {np.dtype("float32")}
+    assert bundle.model.precision == Precision(dtype="bfloat16")
+    np.testing.assert_allclose(metrics["loss"], float32_metrics["loss"], rtol=2e-2)
+    assert float(metrics["loss"]) != float(float32_metrics["loss"])  # bf16 did compute
+
+
+class _FrozenEncoder(PretrainingTask):
+    def trainable(self):
+        return lambda names: names[0] != "bert"
+
+
+def test_a_frozen_encoder_stays_put_while_the_heads_train():
+    config = tiny_run_config()
+    mesh = sharding.make_mesh(1, 1, 1, devices=jax.devices()[:1])
+    bundle = train_step.build_train_step(config, mesh, task=_FrozenEncoder(4))
+    state = bundle.init_state(jax.random.PRNGKey(0))
+    before = jax.device_get(state.params)
+    batch = synthetic_batch(0, config.batch_size, config.data.seq_len, 4)
+    for _ in range(4):  # past the zero learning rate of warm-up step 0
+        state, metrics = bundle.train_step(state, jax.device_put(batch, bundle.batch_shardings),
+                                           jax.random.PRNGKey(1))
+    after = jax.device_get(state.params)
+    jax.tree.map(np.testing.assert_array_equal, after["bert"], before["bert"])
+    assert not np.array_equal(after["nsp_head"]["kernel"], before["nsp_head"]["kernel"])
+    assert float(metrics["grad_norm"]) > 0
