@@ -16,8 +16,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax.config import BertConfig
-from bert_jax.model import BertModel, Dense, Dropout, Embeddings, EncoderLayer
+from bert_jax.config import BertConfig, Precision
+from bert_jax.model import FLOAT32, BertModel, Dense, Dropout, Embeddings, EncoderLayer
 
 Array = jax.Array
 COMBINE_MODES = ("concat", "sum", "scalar-mix")
@@ -51,13 +51,14 @@ class FeatureTokenClassifier(nn.Module):
     config: BertConfig
     num_labels: int
     combine: str
+    precision: Precision = FLOAT32
 
     @nn.compact
     def __call__(self, hidden_states: Array, train: bool = False) -> Array:
         features = LayerCombination(self.combine, name="combination")(
             jax.lax.stop_gradient(hidden_states))  # the encoder stays frozen
         features = Dropout(self.config.dropout_rate)(features, deterministic=not train)
-        return Dense(self.config, (self.num_labels,), ("embed",), ("classes",),
+        return Dense(self.config, (self.num_labels,), ("embed",), ("classes",), self.precision,
                      name="classifier")(features)
 
 
@@ -89,16 +90,17 @@ class FrozenEncoderTokenClassifier(nn.Module):
     num_labels: int
     layers: tuple[int, ...]  # absolute layer numbers, 0..num_layers
     combine: str
+    precision: Precision = FLOAT32
 
     @nn.compact
     def __call__(self, input_ids: Array, segment_ids: Array, input_mask: Array,
                  train: bool = False) -> Array:
-        config = dataclasses.replace(self.config, remat=False)
         states = []
         with nn.intercept_methods(_capture_hidden_states(states)):
             # Dropout in a frozen encoder would only add noise to fixed features: eval mode.
-            BertModel(config, name="bert")(input_ids, segment_ids, input_mask, False)
+            BertModel(self.config, dataclasses.replace(self.precision, remat=False),
+                      with_pooler=False, name="bert")(input_ids, segment_ids, input_mask, False)
         hidden = jnp.stack([states[layer] for layer in self.layers])  # (L, B, T, H)
         logits = FeatureTokenClassifier(self.config, self.num_labels, self.combine,
-                                        name="head")(hidden, train)
+                                        self.precision, name="head")(hidden, train)
         return logits.astype(jnp.float32)  # (B, T, num_labels)
