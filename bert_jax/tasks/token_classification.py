@@ -50,17 +50,6 @@ class NerGold:
     tags: list  # IOB2 tags of every word, per sentence
 
 
-def parse_layers(text: str) -> tuple[int, ...]:
-    try:
-        layers = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise UserError(f"--layers={text!r}: expected comma-separated integers, e.g. "
-                        "-1,-2,-3,-4") from None
-    if not layers or len(set(layers)) != len(layers):
-        raise UserError(f"--layers={text!r}: expected one or more distinct layer numbers")
-    return layers
-
-
 class TokenClassificationTask(FineTuningTask):
     name = "ner"
     terms = {"token_loss": "num_labelled", "token_accuracy": "num_labelled"}
@@ -101,13 +90,14 @@ class TokenClassificationTask(FineTuningTask):
 
     @classmethod
     def from_arguments(cls, args, tokenizer) -> "TokenClassificationTask":
+        from bert_jax.inference import parse_layers
         from input_pipeline.tasks.conll import label_names, read_conll
 
         train = read_conll(args.train, args.tag_column, args.tag_scheme)
         return cls(NerSettings(
             label_names=tuple(label_names(train.sentences)), tag_column=args.tag_column,
             tag_scheme=args.tag_scheme, label_all_subwords=args.label_all_subwords,
-            freeze_encoder=args.freeze_encoder, layers=parse_layers(args.layers),
+            freeze_encoder=args.freeze_encoder, layers=tuple(parse_layers(args.layers)),
             combine=args.combine))
 
     @classmethod
