@@ -9,7 +9,10 @@ an original google-research/bert checkpoint directory with bert_config.json, a t
 directory (its latest checkpoint) or one of its checkpoints/<step> directories) and writes DST
 as a Hugging Face directory (config.json, model.safetensors, vocab.txt, tokenizer_config.json:
 loads with transformers' BertForPreTraining / BertForMaskedLM / BertModel.from_pretrained) or
-as a bert-jax model directory (model_config.json, vocab.txt, params/).
+as a bert-jax model directory (model_config.json, vocab.txt, params/). A fine-tuned model
+(`bert-jax finetune`, e.g. WORKDIR/best) becomes a BertForSequenceClassification or
+BertForTokenClassification directory with its label names (id2label, label2id), and such
+Hugging Face directories import with their heads and labels.
 
 DST is written to a temporary directory and renamed when complete; it must not exist or be
 empty unless --overwrite, and it may not lie inside a training run.
@@ -17,6 +20,7 @@ empty unless --overwrite, and it may not lie inside a training run.
 examples:
   bert-jax convert runs/demo exported/demo-hf --to hf
   bert-jax convert path/to/hf-bert models/bert-jax-copy
+  bert-jax convert runs/sst2/best exported/sst2-hf --to hf
 """
 
 
@@ -46,6 +50,7 @@ def run(args) -> int:
     kind = model_io.source_kind(args.source)
     target = args.to or ("bert-jax" if kind == "huggingface" else "hf")
     config, params, vocab_path = model_io.load_model(args.source)
+    task_info = model_io.load_task_info(args.source)  # a fine-tuned model's task and labels
     vocab_path = args.vocab or vocab_path
     if vocab_path is None:
         raise UserError(f"{args.source}: no vocab.txt beside the weights; pass --vocab")
@@ -55,10 +60,12 @@ def run(args) -> int:
                         f"vocab_size is {config.vocab_size}")
     if target == "hf":
         architecture = None if args.hf_architecture == "auto" else args.hf_architecture
+        head = task_info["head"] if task_info and architecture is None else None
         written = model_io.export_huggingface(config, params, tokenizer, args.destination,
-                                              architecture, args.overwrite)
+                                              architecture, args.overwrite, head=head)
         print(f"wrote {written} ({kind} -> Hugging Face) to {args.destination}")
     else:
-        model_io.save_model(config, params, tokenizer, args.destination, args.overwrite)
+        model_io.save_model(config, params, tokenizer, args.destination, args.overwrite,
+                            task_info=task_info)
         print(f"wrote bert-jax model ({kind} -> bert-jax) to {args.destination}")
     return 0

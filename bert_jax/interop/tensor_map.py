@@ -18,7 +18,7 @@ import numpy as np
 from bert_jax.config import BertConfig
 from bert_jax.errors import UserError
 
-PARTS = ("encoder", "pooler", "mlm_head", "nsp_head")
+PARTS = ("encoder", "pooler", "mlm_head", "nsp_head", "classifier")
 
 # How a tensor's layout differs from ours.
 COPY = "copy"  # same shape (embedding tables, LayerNorm vectors)
@@ -101,7 +101,7 @@ def present_parts(params: Mapping) -> set[str]:
     parts = {"encoder"}
     if "pooler" in params.get("bert", {}):
         parts.add("pooler")
-    return parts | {part for part in ("mlm_head", "nsp_head") if part in params}
+    return parts | {part for part in ("mlm_head", "nsp_head", "classifier") if part in params}
 
 
 def params_to_tensors(params: Mapping, entries: Iterable[Entry], parts: Iterable[str],
