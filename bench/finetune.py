@@ -62,24 +62,29 @@ def read_labelled_tsv(path: str) -> tuple[list[str], list[int]]:
     return [row[1] for row in rows], [int(row[0]) for row in rows]
 
 
-def bert_jax_classify(model: str, train: str, dev: str, args, workdir: str) -> dict:
-    """bert-jax: fine-tune (no evaluation while training), then evaluate on dev."""
-    import argparse as argparse_module
+def bert_jax_run(task, model: str, train: str, dev: str, args, workdir: str) -> tuple:
+    """bert-jax: fine-tune `task` (no evaluation while training), then evaluate on dev.
 
+    Returns (training seconds, dev metrics)."""
     from bert_jax.commands.evaluate import evaluate_file
-    from bert_jax.tasks.classification import ClassificationTask
     from bert_jax.training.finetune import Settings, finetune
 
-    flags = argparse_module.Namespace(text_columns="", label_column="label", header="auto",
-                                      train=train)
-    task = ClassificationTask.from_arguments(flags, None)
     settings = Settings(epochs=args.epochs, learning_rate=args.learning_rate,
                         batch_size=args.batch_size, max_seq_len=128, seed=args.seed)
     start = time.perf_counter()
     finetune(task, model, train, None, workdir, settings, show_progress=False,
              log=lambda *_: None)
     seconds = time.perf_counter() - start
-    metrics = evaluate_file(workdir, "classify", dev, batch_size=64)
+    return seconds, evaluate_file(workdir, task.name, dev, batch_size=64)
+
+
+def bert_jax_classify(model: str, train: str, dev: str, args, workdir: str) -> dict:
+    from bert_jax.tasks.classification import ClassificationTask
+
+    flags = argparse.Namespace(text_columns="", label_column="label", header="auto",
+                               train=train)
+    task = ClassificationTask.from_arguments(flags, None)
+    seconds, metrics = bert_jax_run(task, model, train, dev, args, workdir)
     return dict(seconds=seconds, score=metrics["accuracy"])
 
 
@@ -187,24 +192,13 @@ def subset_conll(source: str, count: int, seed: int, directory: str) -> str:
 
 
 def bert_jax_ner(model: str, train: str, dev: str, args, workdir: str) -> dict:
-    """bert-jax: `finetune ner` (no evaluation while training), then `evaluate ner` on dev."""
-    import argparse as argparse_module
-
-    from bert_jax.commands.evaluate import evaluate_file
     from bert_jax.tasks.token_classification import TokenClassificationTask
-    from bert_jax.training.finetune import Settings, finetune
 
-    flags = argparse_module.Namespace(
+    flags = argparse.Namespace(
         train=train, tag_column=-1, tag_scheme="auto", label_all_subwords=False,
         freeze_encoder=False, layers="-1", combine="concat")
     task = TokenClassificationTask.from_arguments(flags, None)
-    settings = Settings(epochs=args.epochs, learning_rate=args.learning_rate,
-                        batch_size=args.batch_size, max_seq_len=128, seed=args.seed)
-    start = time.perf_counter()
-    finetune(task, model, train, None, workdir, settings, show_progress=False,
-             log=lambda *_: None)
-    seconds = time.perf_counter() - start
-    metrics = evaluate_file(workdir, "ner", dev, batch_size=64)
+    seconds, metrics = bert_jax_run(task, model, train, dev, args, workdir)
     return dict(seconds=seconds, score=metrics["f1"], labels=task.ner.label_names)
 
 
