@@ -29,6 +29,8 @@ bench: $(DEV)
 	$(PYTHON) bench/learning_curve.py
 	$(PYTHON) bench/create_data.py
 	$(PYTHON) bench/reader.py
+	$(PYTHON) bench/tf_export.py
+	$(PYTHON) bench/attention_probe.py
 
 pretrain: $(RUNTIME)
 	$(VENV)/bin/bert-jax pretrain --config configs/demo.py

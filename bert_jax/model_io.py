@@ -1,4 +1,4 @@
-"""Loads a model from any source bert-jax understands; saves bert-jax and Hugging Face directories.
+"""Loads a model from any source bert-jax understands; saves it as bert-jax, HF or TF directories.
 
 Sources `load_model` recognises, by the files inside:
   - a Hugging Face BERT directory: config.json (model_type bert) + model.safetensors;
@@ -6,8 +6,9 @@ Sources `load_model` recognises, by the files inside:
   - an original google-research/bert checkpoint: bert_config.json + *.ckpt.index;
   - a training work directory: model_config.json + checkpoints/ (the latest step is read);
   - one step of a training run: checkpoints/<step>/ with params/ inside.
-Every writer builds its output in a temporary sibling directory and renames it when complete,
-and refuses to write into a training run's directory.
+Writers: bert-jax model directories, Hugging Face directories, original TF checkpoint
+directories and TensorFlow SavedModels. Every writer builds its output in a temporary
+sibling directory, renames it when complete, and refuses to write into a training run.
 """
 
 import json
@@ -69,6 +70,10 @@ def _check_params(config: BertConfig, params: dict, source: str) -> None:
     from bert_jax.interop.tensor_map import parameter_shapes
 
     expected = parameter_shapes(config)
+    if "classifier" in params:  # a task head (heads.py): its width is the task's, not the config's
+        labels = tuple(np.shape(params["classifier"].get("bias", ()))[:1])
+        expected |= {("classifier", "kernel"): (config.hidden_dim, *labels),
+                     ("classifier", "bias"): labels}
     found = {path: value.shape for path, value in flax.traverse_util.flatten_dict(params).items()}
     # Other top-level parts are a task's head (task.json), checked when its model is built.
     ours = {path[0] for path in expected}
@@ -293,3 +298,37 @@ def export_huggingface(config: BertConfig, params: dict, tokenizer, destination:
 
     write_directory_atomically(destination, fill, overwrite)
     return written[0]
+
+
+def export_tf_checkpoint(config: BertConfig, params: dict, tokenizer, destination: str,
+                         overwrite: bool = False) -> list[str]:
+    """An original google-research/bert checkpoint directory; returns the parts written.
+
+    bert_model.ckpt.{index,data-00000-of-00001}, bert_config.json and vocab.txt, as in the
+    released checkpoints' zip files.
+    """
+    from bert_jax.interop import tf_checkpoint
+
+    written = []
+
+    def fill(directory: str) -> None:
+        written.extend(tf_checkpoint.write_directory(config, params, directory))
+        _write_tokenizer_files(directory, tokenizer)
+
+    write_directory_atomically(destination, fill, overwrite)
+    return written
+
+
+def export_saved_model(config: BertConfig, params: dict, tokenizer, destination: str,
+                       platforms=None, overwrite: bool = False) -> list[str]:
+    """A TensorFlow SavedModel of the model (see interop/saved_model.py); returns its signatures."""
+    from bert_jax.interop import saved_model
+
+    written = []
+
+    def fill(directory: str) -> None:
+        written.extend(saved_model.write_directory(
+            config, params, directory, tokenizer, platforms or saved_model.DEFAULT_PLATFORMS))
+
+    write_directory_atomically(destination, fill, overwrite)
+    return written

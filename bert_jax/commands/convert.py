@@ -1,18 +1,36 @@
-"""`bert-jax convert SRC DST`: move weights between bert-jax, Hugging Face and original BERT."""
+"""`bert-jax convert SRC DST`: move weights between bert-jax, Hugging Face and TensorFlow."""
 
 from bert_jax.errors import UserError
+from bert_jax.interop.saved_model import DEFAULT_PLATFORMS, PLATFORMS  # no JAX or TF at import
 
-HELP = "convert a model between bert-jax, Hugging Face and original TF BERT checkpoints"
+HELP = ("convert a model between bert-jax, Hugging Face and original TF BERT checkpoints, "
+        "or export a TensorFlow SavedModel")
 DESCRIPTION = """\
 Reads SRC (a Hugging Face BERT directory with model.safetensors, a bert-jax model directory,
 an original google-research/bert checkpoint directory with bert_config.json, a training work
 directory (its latest checkpoint) or one of its checkpoints/<step> directories) and writes DST
-as a Hugging Face directory (config.json, model.safetensors, vocab.txt, tokenizer_config.json:
-loads with transformers' BertForPreTraining / BertForMaskedLM / BertModel.from_pretrained) or
-as a bert-jax model directory (model_config.json, vocab.txt, params/). A fine-tuned model
-(`bert-jax finetune`, e.g. WORKDIR/best) becomes a BertForSequenceClassification or
-BertForTokenClassification directory with its label names (id2label, label2id), and such
-Hugging Face directories import with their heads and labels.
+as one of:
+  hf             a Hugging Face directory (config.json, model.safetensors, vocab.txt,
+                 tokenizer_config.json): loads with transformers' BertForPreTraining /
+                 BertForMaskedLM / BertModel.from_pretrained;
+  bert-jax       a bert-jax model directory (model_config.json, vocab.txt, params/);
+  tf-checkpoint  an original google-research/bert checkpoint (bert_model.ckpt.index,
+                 bert_model.ckpt.data-00000-of-00001, bert_config.json, vocab.txt) with the
+                 released checkpoints' variable names and shapes (bert/..., cls/predictions/...,
+                 cls/seq_relationship/...; a sequence classifier as run_classifier.py's
+                 output_weights / output_bias): --init_checkpoint=DST/bert_model.ckpt;
+  saved-model    a TensorFlow SavedModel running the bert-jax function (jax2tf, batch and
+                 length left unknown): signature serving_default (input_ids, input_mask,
+                 segment_ids -> sequence_output, pooled_output, and logits for a sequence
+                 classifier) and, with the pre-training heads, pretraining
+                 (+ masked_lm_positions -> mlm_logits, nsp_logits). For TF Serving write
+                 it to MODELS/NAME/1 (see the README).
+A head that the target format has no names for (e.g. a token classifier for the TF formats)
+is refused with its name.
+A fine-tuned model (`bert-jax finetune`, e.g. WORKDIR/best) becomes a
+BertForSequenceClassification or BertForTokenClassification directory with its label
+names (id2label, label2id) under --to hf, and such Hugging Face directories import with
+their heads and labels.
 
 DST is written to a temporary directory and renamed when complete; it must not exist or be
 empty unless --overwrite, and it may not lie inside a training run.
@@ -20,6 +38,8 @@ empty unless --overwrite, and it may not lie inside a training run.
 examples:
   bert-jax convert runs/demo exported/demo-hf --to hf
   bert-jax convert path/to/hf-bert models/bert-jax-copy
+  bert-jax convert runs/demo exported/demo-tf --to tf-checkpoint
+  bert-jax convert runs/demo serving/bert/1 --to saved-model
   bert-jax convert runs/sst2/best exported/sst2-hf --to hf
 """
 
@@ -28,7 +48,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("source", metavar="SRC", help="model directory to read")
     parser.add_argument("destination", metavar="DST", help="directory to write")
     parser.add_argument(
-        "--to", choices=("hf", "bert-jax"), default=None,
+        "--to", choices=("hf", "bert-jax", "tf-checkpoint", "saved-model"), default=None,
         help="format of DST (default: bert-jax when SRC is a Hugging Face directory, else hf)")
     parser.add_argument(
         "--hf-architecture", choices=("auto", "BertForPreTraining", "BertForMaskedLM", "BertModel"),
@@ -36,6 +56,10 @@ def add_arguments(parser) -> None:
         help="with --to hf: which transformers class the files are laid out for, so that it "
              "loads with no unexpected keys (default auto: BertForPreTraining when the model "
              "has both pre-training heads, BertForMaskedLM with only the MLM head, else BertModel)")
+    parser.add_argument(
+        "--platforms", default=",".join(DEFAULT_PLATFORMS), metavar="LIST",
+        help="with --to saved-model: comma-separated platforms to lower for, a subset of "
+             "cpu,cuda,rocm,tpu (default %(default)s)")
     parser.add_argument(
         "--vocab", default=None, metavar="VOCAB_TXT",
         help="vocab.txt to ship with DST when SRC has none beside its weights")
@@ -58,7 +82,17 @@ def run(args) -> int:
     if tokenizer.vocab_size != config.vocab_size:
         raise UserError(f"{vocab_path}: {tokenizer.vocab_size} tokens, but the model's "
                         f"vocab_size is {config.vocab_size}")
-    if target == "hf":
+    if target == "tf-checkpoint":
+        parts = model_io.export_tf_checkpoint(config, params, tokenizer, args.destination,
+                                              args.overwrite)
+        print(f"wrote original TF checkpoint ({kind} -> {', '.join(parts)}) to "
+              f"{args.destination}")
+    elif target == "saved-model":
+        signatures = model_io.export_saved_model(config, params, tokenizer, args.destination,
+                                                 _platforms(args.platforms), args.overwrite)
+        print(f"wrote TensorFlow SavedModel ({kind} -> signatures {', '.join(signatures)}) to "
+              f"{args.destination}")
+    elif target == "hf":
         architecture = None if args.hf_architecture == "auto" else args.hf_architecture
         head = task_info["head"] if task_info and architecture is None else None
         written = model_io.export_huggingface(config, params, tokenizer, args.destination,
@@ -69,3 +103,12 @@ def run(args) -> int:
                             task_info=task_info)
         print(f"wrote bert-jax model ({kind} -> bert-jax) to {args.destination}")
     return 0
+
+
+def _platforms(text: str) -> tuple[str, ...]:
+    platforms = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = sorted(set(platforms) - set(PLATFORMS))
+    if unknown or not platforms:
+        raise UserError(f"--platforms {text!r}: expected a comma-separated subset of "
+                        f"{','.join(PLATFORMS)}")
+    return platforms

@@ -84,23 +84,33 @@ def write_npz(path: str, arrays: dict) -> None:
         raise
 
 
-def run(args) -> int:
-    from bert_jax import inference, model_io
+def load_text_model(path: str, max_seq_len: int | None):
+    """(config, params, tokenizer) of the model at `path`, with `max_seq_len` (if given)
+    checked against its positions; shared by the commands that run a model on text."""
+    from bert_jax import model_io
     from bert_jax.errors import UserError
     from input_pipeline.tokenization import load_tokenizer
+
+    config, params, vocab_path = model_io.load_model(path)
+    if vocab_path is None:
+        raise UserError(f"{path}: no vocab.txt beside the weights")
+    if max_seq_len is not None and not 2 < max_seq_len <= config.max_positions:
+        raise UserError(f"--max-seq-len must be in 3..{config.max_positions} for this model, "
+                        f"got {max_seq_len}")
+    return config, params, load_tokenizer(vocab_path)
+
+
+def run(args) -> int:
+    from bert_jax import inference
+    from bert_jax.errors import UserError
 
     requested = inference.parse_layers(args.layers)
     if args.batch_size < 1:
         raise UserError(f"--batch-size must be at least 1, got {args.batch_size}")
     texts = read_texts(args.input)
-    config, params, vocab_path = model_io.load_model(args.model)
-    if vocab_path is None:
-        raise UserError(f"{args.model}: no vocab.txt beside the weights")
-    if not 2 < args.max_seq_len <= config.max_positions:
-        raise UserError(f"--max-seq-len must be in 3..{config.max_positions} for this model, "
-                        f"got {args.max_seq_len}")
+    config, params, tokenizer = load_text_model(args.model, args.max_seq_len)
     layers = inference.resolve_layers(requested, config.num_layers)
-    encoded = load_tokenizer(vocab_path).encode_for_model(texts, args.max_seq_len)
+    encoded = tokenizer.encode_for_model(texts, args.max_seq_len)
     results = inference.extract_features(
         config, params, encoded, layers, args.max_seq_len, args.pool, args.batch_size,
         args.attention, progress=len(texts) > args.batch_size)

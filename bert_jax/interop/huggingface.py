@@ -220,6 +220,12 @@ def write_directory(config: BertConfig, params: dict, directory: str, pad_id: in
     """
     from safetensors.numpy import save_file
 
+    # A head this writer has no names for would otherwise be dropped silently.
+    # A classifier exports only with its labels (a fine-tuned model directory's task.json).
+    known = tensor_map.HEADS if head else ("mlm_head", "nsp_head")
+    tensor_map.refuse_unknown_heads(
+        params, known, "these transformers classes without the task's labels (export a "
+        "fine-tuned model directory, which has task.json)", token_classifier=True)
     architecture = architecture or (head["architecture"] if head else
                                     default_architecture(params))
     if (architecture in hf_heads.ARCHITECTURES) != (head is not None):

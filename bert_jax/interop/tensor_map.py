@@ -6,7 +6,8 @@ table in either direction, and names every tensor that is missing, unknown or mi
 the formats' own files hold names and nothing else.
 
 A model is made of parts that a file holds whole or not at all: the encoder (always), the
-pooler, the masked-LM head and the next-sentence head.
+pooler, the masked-LM head, the next-sentence head and a task head such as the
+sequence classifier (`bert_jax/heads.py`).
 """
 
 import dataclasses
@@ -19,6 +20,7 @@ from bert_jax.config import BertConfig
 from bert_jax.errors import UserError
 
 PARTS = ("encoder", "pooler", "mlm_head", "nsp_head", "classifier")
+HEADS = ("mlm_head", "nsp_head", "classifier")  # parts that are top-level keys of params
 
 # How a tensor's layout differs from ours.
 COPY = "copy"  # same shape (embedding tables, LayerNorm vectors)
@@ -101,7 +103,25 @@ def present_parts(params: Mapping) -> set[str]:
     parts = {"encoder"}
     if "pooler" in params.get("bert", {}):
         parts.add("pooler")
-    return parts | {part for part in ("mlm_head", "nsp_head", "classifier") if part in params}
+    return parts | {part for part in HEADS if part in params}
+
+
+def refuse_unknown_heads(params: Mapping, known: Iterable[str], target: str,
+                         token_classifier: bool = False) -> None:
+    """A clear error for a head (a top-level params key) that `target` has no names for.
+
+    Without it the head would be dropped silently and the export would look complete.
+    """
+    unknown = sorted(set(params) - {"bert", *known})
+    if unknown:
+        raise UserError(f"the model's head(s) {unknown} have no counterpart in {target}; "
+                        f"it can hold only the encoder and {sorted(known)}")
+    # heads.py's BertForTokenClassification also names its head `classifier`, on an encoder
+    # without the pooler; only the sequence classifier (on the pooled output) is `classifier`.
+    if not token_classifier and "classifier" in params and "pooler" not in params["bert"]:
+        raise UserError(f"the model's head 'classifier' scores every position (token "
+                        f"classification, no pooler): it has no counterpart in {target}, "
+                        "which holds only a sequence classifier on the pooled output")
 
 
 def params_to_tensors(params: Mapping, entries: Iterable[Entry], parts: Iterable[str],
@@ -144,9 +164,16 @@ def tensors_to_params(tensors: Mapping[str, np.ndarray], entries: Iterable[Entry
             node = params
             for key in entry.path[:-1]:
                 node = node.setdefault(key, {})
-            node[entry.path[-1]] = from_foreign(tensors[entry.name], entry, shapes[entry.path],
-                                                source)
+            shape = shapes.get(entry.path) or _head_shape(tensors[entry.name], entry)
+            node[entry.path[-1]] = from_foreign(tensors[entry.name], entry, shape, source)
     return params
+
+
+def _head_shape(tensor: np.ndarray, entry: Entry) -> tuple[int, ...]:
+    """Our shape for a task head's tensor, whose size (the number of labels) the model config
+    does not fix: a plain dense layer or vector, so only a transposition can differ."""
+    shape = tuple(tensor.shape)
+    return shape[::-1] if entry.kind == KERNEL and entry.transposed else shape
 
 
 def _shorten(names: list[str], limit: int = 8) -> str:

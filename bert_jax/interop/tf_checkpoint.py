@@ -1,7 +1,8 @@
 """Original google-research/bert TensorFlow checkpoints (`bert_model.ckpt.*` + `bert_config.json`).
 
-The one place the original variable names appear (`modeling.py` and `run_pretraining.py`
-of google-research/bert). TensorFlow is imported only when a checkpoint is read.
+The one place the original variable names appear (`modeling.py`, `run_pretraining.py` and
+`run_classifier.py` of google-research/bert). One name table serves reading and writing,
+so the two cannot drift. TensorFlow is imported only when a checkpoint is read or written.
 """
 
 import glob
@@ -14,6 +15,18 @@ from bert_jax.interop import huggingface, tensor_map
 from bert_jax.interop.tensor_map import COPY, Entry, dense_entries, norm_entries
 
 CONFIG_NAME = "bert_config.json"
+CHECKPOINT_NAME = "bert_model.ckpt"  # the prefix of the released checkpoints' two files
+# The keys of the released bert_config.json files (modeling.BertConfig's constructor).
+ORIGINAL_CONFIG_KEYS = ("attention_probs_dropout_prob", "hidden_act", "hidden_dropout_prob",
+                        "hidden_size", "initializer_range", "intermediate_size",
+                        "max_position_embeddings", "num_attention_heads", "num_hidden_layers",
+                        "type_vocab_size", "vocab_size")
+# The original code hard-codes this LayerNorm epsilon; any other value has to travel as an
+# extra key (which modeling.BertConfig.from_dict stores and ignores).
+_ORIGINAL_LAYER_NORM_EPS = 1e-12
+# What the original graphs hold besides the encoder: run_pretraining.py's `cls/` heads and
+# run_classifier.py's sequence classifier.
+HEAD_PARTS = ("mlm_head", "nsp_head", "classifier")
 # Variables of a run_pretraining.py output that are not model weights: the step counter and
 # the AdamWeightDecayOptimizer's moments.
 _TRAINING_STATE_SUFFIXES = ("/adam_m", "/adam_v")
@@ -42,7 +55,7 @@ def _layer_entries(index: int) -> list[Entry]:
 
 
 def name_table(config: BertConfig) -> list[Entry]:
-    """Every variable of the original pre-training graph."""
+    """Every variable of the original pre-training and classifier graphs."""
     embeddings = ("bert", "embeddings")
     entries = [
         Entry((*embeddings, "word_embeddings", "embedding"), "bert/embeddings/word_embeddings",
@@ -67,6 +80,9 @@ def name_table(config: BertConfig) -> list[Entry]:
         # The NSP weights are created as [2, hidden] and used with transpose_b=True.
         *dense_entries(("nsp_head",), "cls/seq_relationship/output_weights",
                        "cls/seq_relationship/output_bias", "nsp_head", transposed=True),
+        # run_classifier.py's create_model: [num_labels, hidden] at the top level, no scope.
+        *dense_entries(("classifier",), "output_weights", "output_bias", "classifier",
+                       transposed=True),
     ]
 
 
@@ -108,3 +124,34 @@ def read_directory(directory: str) -> tuple[BertConfig, dict]:
                if name not in _TRAINING_STATE_NAMES and not name.endswith(_TRAINING_STATE_SUFFIXES)}
     return config, tensor_map.tensors_to_params(
         tensors, name_table(config), tensor_map.parameter_shapes(config), prefix)
+
+
+def config_to_original(config: BertConfig) -> dict:
+    """bert_config.json's values; `layer_norm_eps` only when it is not the original 1e-12."""
+    values = huggingface.config_to_hf(config, "BertForPreTraining", pad_id=0)
+    original = {key: values[key] for key in ORIGINAL_CONFIG_KEYS}
+    if config.layer_norm_eps != _ORIGINAL_LAYER_NORM_EPS:
+        original["layer_norm_eps"] = config.layer_norm_eps
+    return original
+
+
+def write_directory(config: BertConfig, params: dict, directory: str) -> list[str]:
+    """Writes bert_model.ckpt.{index,data-00000-of-00001} and bert_config.json.
+
+    The variables are the parts `params` holds (always the encoder), under the names and in
+    the shapes of the released checkpoints, written by TensorFlow's own SaveV2 op (what
+    `tf.compat.v1.train.Saver` runs). Returns the parts written.
+    """
+    import tensorflow as tf
+
+    tensor_map.refuse_unknown_heads(params, HEAD_PARTS, "an original BERT checkpoint")
+    parts = sorted(tensor_map.present_parts(params))
+    tensors = tensor_map.params_to_tensors(params, name_table(config), parts)
+    names = sorted(tensors)
+    tf.raw_ops.SaveV2(prefix=os.path.join(directory, CHECKPOINT_NAME), tensor_names=names,
+                      shape_and_slices=[""] * len(names),
+                      tensors=[tf.constant(tensors[name]) for name in names])
+    with open(os.path.join(directory, CONFIG_NAME), "w", encoding="utf-8") as file:
+        json.dump(config_to_original(config), file, indent=2, sort_keys=True)
+        file.write("\n")
+    return parts
