@@ -1,6 +1,7 @@
 """`bert-jax create-data`: raw text to pre-masked TFRecord shards and a manifest."""
 
 import os
+import sys
 
 HELP = "turn raw text into pre-masked TFRecord shards for pre-training"
 DESCRIPTION = """\
@@ -69,8 +70,17 @@ def add_arguments(parser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
+def warn_if_prose(inputs, input_format) -> None:
+    """Hard-wrapped prose given as BERT format is cut into line-sized sentences: say so."""
+    from input_pipeline.sources import prose_format_warning
+    warning = prose_format_warning(inputs) if input_format == "bert" else None
+    if warning:
+        print(warning, file=sys.stderr)
+
+
 def run(args) -> int:
     from input_pipeline.create_data import create_pretraining_data
+    warn_if_prose(args.input, args.input_format)
     manifest = create_pretraining_data(
         args.input, args.vocab, args.output_dir, num_shards=args.num_shards,
         max_seq_len=args.max_seq_len, max_predictions=args.max_predictions,
