@@ -6,6 +6,8 @@ import sys
 
 from input_pipeline import demo_corpus
 
+_REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 
 def test_demo_corpus_ignores_what_is_installed_or_imported(tmp_path, monkeypatch):
     # A module on the path that shadows a standard-library one (as setuptools' distutils
@@ -57,3 +59,35 @@ def test_vocab_command_warns_about_prose(tmp_path, capsys):
         assert cli.main(["vocab", "--input", wrapped, "--output", str(output), "--size", "120",
                          "--format", input_format]) == 0
         assert ("pass --format prose" in capsys.readouterr().err) == warned
+
+
+def _python(code: str, **environment) -> "subprocess.CompletedProcess":
+    import subprocess
+
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("JAX_PLATFORMS", "TF_CPP_MIN_LOG_LEVEL", "XLA_FLAGS")}
+    env.update(environment)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, check=True)
+
+
+def test_import_is_quiet_but_real_errors_pass(tmp_path):
+    # TensorFlow writes its C++ start-up lines straight to descriptor 2 while it is imported
+    # (a stand-in here, to keep the test fast); a line that is not noise must come through.
+    fake = tmp_path / "tensorflow"
+    fake.mkdir()
+    (fake / "__init__.py").write_text(
+        "import os\n"
+        "os.write(2, b'WARNING: All log messages before absl::InitializeLog() is called\\n')\n"
+        "os.write(2, b'I0000 port.cc:153] oneDNN custom operations are on. x\\n')\n"
+        "os.write(2, b'a real problem\\n')\n")
+    result = _python(
+        "import os, bert_jax, tensorflow\n"
+        "from absl import logging\n"
+        "logging.warning('Metadata file does not exist: /x/_CHECKPOINT_METADATA')\n"
+        "logging.warning('a real absl warning')\n"
+        "print(os.environ['JAX_PLATFORMS'])\n", PYTHONPATH=f"{_REPOSITORY}:{tmp_path}")
+    lines = result.stderr.splitlines()
+    assert lines[0] == "a real problem" and len(lines) == 2, lines
+    assert lines[1].endswith("a real absl warning")
+    assert result.stdout.strip() == "cpu"  # no accelerator on the test machine
