@@ -82,5 +82,6 @@ def run(args: argparse.Namespace) -> int:
     say(f"\ndone: step {result['step']} of {run_config.num_train_steps}"
         f"\n  checkpoints: {os.path.join(workdir, 'checkpoints')}"
         f"\n  TensorBoard: tensorboard --logdir {os.path.join(workdir, 'tensorboard')}"
-        f"\n  export to Hugging Face: bert-jax convert {workdir} {workdir}_hf --to hf")
+        f"\n  export to Hugging Face: bert-jax convert {workdir} {workdir}_hf --to hf"
+        "\n(exiting: JAX and TensorFlow release their threads, which can take some seconds)")
     return 0

@@ -333,6 +333,11 @@ def _loop(run_config, bundle, state, meta, checkpoints, writer, dataset_factory,
                 break
     if progress is not None:
         progress.close()
+    if run_config.checkpoint.async_save and not result["preempted"]:
+        began = time.monotonic()
+        log(f"finishing the checkpoint of step {step} (written in the background) ...")
+        checkpoints.wait()
+        log(f"  written in {time.monotonic() - began:.0f} s")
     result["step"] = step
     return result
 
