@@ -91,3 +91,31 @@ def test_import_is_quiet_but_real_errors_pass(tmp_path):
     assert lines[0] == "a real problem" and len(lines) == 2, lines
     assert lines[1].endswith("a real absl warning")
     assert result.stdout.strip() == "cpu"  # no accelerator on the test machine
+
+
+def test_shipped_configs_are_found_by_name_from_any_directory(tmp_path, monkeypatch):
+    from bert_jax.run_config import load_run_config, shipped_config_names
+
+    links = sorted(name[:-3] for name in os.listdir(os.path.join(_REPOSITORY, "configs"))
+                   if name.endswith(".py"))
+    assert links == shipped_config_names() and "laptop" in links
+    in_repository = load_run_config(os.path.join(_REPOSITORY, "configs", "laptop.py"))
+    monkeypatch.chdir(tmp_path)
+    for spec in ("laptop", "laptop.py", "configs/laptop.py"):
+        assert load_run_config(spec).to_dict() == in_repository.to_dict()
+    assert load_run_config("bert_large_two_phase:2").data.seq_len == 512
+
+
+def test_print_config_shows_every_key_value_and_description(capsys):
+    from bert_jax import cli
+    from bert_jax.run_config import flatten, load_run_config
+
+    assert cli.main(["pretrain", "--config", "demo", "--print-config",
+                     "--config.optimizer.learning_rate=2e-4"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    expected = flatten(load_run_config("demo"))
+    assert [line.split(" = ")[0] for line in lines] == sorted(expected)
+    assert all("  # " in line for line in lines), [line for line in lines if "  # " not in line]
+    (learning_rate,) = [line for line in lines if line.startswith("optimizer.learning_rate ")]
+    assert learning_rate.split("#")[0].split("=")[1].strip() == "0.0002"
+    assert learning_rate.endswith("# peak learning rate after warm-up")
