@@ -22,18 +22,14 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from bert_jax import inference, model_io
+    import bert_jax
     from bert_jax.errors import UserError
-    from input_pipeline.tokenization import load_tokenizer
 
     if args.top_k < 1:
         raise UserError(f"--top-k must be at least 1, got {args.top_k}")
-    config, params, vocab_path = model_io.load_model(args.model)
-    if vocab_path is None:
-        raise UserError(f"{args.model}: no vocab.txt beside the weights")
-    tokenizer = load_tokenizer(vocab_path)
+    model = bert_jax.load(args.model)
     for text in args.texts:
-        predictions = inference.fill_mask(config, params, tokenizer, text, args.top_k)
+        predictions = model.fill_mask(text, args.top_k)
         print(text)
         for number, candidates in enumerate(predictions, start=1):
             shown = "  ".join(f"{token} {probability:.4f}" for token, probability in candidates)
