@@ -170,3 +170,56 @@ def test_hub_name_offline_and_not_cached_says_where_it_looked(tmp_path, monkeypa
     message = str(error.value)
     assert "'bert-base-uncased'" in message and str(tmp_path / "hub") in message
     assert "local model directory" in message and "offline" in message
+
+
+def test_hub_model_with_only_pickled_weights_is_refused(tmp_path, monkeypatch):
+    import pytest
+
+    from bert_jax import model_io
+    from bert_jax.errors import UserError
+
+    commit = "1" * 40
+    repository = tmp_path / "hub" / "models--someone--pickled-bert"
+    snapshot = repository / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    (repository / "refs").mkdir()
+    (repository / "refs" / "main").write_text(commit)
+    (snapshot / "config.json").write_text('{"model_type": "bert"}')
+    (snapshot / "pytorch_model.bin").write_bytes(b"not loaded")
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(UserError, match="no safetensors weights.*pickled"):
+        model_io.load_model("someone/pickled-bert")
+
+
+def test_python_api_matches_the_library_functions(tmp_path):
+    import numpy as np
+    from interop_helpers import random_pretraining_params, write_vocab
+
+    import bert_jax
+    from bert_jax import inference, model_io
+    from bert_jax.config import preset
+    from input_pipeline.tokenization import load_tokenizer
+
+    tokenizer = load_tokenizer(write_vocab(tmp_path))
+    config = preset("tiny", vocab_size=tokenizer.vocab_size, max_positions=32)
+    params = random_pretraining_params(config, seed=2)
+    model_io.save_model(config, params, tokenizer, str(tmp_path / "model"))
+    model = bert_jax.load(str(tmp_path / "model"))
+    texts = ["the house on the hill", ("a question", "an answer here")]
+    both = model.features(texts, layers=[0, -1], max_seq_len=32)
+    encoded = tokenizer.encode_for_model(texts, 32)
+    expected = inference.extract_features(config, params, encoded, (0, 2), 32,
+                                          progress=False)["hidden"]
+    np.testing.assert_allclose(both[0], expected[0], atol=1e-6)
+    np.testing.assert_allclose(both[-1], expected[2], atol=1e-6)
+    single = model.features(texts[0], pool="mean", max_seq_len=32)  # (H,): no N axis
+    np.testing.assert_allclose(single, inference.pool(
+        expected[2][:1], encoded["input_mask"][:1], "mean")[0], atol=1e-6)
+    result = model.attention("the house on the hill")
+    length = len(result["tokens"])
+    assert result["attention"].shape == (2, config.num_heads, length, length)
+    np.testing.assert_allclose(result["attention"].sum(-1), 1.0, atol=1e-5)
+    assert model.fill_mask("the [MASK] on the hill") == inference.fill_mask(
+        config, params, tokenizer, "the [MASK] on the hill")
