@@ -17,8 +17,8 @@ $(RUNTIME): requirements.txt pyproject.toml | $(PYTHON)
 	$(PIP) --no-deps -e .
 	touch $@
 
-$(DEV): $(RUNTIME) requirements-dev.txt requirements-tpu.txt
-	$(PIP) -r requirements-dev.txt -r requirements-tpu.txt
+$(DEV): $(RUNTIME) requirements-dev.txt requirements-tpu.txt requirements-beam.txt
+	$(PIP) -r requirements-dev.txt -r requirements-tpu.txt -r requirements-beam.txt
 	touch $@
 
 test: $(DEV)
@@ -28,6 +28,7 @@ bench: $(DEV)
 	$(PYTHON) bench/model_step.py
 	$(PYTHON) bench/learning_curve.py
 	$(PYTHON) bench/create_data.py
+	$(PYTHON) bench/create_data_beam.py
 	$(PYTHON) bench/reader.py
 	$(PYTHON) bench/tf_export.py
 	$(PYTHON) bench/attention_probe.py

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.config import BertConfig, Precision
-from bert_jax.model import FLOAT32, BertModel, Dense, Dropout
+from bert_jax.model import FLOAT32, BertModel, Dense, Dropout, MaskedLanguageModelHead
 
 Array = jax.Array
 
@@ -51,3 +51,48 @@ class BertForTokenClassification(nn.Module):
         logits = Dense(config, (self.num_labels,), ("embed",), ("classes",), self.precision,
                        name="classifier")(sequence_output)  # (B, T, num_labels)
         return nn.with_logical_constraint(logits.astype(jnp.float32), ("batch", "seq", "classes"))
+
+
+class BertForQuestionAnswering(nn.Module):
+    """Span start and end logits, each (B, T), at every position: HF's `qa_outputs`.
+
+    As in transformers, a dense layer to two outputs straight on the sequence output (no
+    dropout, no pooler). Padding positions are not masked here (the export must equal HF's
+    logits); the loss and the post-processing leave them out.
+    """
+    config: BertConfig
+    precision: Precision = FLOAT32
+
+    @nn.compact
+    def __call__(self, input_ids: Array, segment_ids: Array, input_mask: Array,
+                 train: bool = False) -> tuple[Array, Array]:
+        config = self.config
+        sequence_output, _ = BertModel(config, self.precision, with_pooler=False, name="bert")(
+            input_ids, segment_ids, input_mask, train)  # (B, T, H)
+        logits = Dense(config, (2,), ("embed",), ("classes",), self.precision,
+                       name="qa_outputs")(sequence_output)  # (B, T, 2)
+        logits = nn.with_logical_constraint(logits.astype(jnp.float32),
+                                            ("batch", "seq", "classes"))
+        return logits[..., 0], logits[..., 1]
+
+
+class BertForMaskedLM(nn.Module):
+    """Masked-LM logits (B, P, vocab) at the P gathered positions: HF's BertForMaskedLM.
+
+    The head is the pre-training one (`model.MaskedLanguageModelHead`, decoder tied to the
+    word embeddings), so its parameters carry the same names and a pre-trained head (or a
+    missing one, freshly initialised) moves between the two models unchanged.
+    """
+    config: BertConfig
+    precision: Precision = FLOAT32
+
+    @nn.compact
+    def __call__(self, input_ids: Array, segment_ids: Array, input_mask: Array,
+                 masked_lm_positions: Array, train: bool = False) -> Array:
+        bert = BertModel(self.config, self.precision, with_pooler=False, name="bert")
+        sequence_output, _ = bert(input_ids, segment_ids, input_mask, train)  # (B, T, H)
+        gathered = jnp.take_along_axis(
+            sequence_output, masked_lm_positions[..., None], axis=1)  # (B, P, H)
+        logits = MaskedLanguageModelHead(self.config, self.precision, name="mlm_head")(
+            gathered, bert.word_logits)
+        return logits.astype(jnp.float32)

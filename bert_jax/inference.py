@@ -115,6 +115,19 @@ def _padded_batch(encoded: dict[str, np.ndarray], rows: np.ndarray, batch_size: 
     return batch
 
 
+def padded_batches(encoded: dict[str, np.ndarray], batch_size: int, max_seq_len: int):
+    """Yields (rows, batch, seq_len): inputs sorted by length, each batch padded to a bucket.
+
+    `rows` are indices into `encoded` (so results go back to input order); `batch` holds
+    (batch_size, seq_len) int32 arrays, filler rows beyond len(rows) included.
+    """
+    lengths = encoded["input_mask"].sum(axis=1)
+    for rows in _batches(lengths, batch_size):
+        # Buckets depend on max_seq_len only, so any input file reuses the compilations.
+        seq_len = bucket_length(int(lengths[rows].max()), max_seq_len)
+        yield rows, _padded_batch(encoded, rows, batch_size, seq_len), seq_len
+
+
 def extract_features(config: BertConfig, params: dict, encoded: dict[str, np.ndarray],
                      layers: tuple[int, ...], max_seq_len: int, pooling: str = "none",
                      batch_size: int = 32, with_attention: bool = False, progress: bool = True
@@ -128,9 +141,7 @@ def extract_features(config: BertConfig, params: dict, encoded: dict[str, np.nda
     """
     from tqdm import tqdm
 
-    input_mask = encoded["input_mask"]
-    count, total_len = input_mask.shape
-    lengths = input_mask.sum(axis=1)
+    count, total_len = encoded["input_mask"].shape
     bert_params = runnable_params(config, params)["bert"]
     batch_size = min(batch_size, count)  # a short input need not pay for a full batch
     hidden_shape = (count, config.hidden_dim) if pooling != "none" else (
@@ -140,11 +151,8 @@ def extract_features(config: BertConfig, params: dict, encoded: dict[str, np.nda
     attention = {layer: np.zeros((count, config.num_heads, total_len, total_len), np.float32)
                  for layer in attention_layers}
     with tqdm(total=count, unit="line", desc="features", disable=not progress) as bar:
-        for rows in _batches(lengths, batch_size):
-            # Buckets depend on max_seq_len only, so any input file reuses the compilations.
-            seq_len = bucket_length(int(lengths[rows].max()), max_seq_len)
+        for rows, batch, seq_len in padded_batches(encoded, batch_size, max_seq_len):
             kept = min(seq_len, total_len)  # every real token lies within the longest input
-            batch = _padded_batch(encoded, rows, batch_size, seq_len)
             outputs = jax.device_get(encode(
                 bert_params, batch["input_ids"], batch["segment_ids"], batch["input_mask"],
                 config=config, layers=layers, with_attention=bool(attention_layers)))

@@ -29,6 +29,8 @@ PARAMS = "params"
 CHECKPOINTS = "checkpoints"
 VOCAB = "vocab.txt"
 TOKENIZER_CONFIG = "tokenizer_config.json"
+# What a fine-tuned model was trained for: {"task", "settings", "head", "max_seq_len"}.
+TASK_INFO = "task.json"
 
 
 def _read_model_config(path: str) -> BertConfig:
@@ -75,8 +77,11 @@ def _check_params(config: BertConfig, params: dict, source: str) -> None:
         expected |= {("classifier", "kernel"): (config.hidden_dim, *labels),
                      ("classifier", "bias"): labels}
     found = {path: value.shape for path, value in flax.traverse_util.flatten_dict(params).items()}
+    # Other top-level parts are a task's head (task.json), checked when its model is built.
+    ours = {path[0] for path in expected}
     wrong = sorted("/".join(path) + (f" {shape}" if path in expected else " (unknown)")
-                   for path, shape in found.items() if expected.get(path) != tuple(shape))
+                   for path, shape in found.items()
+                   if path[0] in ours and expected.get(path) != tuple(shape))
     missing = sorted("/".join(path) for path in expected if path not in found
                      and path[0] == "bert" and path[1] != "pooler")
     if wrong or missing:
@@ -181,13 +186,14 @@ def _inside_training_run(path: str) -> str | None:
 
 
 def write_directory_atomically(destination: str, fill: Callable[[str], None],
-                               overwrite: bool = False) -> None:
+                               overwrite: bool = False, inside_run: bool = False) -> None:
     """Calls `fill(temporary_directory)`, then renames the result to `destination`.
 
     `destination` must not exist or be empty, unless `overwrite`; a failure leaves no trace.
+    Only a training run itself writes inside a run (`inside_run`: its best model).
     """
     destination = os.path.abspath(destination)
-    run = _inside_training_run(destination)
+    run = None if inside_run else _inside_training_run(destination)
     if run:
         raise UserError(f"{destination}: refusing to write inside the training run {run}; "
                         "choose an output directory outside it")
@@ -217,33 +223,93 @@ def _write_tokenizer_files(directory: str, tokenizer, settings: dict | None = No
 
 
 def save_model(config: BertConfig, params: dict, tokenizer, destination: str,
-               overwrite: bool = False) -> None:
-    """A bert-jax model directory: model_config.json, vocab.txt, tokenizer_config.json, params/."""
+               overwrite: bool = False, task_info: dict | None = None,
+               inside_run: bool = False) -> None:
+    """A bert-jax model directory: model_config.json, vocab.txt, tokenizer_config.json, params/
+    (and task.json for a fine-tuned model)."""
     import jax
     import orbax.checkpoint as ocp
 
     def fill(directory: str) -> None:
         with open(os.path.join(directory, MODEL_CONFIG), "w", encoding="utf-8") as file:
             json.dump(config.to_dict(), file, indent=2)
+        if task_info is not None:
+            write_task_info(directory, task_info)
         _write_tokenizer_files(directory, tokenizer)
         checkpointer = ocp.StandardCheckpointer()
         checkpointer.save(os.path.join(directory, PARAMS), jax.tree.map(np.asarray, params))
         checkpointer.wait_until_finished()
 
-    write_directory_atomically(destination, fill, overwrite)
+    write_directory_atomically(destination, fill, overwrite, inside_run)
+
+
+def write_task_info(directory: str, task_info: dict) -> None:
+    """task.json, written under a temporary name and renamed."""
+    path = os.path.join(directory, TASK_INFO)
+    with open(path + ".tmp", "w", encoding="utf-8") as file:
+        json.dump(task_info, file, indent=2)
+    os.replace(path + ".tmp", path)
+
+
+# An HF head's architecture (and problem type) -> the task that trains it.
+_TASK_OF_HEAD = {("BertForSequenceClassification", "regression"): "regress",
+                 ("BertForSequenceClassification", None): "classify",
+                 ("BertForTokenClassification", None): "ner",
+                 ("BertForQuestionAnswering", None): "qa"}
+
+
+def load_task_info(path: str) -> dict | None:
+    """What the model at `path` was fine-tuned for, or None for a plain encoder.
+
+    bert-jax directories and runs keep task.json; a Hugging Face directory of a
+    BertForSequenceClassification / BertForTokenClassification describes its head in
+    config.json, which becomes {"task", "settings": {"label_names"}, "head"} (a
+    BertForQuestionAnswering's settings are qa's defaults).
+    """
+    from bert_jax.interop import hf_heads
+
+    kind = source_kind(path)
+    if kind == "tf-checkpoint":
+        return None
+    if kind == "huggingface":
+        head = hf_heads.read_head(path)
+        if head is None:
+            return None
+        problem = head.get("problem_type") if head.get("problem_type") == "regression" else None
+        task = _TASK_OF_HEAD[(head["architecture"], problem)]
+        settings = dict(label_names=head["label_names"]) if "label_names" in head else {}
+        return dict(task=task, settings=settings, head=head)
+    directory = _step_run_directory(path) if kind == "training-step" else path
+    info_path = os.path.join(directory, TASK_INFO)
+    if not os.path.exists(info_path):
+        return None
+    try:
+        with open(info_path, encoding="utf-8") as file:
+            return json.load(file)
+    except json.JSONDecodeError as error:
+        raise UserError(f"{info_path}: not valid JSON ({error})") from None
 
 
 def export_huggingface(config: BertConfig, params: dict, tokenizer, destination: str,
-                       architecture: str | None = None, overwrite: bool = False) -> str:
-    """A Hugging Face directory `transformers` loads; returns the architecture written."""
+                       architecture: str | None = None, overwrite: bool = False,
+                       head: dict | None = None,
+                       extra_files: Callable[[str], None] | None = None) -> str:
+    """A Hugging Face directory `transformers` loads; returns the architecture written.
+
+    With a task `head` (task.json's), the task architecture with its labels.
+    `extra_files(directory)` adds files of a wrapping format (sentence-transformers) before
+    the directory is renamed into place.
+    """
     from bert_jax.interop import huggingface
 
     written = []
 
     def fill(directory: str) -> None:
         written.append(huggingface.write_directory(
-            config, params, directory, tokenizer.pad_id, architecture))
+            config, params, directory, tokenizer.pad_id, architecture, head))
         _write_tokenizer_files(directory, tokenizer, huggingface.tokenizer_settings(config))
+        if extra_files:
+            extra_files(directory)
 
     write_directory_atomically(destination, fill, overwrite)
     return written[0]

@@ -50,7 +50,7 @@ def _run_unit(unit_index: int, documents: list[list[str]]) -> UnitResult:
                         _WORKER_STATE["settings"])
 
 
-def _units(documents, unit_bytes: int, stats: sources.ReadStats):
+def work_units(documents, unit_bytes: int, stats: sources.ReadStats):
     """(index, documents, input bytes read so far) of consecutive documents holding about
     `unit_bytes` of text."""
     unit, size, index = [], 0, 0
@@ -85,7 +85,7 @@ def _results_in_order(units, workers: int, initargs: tuple):
             yield result.get(), bytes_read
 
 
-def _validate(settings: Settings, num_shards: int, workers: int) -> None:
+def validate_settings(settings: Settings, num_shards: int, workers: int) -> None:
     problems = []
     if settings.max_seq_len < 5:
         problems.append(f"--max-seq-len {settings.max_seq_len}: need at least 5 "
@@ -110,6 +110,19 @@ def shard_names(num_shards: int) -> list[str]:
     return [f"shard-{index:05d}-of-{num_shards:05d}.tfrecord" for index in range(num_shards)]
 
 
+def commit_shards(temporary: list[str], paths: list[str]) -> None:
+    """Renames complete shards into place and removes shards of an earlier, other-sized run."""
+    directory = os.path.dirname(paths[0])
+    manifest = os.path.join(directory, manifest_lib.MANIFEST_NAME)
+    if os.path.exists(manifest):
+        os.remove(manifest)  # it describes the shards about to be replaced
+    for temporary_path, path in zip(temporary, paths):
+        os.replace(temporary_path, path)
+    for name in os.listdir(directory):
+        if _SHARD_NAME.fullmatch(name) and os.path.join(directory, name) not in paths:
+            os.remove(os.path.join(directory, name))
+
+
 class _ShardSet:
     """Shards under temporary names, filled round-robin; renamed only by `commit`."""
 
@@ -131,18 +144,9 @@ class _ShardSet:
         self.next_shard = shard
 
     def commit(self) -> None:
-        """Renames the shards into place and removes shards of an earlier, other-sized run."""
         for writer in self.writers:
             writer.close()
-        directory = os.path.dirname(self.paths[0])
-        manifest = os.path.join(directory, manifest_lib.MANIFEST_NAME)
-        if os.path.exists(manifest):
-            os.remove(manifest)  # it describes the shards about to be replaced
-        for temporary, path in zip(self.temporary, self.paths):
-            os.replace(temporary, path)
-        for name in os.listdir(directory):
-            if _SHARD_NAME.fullmatch(name) and os.path.join(directory, name) not in self.paths:
-                os.remove(os.path.join(directory, name))
+        commit_shards(self.temporary, self.paths)
 
     def abandon(self) -> None:
         for writer, temporary in zip(self.writers, self.temporary):
@@ -168,7 +172,7 @@ def create_pretraining_data(input_patterns: list[str], vocab_path: str, output_d
     """
     settings = Settings(max_seq_len, max_predictions, masked_lm_prob, dupe_factor,
                         short_seq_prob, random_token, whole_word_mask, seed)
-    _validate(settings, num_shards, workers)
+    validate_settings(settings, num_shards, workers)
     tokenizer = load_tokenizer(vocab_path, lowercase)  # checks the vocabulary up front
     inputs = sources.expand_inputs(input_patterns)
     created_output_dir = not os.path.exists(output_dir)
@@ -176,7 +180,7 @@ def create_pretraining_data(input_patterns: list[str], vocab_path: str, output_d
     stats = sources.ReadStats()
     documents = sources.read_documents(inputs, input_format, encoding_errors, tfds_data_dir,
                                        tfds_feature, stats)
-    results = _results_in_order(_units(documents, unit_bytes, stats), workers,
+    results = _results_in_order(work_units(documents, unit_bytes, stats), workers,
                                 (vocab_path, tokenizer.lowercase, settings))
     # Progress counts (decompressed) bytes read; a total is known for plain files only.
     plain = all(not path.startswith("tfds:") and not path.endswith(".gz") for path in inputs)
@@ -185,27 +189,47 @@ def create_pretraining_data(input_patterns: list[str], vocab_path: str, output_d
     try:
         totals = _write_all(results, shards, _progress(show_progress, total_bytes))
         if not totals["instances"]:
-            raise UserError(f"{input_patterns}: no training instances: the input has no "
-                            "document with tokens")
+            raise no_instances_error(input_patterns)
         shards.commit()
     except BaseException:
         shards.abandon()
         if created_output_dir and not os.listdir(output_dir):
             os.rmdir(output_dir)  # a failed run leaves nothing behind, not even the directory
         raise
-    manifest = dict(
-        shards=[dict(file=os.path.basename(path), num_instances=count)
-                for path, count in zip(shards.paths, shards.counts)],
+    manifest = build_manifest(shards.counts, totals, settings, input_format, encoding_errors,
+                              inputs, stats.replaced_bytes, tokenizer)
+    manifest_lib.write_manifest(output_dir, manifest)
+    return manifest_lib.read_manifest(output_dir)
+
+
+def build_manifest(shard_counts: list[int], totals: dict, settings: Settings,
+                   input_format: str, encoding_errors: str, inputs: list[str],
+                   replaced_bytes: dict, tokenizer) -> dict:
+    """The manifest of a complete run (both writers: local and Beam)."""
+    num_shards = len(shard_counts)
+    return dict(
+        shards=[dict(file=name, num_instances=count)
+                for name, count in zip(shard_names(num_shards), shard_counts)],
         num_instances=totals["instances"], num_documents=totals["documents"],
         num_sentences=totals["sentences"], num_tokens=totals["tokens"],
         num_masked_tokens=totals["masked_tokens"],
         settings=dict(settings.to_dict(), input_format=input_format,
                       encoding_errors=encoding_errors, num_shards=num_shards),
-        inputs=inputs, replaced_bytes=stats.replaced_bytes,
+        inputs=inputs, replaced_bytes=replaced_bytes,
         vocabulary=dict(hash=tokenizer.hash, size=tokenizer.vocab_size,
                         lowercase=tokenizer.lowercase, kind=type(tokenizer).__name__))
-    manifest_lib.write_manifest(output_dir, manifest)
-    return manifest_lib.read_manifest(output_dir)
+
+
+def no_instances_error(input_patterns: list[str]) -> UserError:
+    return UserError(f"{input_patterns}: no training instances: the input has no "
+                     "document with tokens")
+
+
+def unit_totals(result: UnitResult) -> collections.Counter:
+    """A unit's contribution to the manifest's counts."""
+    return collections.Counter(documents=result.num_documents, sentences=result.num_sentences,
+                               tokens=result.num_tokens, masked_tokens=result.masked_tokens,
+                               instances=len(result.offsets) - 1)
 
 
 def _write_all(results, shards: _ShardSet, progress) -> collections.Counter:
@@ -214,9 +238,7 @@ def _write_all(results, shards: _ShardSet, progress) -> collections.Counter:
     with progress:
         for result, bytes_read in results:
             shards.write(result)
-            totals.update(documents=result.num_documents, sentences=result.num_sentences,
-                          tokens=result.num_tokens, masked_tokens=result.masked_tokens,
-                          instances=len(result.offsets) - 1)
+            totals.update(unit_totals(result))
             progress.update(bytes_read - progress.n)
             progress.set_postfix(instances=totals["instances"], refresh=False)
     return totals

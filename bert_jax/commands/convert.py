@@ -19,6 +19,12 @@ as one of:
                  released checkpoints' variable names and shapes (bert/..., cls/predictions/...,
                  cls/seq_relationship/...; a sequence classifier as run_classifier.py's
                  output_weights / output_bias): --init_checkpoint=DST/bert_model.ckpt;
+  sentence-transformers
+                 a Hugging Face BertModel directory plus modules.json,
+                 1_Pooling/config.json and sentence_bert_config.json:
+                 sentence_transformers.SentenceTransformer(DST) loads it, and its encode()
+                 equals `bert-jax embed --model SRC` (SRC's pooling, normalisation and
+                 length travel with it);
   saved-model    a TensorFlow SavedModel running the bert-jax function (jax2tf, batch and
                  length left unknown): signature serving_default (input_ids, input_mask,
                  segment_ids -> sequence_output, pooled_output, and logits for a sequence
@@ -27,6 +33,10 @@ as one of:
                  it to MODELS/NAME/1 (see the README).
 A head that the target format has no names for (e.g. a token classifier for the TF formats)
 is refused with its name.
+A fine-tuned model (`bert-jax finetune`, e.g. WORKDIR/best) becomes, with --to hf, a
+BertForSequenceClassification, BertForTokenClassification (with its label names: id2label,
+label2id) or BertForQuestionAnswering directory, and such Hugging Face directories import
+with their heads and labels.
 
 DST is written to a temporary directory and renamed when complete; it must not exist or be
 empty unless --overwrite, and it may not lie inside a training run.
@@ -36,6 +46,8 @@ examples:
   bert-jax convert path/to/hf-bert models/bert-jax-copy
   bert-jax convert runs/demo exported/demo-tf --to tf-checkpoint
   bert-jax convert runs/demo serving/bert/1 --to saved-model
+  bert-jax convert runs/sst2/best exported/sst2-hf --to hf
+  bert-jax convert runs/sts/best exported/sts-st --to sentence-transformers
 """
 
 
@@ -43,7 +55,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("source", metavar="SRC", help="model directory to read")
     parser.add_argument("destination", metavar="DST", help="directory to write")
     parser.add_argument(
-        "--to", choices=("hf", "bert-jax", "tf-checkpoint", "saved-model"), default=None,
+        "--to", choices=("hf", "bert-jax", "tf-checkpoint", "saved-model",
+                         "sentence-transformers"), default=None,
         help="format of DST (default: bert-jax when SRC is a Hugging Face directory, else hf)")
     parser.add_argument(
         "--hf-architecture", choices=("auto", "BertForPreTraining", "BertForMaskedLM", "BertModel"),
@@ -67,8 +80,15 @@ def run(args) -> int:
     from input_pipeline.tokenization import load_tokenizer
 
     kind = model_io.source_kind(args.source)
+    if args.to == "sentence-transformers":
+        from bert_jax.interop import sentence_transformers
+
+        summary = sentence_transformers.export(args.source, args.destination, args.overwrite)
+        print(f"wrote sentence-transformers model ({summary}) to {args.destination}")
+        return 0
     target = args.to or ("bert-jax" if kind == "huggingface" else "hf")
     config, params, vocab_path = model_io.load_model(args.source)
+    task_info = model_io.load_task_info(args.source)  # a fine-tuned model's task and labels
     vocab_path = args.vocab or vocab_path
     if vocab_path is None:
         raise UserError(f"{args.source}: no vocab.txt beside the weights; pass --vocab")
@@ -88,11 +108,13 @@ def run(args) -> int:
               f"{args.destination}")
     elif target == "hf":
         architecture = None if args.hf_architecture == "auto" else args.hf_architecture
+        head = task_info["head"] if task_info and architecture is None else None
         written = model_io.export_huggingface(config, params, tokenizer, args.destination,
-                                              architecture, args.overwrite)
+                                              architecture, args.overwrite, head=head)
         print(f"wrote {written} ({kind} -> Hugging Face) to {args.destination}")
     else:
-        model_io.save_model(config, params, tokenizer, args.destination, args.overwrite)
+        model_io.save_model(config, params, tokenizer, args.destination, args.overwrite,
+                            task_info=task_info)
         print(f"wrote bert-jax model ({kind} -> bert-jax) to {args.destination}")
     return 0
 

@@ -67,6 +67,15 @@ def add_arguments(parser) -> None:
                         help="TFDS data_dir holding prepared datasets for tfds: inputs")
     parser.add_argument("--tfds-feature", default="text",
                         help="the text feature of tfds: inputs (default: text)")
+    parser.add_argument("--runner", choices=("local", "beam"), default="local",
+                        help="local: this machine's processes; beam: an Apache Beam pipeline "
+                             "writing the same shards (pip install 'bert-jax[beam]'; "
+                             "default: local)")
+    parser.add_argument("--beam-options", default=None, metavar="OPTIONS",
+                        help="Beam pipeline options, quoted as one string, e.g. "
+                             "\"--runner=DataflowRunner --project P --region R "
+                             "--temp_location gs://B/tmp\" (default: the DirectRunner, one "
+                             "process per --workers)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -79,17 +88,22 @@ def warn_if_prose(inputs, input_format) -> None:
 
 
 def run(args) -> int:
-    from input_pipeline.create_data import create_pretraining_data
     warn_if_prose(args.input, args.input_format)
-    manifest = create_pretraining_data(
+    if args.runner == "beam":
+        from input_pipeline.beam import create_pretraining_data_beam as create
+        engine = dict(beam_options=args.beam_options)
+    else:
+        from input_pipeline.create_data import create_pretraining_data as create
+        engine = dict(show_progress=not args.quiet)
+    manifest = create(
         args.input, args.vocab, args.output_dir, num_shards=args.num_shards,
         max_seq_len=args.max_seq_len, max_predictions=args.max_predictions,
         masked_lm_prob=args.masked_lm_prob, dupe_factor=args.dupe_factor,
         short_seq_prob=args.short_seq_prob, random_token=args.random_token,
         whole_word_mask=args.whole_word_mask, seed=args.seed, workers=args.workers,
-        show_progress=not args.quiet, input_format=args.input_format,
+        input_format=args.input_format,
         encoding_errors=args.encoding_errors, lowercase=args.lowercase,
-        tfds_data_dir=args.tfds_data_dir, tfds_feature=args.tfds_feature)
+        tfds_data_dir=args.tfds_data_dir, tfds_feature=args.tfds_feature, **engine)
     replaced = sum(manifest["replaced_bytes"].values())
     print(f"wrote {manifest['num_instances']} instances from {manifest['num_documents']} "
           f"documents to {len(manifest['shards'])} shards in {args.output_dir}"

@@ -13,7 +13,7 @@ import numpy as np
 
 from bert_jax.config import BertConfig
 from bert_jax.errors import UserError
-from bert_jax.interop import tensor_map
+from bert_jax.interop import hf_heads, tensor_map
 from bert_jax.interop.tensor_map import COPY, Entry, dense_entries, norm_entries
 
 # Which parts each exported architecture holds, and whether its encoder names carry `bert.`.
@@ -21,6 +21,7 @@ ARCHITECTURES = {
     "BertForPreTraining": (("encoder", "pooler", "mlm_head", "nsp_head"), "bert."),
     "BertForMaskedLM": (("encoder", "mlm_head"), "bert."),
     "BertModel": (("encoder", "pooler"), ""),
+    **hf_heads.ARCHITECTURES,
 }
 SAFETENSORS = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
@@ -111,8 +112,11 @@ def config_from_hf(values: dict, source: str) -> BertConfig:
         source=source)
 
 
-def config_to_hf(config: BertConfig, architecture: str, pad_id: int) -> dict:
+def config_to_hf(config: BertConfig, architecture: str, pad_id: int,
+                 head: dict | None = None) -> dict:
     values = {key: getattr(config, field) for key, field in _CONFIG_KEYS.items()}
+    if head is not None:
+        values.update(hf_heads.config_fields(head))
     return dict(architectures=[architecture], model_type="bert", hidden_act="gelu",
                 position_embedding_type="absolute", pad_token_id=pad_id,
                 tie_word_embeddings=True, dtype="float32", **values)
@@ -184,9 +188,13 @@ def read_directory(directory: str) -> tuple[BertConfig, dict]:
     except json.JSONDecodeError as error:
         raise UserError(f"{config_path}: not valid JSON ({error})") from None
     tensors = _canonical_names(tensors, directory)
-    return config, tensor_map.tensors_to_params(
-        tensors, name_table(config, _encoder_prefix(tensors)),
-        tensor_map.parameter_shapes(config), directory)
+    entries = name_table(config, _encoder_prefix(tensors))
+    shapes = tensor_map.parameter_shapes(config)
+    head = hf_heads.read_head(directory)
+    if head is not None:
+        entries += hf_heads.head_entries(head)
+        shapes.update(hf_heads.head_shapes(config, head))
+    return config, tensor_map.tensors_to_params(tensors, entries, shapes, directory)
 
 
 def default_architecture(params: dict) -> str:
@@ -204,7 +212,7 @@ def tokenizer_settings(config: BertConfig) -> dict:
 
 
 def write_directory(config: BertConfig, params: dict, directory: str, pad_id: int,
-                    architecture: str | None = None) -> str:
+                    architecture: str | None = None, head: dict | None = None) -> str:
     """Writes config.json and model.safetensors; returns the architecture written.
 
     The tied decoder is not written: transformers ties `cls.predictions.decoder` to the
@@ -212,13 +220,22 @@ def write_directory(config: BertConfig, params: dict, directory: str, pad_id: in
     """
     from safetensors.numpy import save_file
 
-    # A task head would otherwise be dropped silently (an original run_classifier.py
-    # checkpoint imports with its classifier).
-    tensor_map.refuse_unknown_heads(params, ("mlm_head", "nsp_head"), "these transformers classes")
-    architecture = architecture or default_architecture(params)
+    # A head this writer has no names for would otherwise be dropped silently.
+    # A classifier exports only with its labels (a fine-tuned model directory's task.json).
+    known = tensor_map.HEADS if head else ("mlm_head", "nsp_head")
+    tensor_map.refuse_unknown_heads(
+        params, known, "these transformers classes without the task's labels (export a "
+        "fine-tuned model directory, which has task.json)", token_classifier=True)
+    architecture = architecture or (head["architecture"] if head else
+                                    default_architecture(params))
+    if (architecture in hf_heads.ARCHITECTURES) != (head is not None):
+        raise UserError(f"{architecture} needs a task head and its labels, and only it does; "
+                        "a fine-tuned model directory (with task.json) has them")
     parts, prefix = ARCHITECTURES[architecture]
-    tensors = tensor_map.params_to_tensors(params, name_table(config, prefix), parts)
+    entries = name_table(config, prefix) + (hf_heads.head_entries(head) if head else [])
+    tensors = tensor_map.params_to_tensors(params, entries, parts)
     save_file(tensors, os.path.join(directory, SAFETENSORS), metadata={"format": "pt"})
     with open(os.path.join(directory, "config.json"), "w", encoding="utf-8") as file:
-        json.dump(config_to_hf(config, architecture, pad_id), file, indent=2, sort_keys=True)
+        json.dump(config_to_hf(config, architecture, pad_id, head), file, indent=2,
+                  sort_keys=True)
     return architecture

@@ -19,8 +19,8 @@ import numpy as np
 from bert_jax.config import BertConfig
 from bert_jax.errors import UserError
 
-PARTS = ("encoder", "pooler", "mlm_head", "nsp_head", "classifier")
-HEADS = ("mlm_head", "nsp_head", "classifier")  # parts that are top-level keys of params
+PARTS = ("encoder", "pooler", "mlm_head", "nsp_head", "classifier", "qa_outputs")
+HEADS = ("mlm_head", "nsp_head", "classifier", "qa_outputs")  # top-level keys of params
 
 # How a tensor's layout differs from ours.
 COPY = "copy"  # same shape (embedding tables, LayerNorm vectors)
@@ -106,7 +106,8 @@ def present_parts(params: Mapping) -> set[str]:
     return parts | {part for part in HEADS if part in params}
 
 
-def refuse_unknown_heads(params: Mapping, known: Iterable[str], target: str) -> None:
+def refuse_unknown_heads(params: Mapping, known: Iterable[str], target: str,
+                         token_classifier: bool = False) -> None:
     """A clear error for a head (a top-level params key) that `target` has no names for.
 
     Without it the head would be dropped silently and the export would look complete.
@@ -117,7 +118,7 @@ def refuse_unknown_heads(params: Mapping, known: Iterable[str], target: str) -> 
                         f"it can hold only the encoder and {sorted(known)}")
     # heads.py's BertForTokenClassification also names its head `classifier`, on an encoder
     # without the pooler; only the sequence classifier (on the pooled output) is `classifier`.
-    if "classifier" in params and "pooler" not in params["bert"]:
+    if not token_classifier and "classifier" in params and "pooler" not in params["bert"]:
         raise UserError(f"the model's head 'classifier' scores every position (token "
                         f"classification, no pooler): it has no counterpart in {target}, "
                         "which holds only a sequence classifier on the pooled output")

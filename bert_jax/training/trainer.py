@@ -133,9 +133,11 @@ def _load_init_from(path, bundle, state, log):
 
 
 def _merge_params(initial, loaded):
-    """`loaded` wherever it has a value (an encoder-only source keeps fresh heads)."""
+    """`loaded` wherever it has a value of the same shape (an encoder-only source keeps fresh
+    heads; a classifier for other labels is replaced by a fresh one)."""
     if not isinstance(initial, dict):
-        return np.asarray(loaded) if loaded is not None else np.asarray(initial)
+        fits = loaded is not None and np.shape(loaded) == tuple(initial.shape)
+        return np.asarray(loaded) if fits else np.asarray(initial)
     return {key: _merge_params(value, (loaded or {}).get(key)) for key, value in initial.items()}
 
 

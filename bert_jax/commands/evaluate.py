@@ -1,0 +1,62 @@
+"""`bert-jax evaluate TASK`: the metrics of a fine-tuned model on a labelled file."""
+
+HELP = "metrics of a fine-tuned model on a labelled file, without training"
+DESCRIPTION = """\
+Predicts every example of --data (the training format) with --model and prints the task's
+metrics (classify: loss, accuracy, f1, matthews_correlation; regress: loss, pearson,
+spearman, mse), also written as JSON to --output (default: none).
+
+TASK `sts` takes any embedding model (a sentence-transformers directory such as
+all-MiniLM-L6-v2, any BERT, or a `finetune sentence-embedding` run's best/) and a scored pair
+file (STS-B TSV, or JSONL with sentence1/sentence2/score): the Pearson and Spearman
+correlation (scipy) of the cosine similarity of the two sentences' embeddings with the scores.
+
+examples:
+  bert-jax evaluate classify --model runs/sst2/best --data ../shared/data/tasks/sst2/dev.tsv
+  bert-jax evaluate sts --model MODEL --data ../shared/data/tasks/stsb/sts-dev.tsv
+"""
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("task", metavar="TASK", help="the task the model was fine-tuned for")
+    parser.add_argument("--model", required=True, help="a fine-tuned model (e.g. WORKDIR/best)")
+    parser.add_argument("--data", required=True, metavar="FILE", help="labelled examples")
+    parser.add_argument("--output", default=None, metavar="FILE", help="write metrics JSON here")
+    parser.add_argument("--batch-size", type=int, default=64, help="examples per batch")
+    parser.add_argument("--max-seq-len", type=int, default=None,
+                        help="longest input in tokens (default: the training run's)")
+
+
+def evaluate_file(model: str, task_name: str, path: str, batch_size: int = 64,
+                  max_seq_len: int | None = None) -> dict:
+    """{'loss', and the task's metrics} of `model` on the labelled file `path`."""
+    from bert_jax.training import prediction
+    from bert_jax.training.finetune import load_finetuned
+
+    task, bundle, params, tokenizer, info = load_finetuned(model, batch_size, task_name)
+    max_seq_len = max_seq_len or info.get("max_seq_len", 128)
+    examples = task.read_examples(path, tokenizer, max_seq_len)
+    predictions, means = prediction.predict(bundle, params, examples, batch_size, max_seq_len,
+                                            progress=True)
+    return {"loss": means["loss"], **task.evaluate(predictions, examples.gold)}
+
+
+def run(args) -> int:
+    import json
+    import os
+
+    if args.task == "sts":
+        from bert_jax.embeddings.similarity import evaluate_sts
+
+        metrics = evaluate_sts(args.model, args.data, args.batch_size, args.max_seq_len,
+                               progress=True)
+    else:
+        metrics = evaluate_file(args.model, args.task, args.data, args.batch_size,
+                                args.max_seq_len)
+    for name, value in metrics.items():
+        print(f"{name}: {value:.4f}")
+    if args.output:
+        with open(args.output + ".tmp", "w", encoding="utf-8") as file:
+            json.dump(dict(model=args.model, data=args.data, metrics=metrics), file, indent=2)
+        os.replace(args.output + ".tmp", args.output)
+    return 0

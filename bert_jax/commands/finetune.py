@@ -1,0 +1,89 @@
+"""`bert-jax finetune TASK`: fine-tune a BERT model for a task (classify, regress, ner, ...)."""
+
+import argparse
+
+HELP = "fine-tune a model for a task: classify, regress, ner, ... (see finetune TASK --help)"
+DESCRIPTION = """\
+Fine-tunes --model (a Hugging Face BERT directory, a bert-jax model directory, an original
+BERT checkpoint, a training run or one of its checkpoints) for TASK on --train, evaluating
+on --eval after every epoch. The recipe is the BERT paper's: AdamW with weight decay 0.01
+(not on LayerNorm parameters or biases), linear warm-up over 10% of the steps then linear
+decay, dropout 0.1, gradient norm clipped at 1. Batches are padded only to a bucketed
+length (16, 32, 64, ... up to --max-seq-len), rows of similar length batched together.
+
+WORKDIR receives checkpoints/ (at every evaluation; rerunning the command resumes
+bit-identically), tensorboard/, best/ (the best model so far by the task's metric: a model
+directory every command accepts, with its label names), eval_results.json (final and best
+metrics, the run's settings) and eval_predictions.jsonl. Everything else is a
+--config.KEY=VALUE override, e.g. --config.finetune.patience=2 (early stopping),
+--config.finetune.eval_every_steps=500, --config.finetune.best_metric=f1,
+--config.precision.dtype=bfloat16, --config.optimizer.warmup_steps ...; unknown keys fail.
+
+examples:
+  bert-jax finetune classify --model MODEL --train ../shared/data/tasks/sst2/train.tsv \\
+      --eval ../shared/data/tasks/sst2/dev.tsv --workdir runs/sst2
+  bert-jax finetune regress --model MODEL --train sts-train.tsv --eval sts-dev.tsv \\
+      --text-columns 5,6 --label-column 4 --workdir runs/stsb
+"""
+TAKES_OVERRIDES = True
+
+
+def add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    from bert_jax.training.finetune import Settings
+
+    defaults = Settings()
+    parser.add_argument("--model", required=True,
+                        help="model to start from: HF or bert-jax directory, TF checkpoint, "
+                             "training run or checkpoints/<step>")
+    parser.add_argument("--train", required=True, metavar="FILE", help="training data")
+    parser.add_argument("--eval", default=None, metavar="FILE",
+                        help="evaluation data (evaluated after every epoch; best/ kept by it)")
+    parser.add_argument("--workdir", required=True, metavar="DIR", help="the run's directory")
+    parser.add_argument("--epochs", type=int, default=defaults.epochs,
+                        help=f"passes over --train (default {defaults.epochs})")
+    parser.add_argument("--learning-rate", type=float, default=defaults.learning_rate,
+                        help=f"peak learning rate (default {defaults.learning_rate})")
+    parser.add_argument("--batch-size", type=int, default=defaults.batch_size,
+                        help=f"global examples per step (default {defaults.batch_size})")
+    parser.add_argument("--max-seq-len", type=int, default=defaults.max_seq_len,
+                        help=f"longest input in tokens, longer ones truncated (default "
+                             f"{defaults.max_seq_len})")
+    parser.add_argument("--seed", type=int, default=defaults.seed,
+                        help="head initialisation, dropout and data order (default 0)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from bert_jax.tasks import available
+
+    tasks = parser.add_subparsers(dest="task", metavar="TASK", required=True)
+    for name, module in available().items():
+        task_class = getattr(module, "TASK", None)
+        if task_class is None or not hasattr(task_class, "from_arguments"):
+            continue  # pre-training has its own command
+        doc = (module.__doc__ or name).strip().splitlines()[0]
+        task_parser = tasks.add_parser(name, help=doc, description=module.__doc__,
+                                       formatter_class=argparse.RawDescriptionHelpFormatter)
+        add_common_arguments(task_parser)
+        task_class.add_arguments(task_parser)
+
+
+def run(args) -> int:
+    from bert_jax.tasks import task_module
+    from bert_jax.training.finetune import Settings, finetune
+    from input_pipeline.tokenization import load_tokenizer
+    from bert_jax import model_io
+
+    task_class = task_module(args.task).TASK
+    tokenizer = load_tokenizer(model_io.vocab_path(args.model) or args.model)
+    task = task_class.from_arguments(args, tokenizer)
+    settings = Settings(epochs=args.epochs, learning_rate=args.learning_rate,
+                        batch_size=args.batch_size, max_seq_len=args.max_seq_len, seed=args.seed)
+    results = finetune(task, args.model, args.train, args.eval, args.workdir, settings,
+                       args.overrides, show_progress=not args.no_progress)
+    if "best" in results:
+        best = results["best"]
+        print(f"\nbest ({results['best_metric']}) at step {best['step']}: " + ", ".join(
+            f"{name} {value:.4f}" for name, value in best["metrics"].items()))
+        print(f"  model: {args.workdir}/best   results: {args.workdir}/eval_results.json")
+    return 0

@@ -1,0 +1,38 @@
+"""`bert-jax predict`: run a fine-tuned model over a file, predictions in input order."""
+
+HELP = "predict with a fine-tuned model (finetune's WORKDIR/best, or an HF task model)"
+DESCRIPTION = """\
+Reads --input (plain text: one text per line, `A<TAB>B` for a pair; or a file in the
+format the model was trained on, labels not needed) and writes one prediction per input,
+in input order, to --output: `.jsonl` -> one object per input with `label` (and
+`probabilities` for classification); `.tsv` -> the texts and a `label` column. Label
+names are the training file's. The output is written under a temporary name and renamed.
+
+example:
+  bert-jax predict --model runs/sst2/best --input sentences.txt --output predictions.jsonl
+"""
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--model", required=True,
+                        help="a fine-tuned model: WORKDIR/best, a fine-tuning run, or a Hugging "
+                             "Face BertForSequenceClassification/TokenClassification directory")
+    parser.add_argument("--input", required=True, metavar="FILE", help="texts to predict")
+    parser.add_argument("--output", required=True, metavar="FILE", help=".jsonl or .tsv")
+    parser.add_argument("--batch-size", type=int, default=64, help="examples per batch")
+    parser.add_argument("--max-seq-len", type=int, default=None,
+                        help="longest input in tokens (default: the training run's)")
+
+
+def run(args) -> int:
+    from bert_jax.training import prediction
+    from bert_jax.training.finetune import load_finetuned
+
+    task, bundle, params, tokenizer, info = load_finetuned(args.model, args.batch_size)
+    max_seq_len = args.max_seq_len or info.get("max_seq_len", 128)
+    examples = task.read_examples(args.input, tokenizer, max_seq_len, with_labels=False)
+    predictions, _ = prediction.predict(bundle, params, examples, args.batch_size, max_seq_len,
+                                        progress=True)
+    task.write_predictions(args.output, examples, predictions)
+    print(f"wrote {len(examples.rows)} predictions to {args.output}")
+    return 0

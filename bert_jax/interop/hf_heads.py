@@ -1,0 +1,90 @@
+"""Task heads in Hugging Face directories: `BertForSequenceClassification` and
+`BertForTokenClassification` (config.json label fields, the `classifier.*` tensors), and
+`BertForQuestionAnswering` (the `qa_outputs.*` span tensors, two outputs, no labels).
+
+A head is described by a small dict, the same in task.json and here:
+  {"architecture": "BertForSequenceClassification" | "BertForTokenClassification",
+   "label_names": [...], "problem_type": "single_label_classification" | "regression"}
+  {"architecture": "BertForQuestionAnswering"}
+"""
+
+import json
+import os
+
+from bert_jax.config import BertConfig
+from bert_jax.errors import UserError
+from bert_jax.interop.tensor_map import Entry, dense_entries
+
+# architecture -> (the parts its file holds, the encoder's name prefix); HF builds the token
+# head's encoder with add_pooling_layer=False, so it has no pooler.
+ARCHITECTURES = {
+    "BertForSequenceClassification": (("encoder", "pooler", "classifier"), "bert."),
+    "BertForTokenClassification": (("encoder", "classifier"), "bert."),
+    "BertForQuestionAnswering": (("encoder", "qa_outputs"), "bert."),
+}
+SPAN = "BertForQuestionAnswering"  # start and end logits: HF's num_labels = 2, no label names
+REGRESSION = "regression"
+
+
+def classifier_entries() -> list[Entry]:
+    return dense_entries(("classifier",), "classifier.weight", "classifier.bias", "classifier",
+                         transposed=True)
+
+
+def classifier_shapes(config: BertConfig, num_labels: int) -> dict:
+    return {("classifier", "kernel"): (config.hidden_dim, num_labels),
+            ("classifier", "bias"): (num_labels,)}
+
+
+def head_entries(head: dict) -> list[Entry]:
+    if head["architecture"] == SPAN:
+        return dense_entries(("qa_outputs",), "qa_outputs.weight", "qa_outputs.bias",
+                             "qa_outputs", transposed=True)
+    return classifier_entries()
+
+
+def head_shapes(config: BertConfig, head: dict) -> dict:
+    if head["architecture"] == SPAN:
+        return {("qa_outputs", "kernel"): (config.hidden_dim, 2), ("qa_outputs", "bias"): (2,)}
+    return classifier_shapes(config, len(head["label_names"]))
+
+
+def config_fields(head: dict) -> dict:
+    """The config.json fields of a head: num_labels, id2label, label2id, problem_type."""
+    if head["architecture"] == SPAN:
+        return dict(num_labels=2)
+    names = list(head["label_names"])
+    return dict(num_labels=len(names), id2label={str(index): name for index, name in
+                                                 enumerate(names)},
+                label2id={name: index for index, name in enumerate(names)},
+                problem_type=head.get("problem_type", "single_label_classification"))
+
+
+def head_from_config(values: dict, source: str) -> dict | None:
+    """The head an HF config.json describes, or None for a model without one of ours."""
+    architectures = values.get("architectures") or []
+    if not architectures or architectures[0] not in ARCHITECTURES:
+        return None
+    if architectures[0] == SPAN:
+        outputs = values.get("num_labels", len(values.get("id2label") or {}) or 2)
+        if outputs != 2:
+            raise UserError(f"{source}: a BertForQuestionAnswering with {outputs} outputs "
+                            "(num_labels); expected 2 (span start and end)")
+        return dict(architecture=SPAN)
+    id2label = values.get("id2label") or {}
+    num_labels = values.get("num_labels", len(id2label) or 2)
+    if id2label and len(id2label) != num_labels:
+        raise UserError(f"{source}: num_labels is {num_labels} but id2label has "
+                        f"{len(id2label)} entries")
+    names = [str(id2label.get(str(index), id2label.get(index, f"LABEL_{index}")))
+             for index in range(num_labels)]
+    problem_type = values.get("problem_type") or (
+        REGRESSION if num_labels == 1 else "single_label_classification")
+    return dict(architecture=architectures[0], label_names=names, problem_type=problem_type)
+
+
+def read_head(directory: str) -> dict | None:
+    """The head of an HF directory (None when it has none of ours)."""
+    path = os.path.join(directory, "config.json")
+    with open(path, encoding="utf-8") as file:
+        return head_from_config(json.load(file), path)

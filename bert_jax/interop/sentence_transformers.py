@@ -1,0 +1,27 @@
+"""Writes a sentence-transformers directory: a Hugging Face BertModel plus its pooling files.
+
+`sentence_transformers.SentenceTransformer(directory)` loads the result, and its `encode`
+gives what `bert-jax embed --model SOURCE` gives (the pooling, normalisation and maximum
+length travel in modules.json, 1_Pooling/config.json and sentence_bert_config.json).
+"""
+
+from bert_jax import model_io
+from bert_jax.embeddings.encoder import load_embedding_model
+from bert_jax.embeddings.model_directory import write_settings
+
+
+def export(source: str, destination: str, overwrite: bool = False) -> str:
+    """Converts the model at `source` (any directory `bert-jax embed` reads); returns a summary
+    of the pooling written."""
+    model = load_embedding_model(source)
+    settings = model.settings
+
+    def add_pooling_files(directory: str) -> None:
+        write_settings(directory, settings, model.config.hidden_dim)
+
+    # BertModel holds the encoder and pooler only: the layout sentence-transformers loads
+    # through AutoModel with no missing or unexpected keys.
+    model_io.export_huggingface(model.config, {"bert": model.params}, model.tokenizer,
+                                destination, "BertModel", overwrite,
+                                extra_files=add_pooling_files)
+    return settings.describe()

@@ -1,0 +1,179 @@
+"""`finetune classify`: one text or a pair -> one of the training file's labels.
+
+`SentenceTask` is what classification and regression share: the pooled-[CLS] head
+(`heads.BertForSequenceClassification`), the column reader, the batch schema and the
+prediction files. Labels are the training file's, sorted (numerically when they all are
+numbers), and travel with the model (task.json, and id2label in a Hugging Face export).
+"""
+
+import json
+import os
+
+import jax.numpy as jnp
+import numpy as np
+
+from bert_jax import losses
+from bert_jax.errors import UserError
+from bert_jax.heads import BertForSequenceClassification
+from bert_jax.tasks.base import Examples, FineTuningTask
+from input_pipeline.tasks import columns
+
+
+class SentenceTask(FineTuningTask):
+    """A sentence(-pair)-level task over the pooled [CLS] output."""
+    label_dtype = np.int32
+    problem_type = "single_label_classification"
+
+    def __init__(self, label_names, spec: columns.ColumnSpec):
+        self.label_names, self.spec = list(label_names), spec
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self.label_names)
+
+    # -- the seam -------------------------------------------------------------------------
+
+    def settings(self):
+        return dict(label_names=self.label_names, columns=self.spec.to_dict())
+
+    def build_model(self, model_config, precision):
+        return BertForSequenceClassification(model_config, self.num_outputs, precision)
+
+    def batch_schema(self):
+        tokens = lambda batch, seq_len: (batch, seq_len)  # noqa: E731
+        per_example = lambda batch, seq_len: (batch,)  # noqa: E731
+        return {"input_ids": (np.int32, tokens), "segment_ids": (np.int32, tokens),
+                "input_mask": (np.int32, tokens), "labels": (self.label_dtype, per_example),
+                "weights": (np.float32, per_example)}
+
+    def model_inputs(self, batch):
+        return batch["input_ids"], batch["segment_ids"], batch["input_mask"]
+
+    def counts(self, batch):
+        return {"num_examples": jnp.sum(batch["weights"].astype(jnp.float32))}
+
+    def head(self) -> dict:
+        return dict(architecture="BertForSequenceClassification", label_names=self.label_names,
+                    problem_type=self.problem_type)
+
+    # -- the commands ---------------------------------------------------------------------
+
+    @classmethod
+    def add_arguments(cls, parser):
+        parser.add_argument(
+            "--text-columns", default="", metavar="A[,B]",
+            help="the text column, or two for a pair: header names or 0-based indices "
+                 "(JSONL: keys); default every column but the label")
+        parser.add_argument(
+            "--label-column", default="label", metavar="COLUMN",
+            help="the label column: a header name or a 0-based index (JSONL: key); "
+                 "default label")
+        parser.add_argument(
+            "--header", choices=("auto", "yes", "no"), default="auto",
+            help="whether a TSV/CSV file's first line is a header (auto: yes exactly when a "
+                 "column is given by name)")
+
+    @classmethod
+    def spec_from_arguments(cls, args) -> columns.ColumnSpec:
+        return columns.ColumnSpec(columns.parse_columns(args.text_columns),
+                                  columns.parse_column(args.label_column),
+                                  {"auto": None, "yes": True, "no": False}[args.header])
+
+    @classmethod
+    def from_settings(cls, settings):
+        return cls(settings["label_names"],
+                   columns.ColumnSpec.from_dict(settings.get("columns", {})))
+
+    def read_examples(self, path, tokenizer, max_seq_len, with_labels=True):
+        rows = columns.read_rows(path, self.spec, with_labels)
+        features = columns.encode_rows(tokenizer, rows, max_seq_len)
+        labelled = with_labels or all(row.label is not None for row in rows)
+        labels = (np.array([self.label_value(row.label, path, row.line) for row in rows],
+                           self.label_dtype) if labelled else
+                  np.zeros(len(rows), self.label_dtype))
+        features.update(labels=labels, weights=np.ones(len(rows), np.float32))
+        return Examples(path, features, labels if labelled else None, rows)
+
+    def write_predictions(self, path, examples, predictions):
+        """.jsonl: one object per input; .tsv: the texts and a `label` column; in input order."""
+        records = self.prediction_records(predictions)
+        kind = os.path.splitext(path)[1].lower()
+        if kind not in (".jsonl", ".tsv"):
+            raise UserError(f"{path}: unknown output type {kind!r}; expected .jsonl or .tsv")
+        temporary = path + ".tmp"
+        with open(temporary, "w", encoding="utf-8") as file:
+            if kind == ".jsonl":
+                for row, record in zip(examples.rows, records):
+                    file.write(json.dumps(dict(texts=list(row.texts), **record)) + "\n")
+            else:
+                width = max(len(row.texts) for row in examples.rows)
+                file.write("\t".join([f"text_{index}" for index in range(width)]
+                                     + ["label"]) + "\n")
+                for row, record in zip(examples.rows, records):
+                    texts = [text.replace("\t", " ") for text in row.texts]
+                    file.write("\t".join(texts + [""] * (width - len(texts))
+                                         + [str(record["label"])]) + "\n")
+        os.replace(temporary, path)
+
+
+class ClassificationTask(SentenceTask):
+    name = "classify"
+    terms = {"cross_entropy": "num_examples", "accuracy": "num_examples"}
+    objective = ("cross_entropy",)
+    logged = ("loss", "accuracy", "grad_norm", "learning_rate")
+    evaluated = ("loss", "accuracy")
+    best_metric, greater_is_better = "accuracy", True
+
+    @classmethod
+    def from_arguments(cls, args, tokenizer):
+        spec = cls.spec_from_arguments(args)
+        labels = [row.label for row in columns.read_rows(args.train, spec)]
+        return cls(sorted_labels(labels), spec)
+
+    def label_value(self, label: str, path: str, line: int) -> int:
+        if not hasattr(self, "_label_ids"):
+            self._label_ids = {name: index for index, name in enumerate(self.label_names)}
+        if label not in self._label_ids:
+            raise UserError(f"{path}:{line}: label {label!r} does not occur in the training "
+                            f"data; its labels are {self.label_names}")
+        return self._label_ids[label]
+
+    def sums(self, outputs, batch):
+        sums = losses.classification_sums(outputs, batch["labels"], batch["weights"])
+        return {"cross_entropy": sums["loss"], "accuracy": sums["accuracy"]}
+
+    def predictions(self, outputs, batch):
+        logits = np.asarray(outputs, np.float64)  # (B, num_labels)
+        probabilities = np.exp(logits - logits.max(axis=-1, keepdims=True))
+        probabilities /= probabilities.sum(axis=-1, keepdims=True)
+        return {"label": logits.argmax(axis=-1), "probabilities": probabilities}
+
+    def prediction_records(self, predictions):
+        return [dict(label=self.label_names[label],
+                     probabilities={name: round(float(p), 6) for name, p in
+                                    zip(self.label_names, probabilities)})
+                for label, probabilities in zip(predictions["label"],
+                                                predictions["probabilities"])]
+
+    def evaluate(self, predictions, gold):
+        """accuracy, f1 (binary: of the second label; else macro) and matthews_correlation."""
+        from sklearn import metrics
+
+        predicted = np.asarray(predictions["label"])
+        f1 = (dict(average="binary") if self.num_outputs == 2 else
+              dict(average="macro", labels=list(range(self.num_outputs))))
+        return {"accuracy": float(metrics.accuracy_score(gold, predicted)),
+                "f1": float(metrics.f1_score(gold, predicted, **f1)),
+                "matthews_correlation": float(metrics.matthews_corrcoef(gold, predicted))}
+
+
+def sorted_labels(labels) -> list[str]:
+    """The distinct labels, numerically sorted when all are numbers ('2' before '10')."""
+    distinct = sorted(set(labels))
+    try:
+        return sorted(distinct, key=float)
+    except ValueError:
+        return distinct
+
+
+TASK = ClassificationTask

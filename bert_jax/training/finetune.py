@@ -1,0 +1,235 @@
+"""Fine-tuning any `FineTuningTask` on the shared training system, and running the result.
+
+`finetune(...)` trains from a model directory, evaluates on the eval file after every epoch
+(or every N steps), keeps the best model by the task's metric in WORKDIR/best/ (a model
+directory every command accepts, with task.json), stops early after `patience`
+evaluations without improvement, and writes WORKDIR/eval_results.json (final and best
+metrics, the run's settings) and WORKDIR/eval_predictions.jsonl. A rerun of the same
+command resumes bit-identically from the last checkpoint (checkpoints are taken at each
+evaluation). `load_finetuned(...)` gives `predict` and `evaluate` a task, params and bundle.
+"""
+
+import dataclasses
+import json
+import os
+
+import jax
+import ml_collections
+import numpy as np
+
+from bert_jax import model_io, sharding
+from bert_jax.errors import UserError
+from bert_jax.run_config import apply_overrides, base_config, parse_overrides
+from bert_jax.training import batching, prediction, trainer
+
+EVAL_RESULTS = "eval_results.json"
+EVAL_PREDICTIONS = "eval_predictions.jsonl"
+BEST = "best"
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """The common flags of `bert-jax finetune`; defaults follow the BERT paper's recipe."""
+    epochs: int = 3  # the paper: 2-4
+    learning_rate: float = 2e-5  # the paper: 2e-5 .. 5e-5 (AdamW)
+    batch_size: int = 32  # the paper: 16 or 32
+    max_seq_len: int = 128
+    seed: int = 0
+
+
+def run_config_for(model_config, settings: Settings, overrides=()) -> ml_collections.ConfigDict:
+    """A locked run config for fine-tuning `model_config`; `--config.KEY=VALUE` applied last."""
+    config = base_config()
+    config.model = ml_collections.ConfigDict(model_config.to_dict())
+    config.seed = settings.seed
+    config.batch_size = settings.batch_size
+    config.data.seq_len = settings.max_seq_len
+    config.data.max_predictions = 0
+    config.optimizer.learning_rate = settings.learning_rate
+    config.optimizer.weight_decay = 0.01  # not on LayerNorm parameters or biases
+    config.checkpoint.keep = 2
+    config.eval.batch_size = 0  # 0 = 2 x batch_size (no gradients: twice the rows fit)
+    config.finetune = ml_collections.ConfigDict()
+    config.finetune.epochs = settings.epochs  # passes over the training file
+    config.finetune.warmup_fraction = 0.1  # linear warm-up over this share of the steps
+    config.finetune.eval_every_steps = 0  # evaluate every N steps too; 0 = once per epoch
+    config.finetune.patience = 0  # stop after N evaluations without a better metric; 0 = never
+    config.finetune.best_metric = ""  # '' = the task's (accuracy, pearson, f1, ...)
+    config.finetune.length_window = 50  # batches per length-sorted shuffling window
+    config.log_every_steps = 50
+    config.lock()
+    apply_overrides(config, parse_overrides(list(overrides)), source="finetune")
+    return config
+
+
+def schedule_steps(run_config, num_examples: int) -> None:
+    """Fills in the step counts that depend on the training set's size."""
+    per_epoch = -(-num_examples // run_config.batch_size)
+    total = per_epoch * run_config.finetune.epochs
+    run_config.num_train_steps = total
+    run_config.optimizer.warmup_steps = int(round(run_config.finetune.warmup_fraction * total))
+    run_config.eval.every_steps = run_config.finetune.eval_every_steps or per_epoch
+    run_config.checkpoint.every_steps = run_config.eval.every_steps
+    run_config.log_every_steps = max(1, min(run_config.log_every_steps, per_epoch))
+    if not run_config.eval.batch_size:
+        run_config.eval.batch_size = 2 * run_config.batch_size
+
+
+def _host_params(params):
+    """Every parameter as a host numpy array (gathered from other processes if sharded there)."""
+    if jax.process_count() == 1:
+        return jax.device_get(params)
+    from jax.experimental import multihost_utils
+
+    return multihost_utils.process_allgather(params, tiled=True)
+
+
+class BestModelEvaluator:
+    """Evaluates on the eval file, keeps WORKDIR/best/, stops after `patience` (trainer protocol)."""
+    baseline = False  # a task may ask for an evaluation before the first step
+
+    def __init__(self, task, examples, run_config, workdir, tokenizer, task_info, log):
+        self.task, self.examples, self.run_config = task, examples, run_config
+        self.workdir, self.tokenizer, self.task_info, self.log = workdir, tokenizer, task_info, log
+        self.every_steps = run_config.eval.every_steps
+        self.baseline = getattr(task, "evaluate_before_training", False)
+        self.metric = run_config.finetune.best_metric or task.best_metric
+        self.greater = task.greater_is_better if self.metric == task.best_metric else (
+            self.metric != "loss")
+        self.best, self.history, self.waited, self.stop = None, [], 0, False
+        self.last_predictions = None
+
+    def __call__(self, bundle, state, step) -> dict:
+        predictions, means = prediction.predict(
+            bundle, state.params, self.examples, self.run_config.eval.batch_size,
+            self.run_config.data.seq_len)
+        metrics = {"loss": means["loss"], **self.task.evaluate(predictions, self.examples.gold)}
+        if self.metric not in metrics:
+            raise UserError(f"finetune.best_metric {self.metric!r} is not one of this task's "
+                            f"metrics {sorted(metrics)}")
+        self.last_predictions = predictions
+        self.history.append(dict(step=step, metrics=metrics))
+        value = metrics[self.metric]
+        better = self.best is None or (value > self.best["metrics"][self.metric] if self.greater
+                                       else value < self.best["metrics"][self.metric])
+        if better:
+            self.best, self.waited = dict(step=step, metrics=metrics), 0
+            self._save_best(bundle, state)
+        else:
+            self.waited += 1
+        patience = self.run_config.finetune.patience
+        self.stop = bool(patience) and self.waited >= patience
+        self.log(f"\nstep {step}: " + ", ".join(f"{name} {value:.4f}" for name, value in
+                                                 metrics.items()))
+        return metrics
+
+    def _save_best(self, bundle, state) -> None:
+        params = _host_params(state.params)
+        if jax.process_index() == 0:
+            model_io.save_model(bundle.model_config, params, self.tokenizer,
+                                os.path.join(self.workdir, BEST), overwrite=True,
+                                task_info=self.task_info, inside_run=True)
+
+    def state(self):
+        return dict(best=self.best, history=self.history, waited=self.waited, stop=self.stop)
+
+    def restore(self, state) -> None:
+        self.best, self.history = state["best"], state["history"]
+        self.waited, self.stop = state["waited"], state["stop"]
+
+
+def task_info(task, max_seq_len: int) -> dict:
+    return dict(task=task.name, settings=task.settings(), head=task.head(),
+                max_seq_len=max_seq_len)
+
+
+def finetune(task, model_path: str, train_path: str, eval_path: str | None, workdir: str,
+             settings: Settings, overrides=(), show_progress: bool = True, log=print) -> dict:
+    """Fine-tunes the model at `model_path` for `task`; returns eval_results.json's content."""
+    from input_pipeline.tokenization import load_tokenizer
+
+    model_config, _, vocab = model_io.load_model(model_path)
+    if vocab is None:
+        raise UserError(f"{model_path}: no vocab.txt beside the weights")
+    tokenizer = load_tokenizer(vocab)
+    run_config = run_config_for(model_config, settings, overrides)
+    run_config.init_from = model_path
+    run_config.data.vocab_path = vocab
+    run_config.data.train_files = os.path.abspath(train_path)
+    train = task.read_examples(train_path, tokenizer, run_config.data.seq_len)
+    evaluation = task.read_examples(eval_path, tokenizer, run_config.data.seq_len) \
+        if eval_path else None
+    schedule_steps(run_config, len(train.rows))
+    info = task_info(task, run_config.data.seq_len)
+    if jax.process_index() == 0:
+        os.makedirs(workdir, exist_ok=True)
+        model_io.write_task_info(workdir, info)
+    sequence = batching.sequence_features(task.batch_schema())
+
+    # A task may draw its batches anew each epoch (masked LM's dynamic masks).
+    batches_class = getattr(task, "training_batches", batching.BucketedBatches)
+
+    def dataset_factory(split, batch_size, process_index, process_count):
+        return batches_class(
+            train.features, sequence, batch_size * process_count, run_config.data.seq_len,
+            seed=run_config.seed, process_index=process_index, process_count=process_count,
+            window_batches=run_config.finetune.length_window)
+
+    evaluator = BestModelEvaluator(task, evaluation, run_config, workdir, tokenizer, info,
+                                   log) if evaluation else None
+    result = trainer.train(run_config, workdir, task=task, dataset_factory=dataset_factory,
+                           evaluator=evaluator, show_progress=show_progress, log=log)
+    return _write_results(task, run_config, workdir, settings, evaluator, evaluation, result,
+                          dict(model=model_path, train=train_path, eval=eval_path,
+                               num_train_examples=len(train.rows)))
+
+
+def _write_results(task, run_config, workdir, settings, evaluator, evaluation, result,
+                   inputs) -> dict:
+    results = dict(task=task.name, step=result["step"], stopped_early=result["stopped"],
+                   settings=dict(dataclasses.asdict(settings), **inputs,
+                                 run_config=run_config.to_dict()))
+    if evaluator is not None and evaluator.history:
+        results.update(final=evaluator.history[-1], best=evaluator.best,
+                       best_metric=evaluator.metric, history=evaluator.history)
+        if hasattr(task, "summary"):  # a task's own top-level names (mlm: perplexity_before)
+            results.update(task.summary(evaluator.history))
+    if jax.process_index() == 0 and not result["preempted"]:
+        path = os.path.join(workdir, EVAL_RESULTS)
+        with open(path + ".tmp", "w", encoding="utf-8") as file:
+            json.dump(results, file, indent=2, default=float)
+        os.replace(path + ".tmp", path)
+        if evaluator is not None and evaluator.last_predictions is not None:
+            task.write_predictions(os.path.join(workdir, EVAL_PREDICTIONS), evaluation,
+                                   evaluator.last_predictions)
+    return results
+
+
+def load_finetuned(model_path: str, batch_size: int, task_name: str | None = None):
+    """(task, bundle, params placed on the mesh, tokenizer, task info) of a fine-tuned model."""
+    from bert_jax.tasks import task_module
+    from bert_jax.training import train_step
+    from input_pipeline.tokenization import load_tokenizer
+
+    info = model_io.load_task_info(model_path)
+    if info is None:
+        raise UserError(f"{model_path}: not a fine-tuned model (no task.json, and not a "
+                        "Hugging Face BertForSequenceClassification / "
+                        "BertForTokenClassification directory); train one with bert-jax finetune")
+    if task_name is not None and info["task"] != task_name:
+        raise UserError(f"{model_path}: was fine-tuned for {info['task']!r}, not {task_name!r}")
+    task = task_module(info["task"]).TASK.from_settings(info["settings"])
+    model_config, params, vocab = model_io.load_model(model_path)
+    if vocab is None:
+        raise UserError(f"{model_path}: no vocab.txt beside the weights")
+    run_config = run_config_for(model_config, Settings(batch_size=batch_size))
+    mesh = sharding.mesh_from_config(run_config.mesh)
+    bundle = train_step.build_train_step(run_config, mesh, task=task)
+    expected = bundle.abstract_state.params
+    missing = sorted(set(expected) - set(params))
+    if missing:
+        raise UserError(f"{model_path}: has no {missing} parameters for task {task.name!r}")
+    placed = jax.tree.map(lambda value, spec: jax.device_put(
+        np.asarray(value, spec.dtype), spec.sharding), {key: params[key] for key in expected},
+        expected)
+    return task, bundle, placed, load_tokenizer(vocab), info

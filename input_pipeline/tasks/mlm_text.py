@@ -1,0 +1,121 @@
+"""Raw domain text for masked-LM fine-tuning: packed into blocks on the fly, masks per epoch.
+
+A text file is read as documents: with blank lines in it, each blank-line-separated block of
+lines is one document (the BERT pre-training format, and hard-wrapped prose); without, each
+line is one. Documents are tokenised (no shard step), joined with [SEP] between them and cut
+into `[CLS] ... [SEP]` blocks of `max_seq_len` tokens (the last one padded), as RoBERTa's
+FULL-SENTENCES packing does. Masks are drawn by `masking.py` (BERT's rule: 15% of the real
+non-special tokens, 80% [MASK] / 10% kept / 10% random) from a generator seeded by
+(seed, epoch), so each epoch sees fresh masks (dynamic masking) and a run repeats exactly;
+held-out blocks always get the masks of one fixed seed, so evaluations before and after
+training score the same masked positions.
+"""
+
+import math
+
+import numpy as np
+
+from bert_jax.errors import UserError
+from input_pipeline import masking
+from input_pipeline.files import open_file
+
+HELDOUT_STREAM = 1 << 30  # the generator stream of held-out masks, apart from every epoch's
+
+
+def read_documents(path: str) -> list[str]:
+    """The documents of a text file (see the module docstring), whitespace-joined."""
+    try:
+        with open_file(path, encoding="utf-8") as file:
+            lines = [line.strip() for line in file]
+    except FileNotFoundError:
+        raise UserError(f"{path}: text file not found") from None
+    except UnicodeDecodeError as error:
+        raise UserError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") \
+            from None
+    if "" not in lines:
+        documents = [line for line in lines if line]
+    else:
+        documents, current = [], []
+        for line in lines + [""]:
+            if line:
+                current.append(line)
+            elif current:
+                documents.append(" ".join(current))
+                current = []
+    if not documents:
+        raise UserError(f"{path}: no text in this file")
+    return documents
+
+
+def pack_blocks(tokenizer, documents: list[str], max_seq_len: int) -> np.ndarray:
+    """input_ids (N, max_seq_len) int32: `[CLS] tokens [SEP]` blocks, the last one padded."""
+    if max_seq_len < 3:
+        raise UserError(f"--max-seq-len {max_seq_len} is too short for [CLS] x [SEP] blocks")
+    tokens, lengths = tokenizer.encode_corpus(documents)
+    # [SEP] after every document except the last: (sum(lengths) + D - 1,)
+    ends = np.cumsum(lengths)
+    stream = np.insert(tokens, ends[:-1], tokenizer.sep_id).astype(np.int32)
+    body = max_seq_len - 2
+    count = max(1, math.ceil(len(stream) / body))
+    padded = np.full(count * body, tokenizer.pad_id, np.int32)
+    padded[:len(stream)] = stream
+    blocks = np.full((count, max_seq_len), tokenizer.pad_id, np.int32)
+    blocks[:, 0] = tokenizer.cls_id
+    blocks[:, 1:-1] = padded.reshape(count, body)  # (N, T - 2)
+    real_length = np.minimum(body, len(stream) - body * np.arange(count))  # (N,)
+    blocks[np.arange(count), real_length + 1] = tokenizer.sep_id
+    return blocks
+
+
+class MaskedBlocks:
+    """Blocks of one file and the masks drawn for them (numpy batches for the MLM task)."""
+
+    def __init__(self, blocks: np.ndarray, tokenizer, seed: int, masked_lm_prob: float = 0.15,
+                 max_predictions: int | None = None):
+        self.blocks = blocks
+        self.tokenizer = tokenizer
+        self.seed = seed
+        self.masked_lm_prob = masked_lm_prob
+        seq_len = blocks.shape[1]
+        # round(T * p) can exceed floor; one more slot never changes which tokens are drawn.
+        self.max_predictions = max_predictions or min(seq_len, math.ceil(seq_len * masked_lm_prob))
+        self.input_mask = (blocks != tokenizer.pad_id).astype(np.int32)
+
+    def __len__(self) -> int:
+        return len(self.blocks)
+
+    def masked(self, stream: int) -> dict[str, np.ndarray]:
+        """Every block masked with the generator of `stream`: input_ids, input_mask,
+        segment_ids (N, T) int32, masked_lm_positions, masked_lm_ids (N, P) int32,
+        masked_lm_weights (N, P) float32."""
+        tokenizer = self.tokenizer
+        rng = np.random.default_rng([self.seed, stream])
+        real = self.input_mask > 0
+        candidates = real & ~np.isin(self.blocks, [tokenizer.cls_id, tokenizer.sep_id,
+                                                   tokenizer.pad_id])
+        positions = masking.choose_positions(candidates, real.sum(axis=1), self.max_predictions,
+                                             self.masked_lm_prob, rng)
+        input_ids = self.blocks.copy()
+        features = masking.apply_masks(input_ids, positions, tokenizer.mask_id,
+                                       tokenizer.vocab_size, rng)
+        return dict(input_ids=input_ids, input_mask=self.input_mask,
+                    segment_ids=np.zeros_like(input_ids), **features)
+
+    def epoch(self, epoch: int) -> dict[str, np.ndarray]:
+        """Fresh masks for training epoch `epoch` (0-based)."""
+        if not 0 <= epoch < HELDOUT_STREAM:
+            raise ValueError(f"epoch {epoch} out of range")
+        return self.masked(epoch)
+
+    def heldout(self) -> dict[str, np.ndarray]:
+        """The fixed masks of held-out evaluation: the same on every call."""
+        return self.masked(HELDOUT_STREAM)
+
+
+def load_masked_blocks(path: str, tokenizer, max_seq_len: int, seed: int,
+                       masked_lm_prob: float = 0.15) -> MaskedBlocks:
+    """A text file read, tokenised and packed; see `MaskedBlocks`."""
+    if not 0 < masked_lm_prob < 1:
+        raise UserError(f"masked-LM probability {masked_lm_prob} should be between 0 and 1")
+    return MaskedBlocks(pack_blocks(tokenizer, read_documents(path), max_seq_len), tokenizer,
+                        seed, masked_lm_prob)

@@ -1,0 +1,121 @@
+"""`finetune` -> `predict` -> `evaluate` -> `convert` -> transformers, end to end on made-up data."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+from finetune_helpers import made_up_sentences, tiny_model_directory, write_tsv
+
+from bert_jax.cli import main
+
+ARGS = ["--epochs", "2", "--batch-size", "16", "--max-seq-len", "32", "--learning-rate", "2e-3",
+        "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("finetune")
+    model = tiny_model_directory(root)
+    train = write_tsv(root / "train.tsv", made_up_sentences(96, seed=0))
+    dev = write_tsv(root / "dev.tsv", made_up_sentences(40, seed=1), header=("label", "content"))
+    workdir = str(root / "run")
+    assert main(["finetune", "classify", "--model", model, "--train", train, "--eval", dev,
+                 "--workdir", workdir, *ARGS]) == 0
+    return dict(root=root, model=model, train=train, dev=dev, workdir=workdir)
+
+
+def test_finetune_writes_results_best_model_and_predictions(run):
+    workdir = run["workdir"]
+    with open(os.path.join(workdir, "eval_results.json")) as file:
+        results = json.load(file)
+    assert results["step"] == 12 and len(results["history"]) == 2  # 6 steps an epoch
+    for key in ("accuracy", "f1", "matthews_correlation", "loss"):
+        assert key in results["final"]["metrics"] and key in results["best"]["metrics"]
+    assert results["best"]["metrics"]["accuracy"] >= results["final"]["metrics"]["accuracy"]
+    assert results["settings"]["learning_rate"] == 2e-3
+    with open(os.path.join(workdir, "best", "task.json")) as file:
+        assert json.load(file)["settings"]["label_names"] == ["neg", "pos"]
+    with open(os.path.join(workdir, "eval_predictions.jsonl")) as file:
+        assert len(file.readlines()) == 40
+
+
+def _direct_logits(model_directory, texts):
+    """Our model's logits called directly (no batching, no bucketing)."""
+    from bert_jax import model_io
+    from bert_jax.heads import BertForSequenceClassification
+    from input_pipeline.tokenization import load_tokenizer
+
+    config, params, vocab = model_io.load_model(model_directory)
+    batch = load_tokenizer(vocab).encode_for_model(texts, 32)
+    logits = BertForSequenceClassification(config, 2).apply(
+        {"params": params}, batch["input_ids"], batch["segment_ids"], batch["input_mask"])
+    return batch, np.asarray(logits)
+
+
+def test_predict_writes_labels_in_input_order_as_the_model_computes_them(run, tmp_path):
+    texts = ["the cat sat on the mat", "he was happy", "a dog went home", "happy happy city"]
+    source = tmp_path / "texts.txt"
+    source.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    output = tmp_path / "predictions.jsonl"
+    best = os.path.join(run["workdir"], "best")
+    assert main(["predict", "--model", best, "--input", str(source), "--output",
+                 str(output)]) == 0
+    records = [json.loads(line) for line in output.read_text().splitlines()]
+    _, logits = _direct_logits(best, texts)
+    probabilities = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    assert [record["texts"] for record in records] == [[text] for text in texts]
+    assert [record["label"] for record in records] == [["neg", "pos"][i] for i in
+                                                       logits.argmax(-1)]
+    np.testing.assert_allclose([[r["probabilities"]["neg"], r["probabilities"]["pos"]]
+                                for r in records], probabilities, atol=1e-5)
+    tsv = tmp_path / "predictions.tsv"
+    assert main(["predict", "--model", best, "--input", run["dev"], "--output", str(tsv)]) == 0
+    lines = tsv.read_text().splitlines()
+    assert lines[0] == "text_0\tlabel" and len(lines) == 41
+
+
+def test_evaluate_reproduces_the_best_evaluation(run, tmp_path):
+    output = tmp_path / "metrics.json"
+    best = os.path.join(run["workdir"], "best")
+    assert main(["evaluate", "classify", "--model", best, "--data", run["dev"],
+                 "--output", str(output)]) == 0
+    metrics = json.loads(output.read_text())["metrics"]
+    with open(os.path.join(run["workdir"], "eval_results.json")) as file:
+        expected = json.load(file)["best"]["metrics"]
+    for name in ("accuracy", "f1", "matthews_correlation"):
+        assert metrics[name] == expected[name], name
+    np.testing.assert_allclose(metrics["loss"], expected["loss"], rtol=1e-5)
+
+
+def test_hf_export_loads_in_transformers_with_our_logits_and_labels(run, tmp_path):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from interop_helpers import torch_inputs
+
+    best = os.path.join(run["workdir"], "best")
+    exported = str(tmp_path / "hf")
+    assert main(["convert", best, exported, "--to", "hf"]) == 0
+    model, info = transformers.AutoModelForSequenceClassification.from_pretrained(
+        exported, output_loading_info=True)
+    assert type(model).__name__ == "BertForSequenceClassification"
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    assert model.config.id2label == {0: "neg", 1: "pos"}
+    texts = ["the cat sat on the mat", ("he was happy", "a dog went home")]
+    batch, ours = _direct_logits(best, texts)
+    with torch.no_grad():
+        theirs = model.eval()(**torch_inputs(batch)).logits.numpy()
+    np.testing.assert_allclose(theirs, ours, atol=1e-5, rtol=0)
+    # ... and back: the HF directory imports with its head and labels and predicts the same.
+    source = tmp_path / "texts.txt"
+    source.write_text("the cat sat on the mat\nhe was happy\n", encoding="utf-8")
+    for model_directory, name in ((best, "ours.jsonl"), (exported, "theirs.jsonl")):
+        assert main(["predict", "--model", model_directory, "--input", str(source),
+                     "--output", str(tmp_path / name)]) == 0
+    ours_out = [json.loads(line) for line in (tmp_path / "ours.jsonl").read_text().splitlines()]
+    theirs_out = [json.loads(line) for line in
+                  (tmp_path / "theirs.jsonl").read_text().splitlines()]
+    assert [r["label"] for r in ours_out] == [r["label"] for r in theirs_out]
+    for mine, other in zip(ours_out, theirs_out):
+        for label in ("neg", "pos"):
+            assert abs(mine["probabilities"][label] - other["probabilities"][label]) < 1e-5

@@ -1,0 +1,91 @@
+"""The span head moves to and from transformers' BertForQuestionAnswering with equal logits."""
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+from interop_helpers import minilm_directory
+
+from bert_jax import model_io
+from bert_jax.cli import main
+from bert_jax.heads import BertForQuestionAnswering
+from input_pipeline.tokenization import load_tokenizer
+
+QUESTIONS = [("Who wrote the letter?", "The letter was written by Anna in Moscow, 1867."),
+             ("Where?", "Pierre walked home through the snow.")]
+
+
+def _our_logits(directory, batch):
+    config, params, _ = model_io.load_model(directory)
+    start, end = BertForQuestionAnswering(config).apply(
+        {"params": {"bert": params["bert"], "qa_outputs": params["qa_outputs"]}},
+        batch["input_ids"], batch["segment_ids"], batch["input_mask"])
+    return np.asarray(start), np.asarray(end)
+
+
+@pytest.fixture(scope="module")
+def qa_model(tmp_path_factory):
+    """MiniLM's encoder with a random span head, as `finetune qa` saves it."""
+    root = tmp_path_factory.mktemp("qa_interop")
+    config, params, vocab = model_io.load_model(minilm_directory())
+    rng = np.random.default_rng(0)
+    bert = {key: value for key, value in params["bert"].items() if key != "pooler"}
+    head = dict(kernel=rng.normal(0, 0.5, (config.hidden_dim, 2)).astype(np.float32),
+                bias=np.array([0.3, -0.2], np.float32))
+    directory = str(root / "qa")
+    info = dict(task="qa", settings={}, head=dict(architecture="BertForQuestionAnswering"),
+                max_seq_len=64)
+    model_io.save_model(config, {"bert": bert, "qa_outputs": head}, load_tokenizer(vocab),
+                        directory, task_info=info)
+    return root, directory
+
+
+def test_export_loads_in_transformers_with_equal_logits(qa_model):
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    root, directory = qa_model
+    exported = str(root / "hf")
+    assert main(["convert", directory, exported, "--to", "hf"]) == 0
+    model, loading = transformers.BertForQuestionAnswering.from_pretrained(
+        exported, output_loading_info=True)
+    assert not loading["missing_keys"] and not loading["unexpected_keys"]
+    tokenizer = load_tokenizer(exported)
+    batch = tokenizer.encode_for_model(QUESTIONS, 64)
+    with torch.no_grad():
+        output = model.eval()(input_ids=torch.tensor(batch["input_ids"], dtype=torch.long),
+                              token_type_ids=torch.tensor(batch["segment_ids"], dtype=torch.long),
+                              attention_mask=torch.tensor(batch["input_mask"], dtype=torch.long))
+    start, end = _our_logits(directory, batch)
+    real = batch["input_mask"] > 0
+    assert np.abs(start - output.start_logits.numpy())[real].max() < 1e-5
+    assert np.abs(end - output.end_logits.numpy())[real].max() < 1e-5
+    assert np.abs(start).max() > 0.5  # the head is not a near-zero one that hides a mix-up
+    # And back: the HF directory imports as a qa model with the same logits.
+    info = model_io.load_task_info(exported)
+    assert info["task"] == "qa"
+    back_start, back_end = _our_logits(exported, batch)
+    np.testing.assert_allclose(back_start, start, atol=1e-5)
+    np.testing.assert_allclose(back_end, end, atol=1e-5)
+
+
+def test_transformers_qa_directory_imports_and_predicts(tmp_path):
+    """A directory saved by transformers itself (its own config fields) answers questions."""
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("torch")
+    model = transformers.BertForQuestionAnswering.from_pretrained(minilm_directory())
+    saved = str(tmp_path / "hf_qa")
+    model.save_pretrained(saved)
+    transformers.BertTokenizerFast.from_pretrained(minilm_directory()).save_pretrained(saved)
+    if not os.path.exists(os.path.join(saved, "vocab.txt")):  # transformers 5 writes only
+        shutil.copy(os.path.join(minilm_directory(), "vocab.txt"), saved)  # tokenizer.json
+    questions = tmp_path / "questions.json"
+    questions.write_text('{"data": [{"paragraphs": [{"context": "Anna lives in Moscow.", '
+                         '"qas": [{"id": "a", "question": "Where does Anna live?"}]}]}]}')
+    output = tmp_path / "answers.json"
+    assert main(["predict", "--model", saved, "--input", str(questions), "--output",
+                 str(output)]) == 0
+    answers = json.loads(output.read_text())
+    assert set(answers) == {"a"} and answers["a"] in "Anna lives in Moscow."
+    assert os.path.exists(tmp_path / "nbest_predictions.json")
