@@ -25,8 +25,9 @@ def _assignment_comments(source: str) -> dict:
             if (match := _ASSIGNMENT.match(line))}
 
 
-def key_comments(config_file: str | None = None) -> dict:
-    """{'data.seq_len': 'must match ...', 'model.hidden_dim': ..., ...}."""
+def key_comments(config_file: str | None = None, defined_in=()) -> dict:
+    """{'data.seq_len': 'must match ...', 'model.hidden_dim': ..., ...}; `defined_in`:
+    functions that build a config on top of base_config (finetune's), whose comments win."""
     comments = {}
     if config_file:
         with open(config_file, encoding="utf-8") as file:
@@ -37,12 +38,15 @@ def key_comments(config_file: str | None = None) -> dict:
                 comments[f"model.{match[1]}"] = match[2]
     # The definitions come last, so they win over a file's note about its own value.
     comments.update(_assignment_comments(inspect.getsource(run_config.base_config)))
+    for function in defined_in:
+        comments.update(_assignment_comments(inspect.getsource(function)))
     return comments
 
 
-def format_config(config: ml_collections.ConfigDict, config_file: str | None = None) -> str:
+def format_config(config: ml_collections.ConfigDict, config_file: str | None = None,
+                  defined_in=()) -> str:
     """One line per key, sorted: `key = value  # comment`, values as Python literals."""
-    comments = key_comments(config_file)
+    comments = key_comments(config_file, defined_in)
     items = sorted(run_config.flatten(config).items())
     width = max(len(f"{key} = {value!r}") for key, value in items)
     lines = []

@@ -223,3 +223,25 @@ def test_python_api_matches_the_library_functions(tmp_path):
     np.testing.assert_allclose(result["attention"].sum(-1), 1.0, atol=1e-5)
     assert model.fill_mask("the [MASK] on the hill") == inference.fill_mask(
         config, params, tokenizer, "the [MASK] on the hill")
+
+
+def test_finetune_print_config_after_flags_and_overrides(tmp_path, capsys):
+    from interop_helpers import random_pretraining_params, write_vocab
+
+    from bert_jax import cli, model_io
+    from bert_jax.config import preset
+    from input_pipeline.tokenization import load_tokenizer
+
+    tokenizer = load_tokenizer(write_vocab(tmp_path))
+    config = preset("tiny", vocab_size=tokenizer.vocab_size)
+    model_io.save_model(config, random_pretraining_params(config), tokenizer,
+                        str(tmp_path / "model"))
+    assert cli.main(["finetune", "classify", "--model", str(tmp_path / "model"), "--train",
+                     "train.tsv", "--workdir", str(tmp_path / "run"), "--learning-rate", "3e-5",
+                     "--print-config", "--config.finetune.patience=2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert all("  # " in line for line in lines), [line for line in lines if "  # " not in line]
+    shown = {line.split(" = ")[0]: line.split(" = ", 1)[1].split("  #")[0].strip() for line in lines}
+    assert shown["finetune.patience"] == "2" and shown["optimizer.learning_rate"] == "3e-05"
+    assert shown["model.hidden_dim"] == str(config.hidden_dim)
+    assert not (tmp_path / "run").exists()  # printing starts nothing
