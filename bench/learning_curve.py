@@ -72,6 +72,7 @@ def train_torch(model_dir: str, run_config, batches, log_every: int) -> tuple[li
     import torch
     import transformers
 
+    from bench.torch_pretraining import gathered_pretraining_losses
     from bert_jax.training.optimizer import warmup_decay_schedule
 
     torch.manual_seed(0)
@@ -90,22 +91,9 @@ def train_torch(model_dir: str, run_config, batches, log_every: int) -> tuple[li
     losses, start = [], time.perf_counter()
     for index, batch in enumerate(batches):
         tensors = {name: torch.from_numpy(np.array(value)) for name, value in batch.items()}
-        encoded = model.bert(input_ids=tensors["input_ids"].long(),
-                             attention_mask=tensors["input_mask"].long(),
-                             token_type_ids=tensors["segment_ids"].long())
         # BertForPreTraining's own heads, applied (as bert-jax does) only at the P masked
         # positions: scoring all T positions costs 6x the FLOPs for the same loss.
-        positions = tensors["masked_lm_positions"].long()
-        hidden = encoded.last_hidden_state
-        gathered = torch.gather(hidden, 1, positions[..., None].expand(-1, -1, hidden.shape[-1]))
-        logits = model.cls.predictions(gathered)  # (B, P, V)
-        weights = tensors["masked_lm_weights"]
-        nll = torch.nn.functional.cross_entropy(
-            logits.transpose(1, 2), tensors["masked_lm_ids"].long(), reduction="none")  # (B, P)
-        mlm_loss = (nll * weights).sum() / (weights.sum() + 1e-5)
-        nsp_loss = torch.nn.functional.cross_entropy(
-            model.cls.seq_relationship(encoded.pooler_output),
-            tensors["next_sentence_labels"].long())
+        mlm_loss, nsp_loss = gathered_pretraining_losses(model, tensors)
         optimizer.zero_grad()
         (mlm_loss + nsp_loss).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), settings.clip_norm)

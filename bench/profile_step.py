@@ -28,8 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # (part, pattern on the HLO op_name), first match wins; op_names carry the flax module path.
 PARTS = (
     ("dropout random bits", r"random_bits|threefry|random_wrap|random_unwrap|_fold_in"),
-    ("attention q/k/v/output dense", r"attention/(query|key|value|output)|_fused_projection|"
-                                     r"bth,hsnd"),
+    ("attention q/k/v/output dense", r"attention/(query|key|value|output)"),
     ("attention scores/context products", r"attention/.*(bqhd,bkhd|bhqk,bkhd)"),
     ("attention softmax", r"attention/.*(softmax|reduce_max|exp|reduce_sum|sub|div)"),
     ("attention-probability dropout", r"attention/Dropout"),

@@ -9,18 +9,20 @@ Sources `load_model` recognises, by the files inside:
   - a Hugging Face Hub name (`bert-base-uncased`, `org/name`): its directory in the Hugging
     Face cache, downloaded when online, safetensors only (interop/hub.py).
 Writers: bert-jax model directories, Hugging Face directories, original TF checkpoint
-directories and TensorFlow SavedModels. Every writer builds its output in a temporary
-sibling directory, renames it when complete, and refuses to write into a training run.
+directories and TensorFlow SavedModels. Every path may be local or `gs://` (through
+`bert_jax/files.py`). Every writer builds its output in a temporary directory and publishes
+it when complete, refuses to write into a training run's directory or over its own source,
+and leaves the user's umask in force.
 """
 
 import json
 import os
-import shutil
 import tempfile
 from collections.abc import Callable
 
 import numpy as np
 
+from bert_jax import files
 from bert_jax.config import BertConfig
 from bert_jax.errors import UserError
 
@@ -35,7 +37,7 @@ TASK_INFO = "task.json"
 
 def _read_model_config(path: str) -> BertConfig:
     try:
-        with open(path, encoding="utf-8") as file:
+        with files.open_file(path) as file:
             values = json.load(file)
     except FileNotFoundError:
         raise UserError(f"{path}: model config not found") from None
@@ -49,10 +51,10 @@ def _restore_params(directory: str) -> dict:
     import jax
     import orbax.checkpoint as ocp
 
-    if not os.path.isdir(directory):
+    if not files.isdir(directory):
         raise UserError(f"{directory}: parameter checkpoint not found")
     # orbax reads an empty metadata tree from a relative path; an absolute one is safe.
-    directory = os.path.abspath(directory)
+    directory = files.absolute(directory)
     try:
         with ocp.PyTreeCheckpointer() as checkpointer:
             structure = checkpointer.metadata(directory).item_metadata.tree
@@ -91,17 +93,17 @@ def _check_params(config: BertConfig, params: dict, source: str) -> None:
 
 def latest_step_directory(work_directory: str) -> str:
     """checkpoints/<step> of the highest finished step (orbax's temporary names are not ints)."""
-    root = os.path.join(work_directory, CHECKPOINTS)
-    steps = [int(name) for name in os.listdir(root)
-             if name.isdigit() and os.path.isdir(os.path.join(root, name, PARAMS))]
+    root = files.join(work_directory, CHECKPOINTS)
+    steps = [int(name) for name in files.listdir(root)
+             if name.isdigit() and files.isdir(files.join(root, name, PARAMS))]
     if not steps:
         raise UserError(f"{root}: this training run has no finished checkpoint yet")
-    return os.path.join(root, str(max(steps)))
+    return files.join(root, str(max(steps)))
 
 
 def _vocab_or_none(directory: str) -> str | None:
-    path = os.path.join(directory, VOCAB)
-    return path if os.path.exists(path) else None
+    path = files.join(directory, VOCAB)
+    return path if files.exists(path) else None
 
 
 def source_kind(path: str) -> str:
@@ -109,19 +111,19 @@ def source_kind(path: str) -> str:
     from bert_jax.interop import hub, tf_checkpoint
 
     path = hub.resolve(path)  # a Hugging Face Hub name: its cached (or downloaded) directory
-    if not os.path.exists(path):
-        raise UserError(f"{path}: no such file or directory")
-    if not os.path.isdir(path):
-        raise UserError(f"{path}: expected a model directory, not a file")
-    has = lambda name: os.path.exists(os.path.join(path, name))  # noqa: E731
-    parent = os.path.dirname(os.path.abspath(path))
+    if not files.isdir(path):
+        raise UserError(f"{path}: expected a model directory, not a file" if files.exists(path)
+                        else f"{path}: no such file or directory")
+    names = set(files.listdir(path))
+    has = names.__contains__
+    parent = files.dirname(files.absolute(path))
     if has("config.json"):
         return "huggingface"
     if has(MODEL_CONFIG) and has(PARAMS):
         return "bert-jax"
     if has(MODEL_CONFIG) and has(CHECKPOINTS):
         return "training-run"
-    if has(PARAMS) and os.path.basename(parent) == CHECKPOINTS:
+    if has(PARAMS) and files.basename(parent) == CHECKPOINTS:
         return "training-step"
     if tf_checkpoint.is_checkpoint_directory(path):
         return "tf-checkpoint"
@@ -134,7 +136,7 @@ def source_kind(path: str) -> str:
 
 def _step_run_directory(step_directory: str) -> str:
     """The training work directory of checkpoints/<step>/."""
-    return os.path.dirname(os.path.dirname(os.path.abspath(step_directory)))
+    return files.dirname(files.dirname(files.absolute(step_directory)))
 
 
 def vocab_path(path: str) -> str | None:
@@ -158,60 +160,90 @@ def load_model(path: str) -> tuple[BertConfig, dict, str | None]:
     kind = source_kind(path)
     if kind in ("huggingface", "tf-checkpoint"):
         reader = huggingface if kind == "huggingface" else tf_checkpoint
-        config, params = reader.read_directory(path)
+        # safetensors and TensorFlow's checkpoint reader open local files only.
+        with files.local_copy(path) as local_path:
+            config, params = reader.read_directory(local_path)
         return config, params, vocab_path(path)
     if kind == "bert-jax":
-        run_directory, params_directory = path, os.path.join(path, PARAMS)
+        run_directory, params_directory = path, files.join(path, PARAMS)
     elif kind == "training-run":
-        run_directory, params_directory = path, os.path.join(latest_step_directory(path), PARAMS)
+        run_directory, params_directory = path, files.join(latest_step_directory(path), PARAMS)
     else:
-        run_directory, params_directory = _step_run_directory(path), os.path.join(path, PARAMS)
-    config = _read_model_config(os.path.join(run_directory, MODEL_CONFIG))
+        run_directory, params_directory = _step_run_directory(path), files.join(path, PARAMS)
+    config = _read_model_config(files.join(run_directory, MODEL_CONFIG))
     params = _restore_params(params_directory)
     _check_params(config, params, params_directory)
     return config, params, vocab_path(path)
 
 
+def load_model_and_tokenizer(path: str, vocab: str | None = None):
+    """(config, params, tokenizer, vocab path) for every command that runs or converts a model.
+
+    `vocab` overrides the vocabulary found beside the weights. A vocabulary with more tokens
+    than the model's `vocab_size` is refused: its extra ids would index past the embedding
+    table (JAX clamps them silently) and give garbage.
+    """
+    from input_pipeline.tokenization import load_tokenizer
+
+    config, params, found = load_model(path)
+    vocab = vocab or found
+    if vocab is None:
+        raise UserError(f"{path}: no vocab.txt beside the weights; pass the vocabulary")
+    tokenizer = load_tokenizer(vocab)
+    if tokenizer.vocab_size > config.vocab_size:
+        raise UserError(f"{vocab}: {tokenizer.vocab_size} tokens, but the model at {path} has "
+                        f"vocab_size {config.vocab_size}; token ids past it have no embedding. "
+                        "Use the vocabulary the model was trained with")
+    return config, params, tokenizer, vocab
+
+
 def _inside_training_run(path: str) -> str | None:
     """The training work directory that contains `path`, if any."""
-    path = os.path.abspath(path)
-    while True:
-        if (os.path.exists(os.path.join(path, MODEL_CONFIG))
-                and os.path.isdir(os.path.join(path, CHECKPOINTS))):
-            return path
-        parent = os.path.dirname(path)
-        if parent == path:
-            return None
-        path = parent
+    for directory in files.ancestors(path):
+        if (files.exists(files.join(directory, MODEL_CONFIG))
+                and files.isdir(files.join(directory, CHECKPOINTS))):
+            return directory
+    return None
 
 
-def write_directory_atomically(destination: str, fill: Callable[[str], None],
-                               overwrite: bool = False, inside_run: bool = False) -> None:
-    """Calls `fill(temporary_directory)`, then renames the result to `destination`.
-
-    `destination` must not exist or be empty, unless `overwrite`; a failure leaves no trace.
-    Only a training run itself writes inside a run (`inside_run`: its best model).
-    """
-    destination = os.path.abspath(destination)
+def _check_destination(destination: str, overwrite: bool, sources: tuple[str, ...],
+                       inside_run: bool) -> None:
+    for source in sources:
+        if files.contains(destination, source):
+            raise UserError(f"{destination}: refusing to write over the source {source}, "
+                            "which it contains or is; choose another output directory")
     run = None if inside_run else _inside_training_run(destination)
     if run:
         raise UserError(f"{destination}: refusing to write inside the training run {run}; "
                         "choose an output directory outside it")
-    if os.path.isfile(destination):
+    if files.isfile(destination):
         raise UserError(f"{destination}: exists and is a file; expected a directory path")
-    if os.path.isdir(destination) and os.listdir(destination) and not overwrite:
+    if files.isdir(destination) and files.listdir(destination) and not overwrite:
         raise UserError(f"{destination}: exists and is not empty (pass --overwrite to replace it)")
-    parent = os.path.dirname(destination)
-    os.makedirs(parent, exist_ok=True)
-    temporary = tempfile.mkdtemp(prefix=f".{os.path.basename(destination)}.tmp-", dir=parent)
+
+
+def write_directory_atomically(destination: str, fill: Callable[[str], None],
+                               overwrite: bool = False, sources: tuple[str, ...] = (),
+                               inside_run: bool = False) -> None:
+    """Calls `fill(temporary_directory)`, then publishes the result at `destination`.
+
+    `destination` must not exist or be empty, unless `overwrite`, and must not contain (or
+    be) any of `sources`, which `overwrite` would delete; a failure leaves no trace.
+    Only a training run itself writes inside a run (`inside_run`: its best model).
+    Modes follow the user's umask (a plain `mkdtemp` would leave the export 0700).
+    """
+    destination = files.absolute(destination)
+    _check_destination(destination, overwrite, sources, inside_run)
+    # Locally a sibling, so the publishing rename stays on one file system.
+    parent = tempfile.gettempdir() if files.is_remote(destination) else files.dirname(destination)
+    files.makedirs(parent)
+    temporary = tempfile.mkdtemp(prefix=f".{files.basename(destination)}.tmp-", dir=parent)
     try:
         fill(temporary)
-        if os.path.isdir(destination):
-            shutil.rmtree(destination)
-        os.rename(temporary, destination)
-    except BaseException:
-        shutil.rmtree(temporary, ignore_errors=True)
-        raise
+        files.apply_umask(temporary)
+        files.publish_directory(temporary, destination)
+    finally:
+        files.rmtree(temporary)
 
 
 def _write_tokenizer_files(directory: str, tokenizer, settings: dict | None = None) -> None:
@@ -224,7 +256,7 @@ def _write_tokenizer_files(directory: str, tokenizer, settings: dict | None = No
 
 def save_model(config: BertConfig, params: dict, tokenizer, destination: str,
                overwrite: bool = False, task_info: dict | None = None,
-               inside_run: bool = False) -> None:
+               inside_run: bool = False, sources: tuple[str, ...] = ()) -> None:
     """A bert-jax model directory: model_config.json, vocab.txt, tokenizer_config.json, params/
     (and task.json for a fine-tuned model)."""
     import jax
@@ -240,15 +272,13 @@ def save_model(config: BertConfig, params: dict, tokenizer, destination: str,
         checkpointer.save(os.path.join(directory, PARAMS), jax.tree.map(np.asarray, params))
         checkpointer.wait_until_finished()
 
-    write_directory_atomically(destination, fill, overwrite, inside_run)
+    write_directory_atomically(destination, fill, overwrite, sources, inside_run)
 
 
 def write_task_info(directory: str, task_info: dict) -> None:
-    """task.json, written under a temporary name and renamed."""
-    path = os.path.join(directory, TASK_INFO)
-    with open(path + ".tmp", "w", encoding="utf-8") as file:
+    """task.json, published only when complete (local or gs://)."""
+    with files.atomic_write(files.join(directory, TASK_INFO)) as file:
         json.dump(task_info, file, indent=2)
-    os.replace(path + ".tmp", path)
 
 
 # An HF head's architecture (and problem type) -> the task that trains it.
@@ -280,11 +310,11 @@ def load_task_info(path: str) -> dict | None:
         settings = dict(label_names=head["label_names"]) if "label_names" in head else {}
         return dict(task=task, settings=settings, head=head)
     directory = _step_run_directory(path) if kind == "training-step" else path
-    info_path = os.path.join(directory, TASK_INFO)
-    if not os.path.exists(info_path):
+    info_path = files.join(directory, TASK_INFO)
+    if not files.exists(info_path):
         return None
     try:
-        with open(info_path, encoding="utf-8") as file:
+        with files.open_file(info_path) as file:
             return json.load(file)
     except json.JSONDecodeError as error:
         raise UserError(f"{info_path}: not valid JSON ({error})") from None
@@ -293,7 +323,8 @@ def load_task_info(path: str) -> dict | None:
 def export_huggingface(config: BertConfig, params: dict, tokenizer, destination: str,
                        architecture: str | None = None, overwrite: bool = False,
                        head: dict | None = None,
-                       extra_files: Callable[[str], None] | None = None) -> str:
+                       extra_files: Callable[[str], None] | None = None,
+                       sources: tuple[str, ...] = ()) -> str:
     """A Hugging Face directory `transformers` loads; returns the architecture written.
 
     With a task `head` (task.json's), the task architecture with its labels.
@@ -311,12 +342,12 @@ def export_huggingface(config: BertConfig, params: dict, tokenizer, destination:
         if extra_files:
             extra_files(directory)
 
-    write_directory_atomically(destination, fill, overwrite)
+    write_directory_atomically(destination, fill, overwrite, sources)
     return written[0]
 
 
 def export_tf_checkpoint(config: BertConfig, params: dict, tokenizer, destination: str,
-                         overwrite: bool = False) -> list[str]:
+                         overwrite: bool = False, sources: tuple[str, ...] = ()) -> list[str]:
     """An original google-research/bert checkpoint directory; returns the parts written.
 
     bert_model.ckpt.{index,data-00000-of-00001}, bert_config.json and vocab.txt, as in the
@@ -330,12 +361,13 @@ def export_tf_checkpoint(config: BertConfig, params: dict, tokenizer, destinatio
         written.extend(tf_checkpoint.write_directory(config, params, directory))
         _write_tokenizer_files(directory, tokenizer)
 
-    write_directory_atomically(destination, fill, overwrite)
+    write_directory_atomically(destination, fill, overwrite, sources)
     return written
 
 
 def export_saved_model(config: BertConfig, params: dict, tokenizer, destination: str,
-                       platforms=None, overwrite: bool = False) -> list[str]:
+                       platforms=None, overwrite: bool = False,
+                       sources: tuple[str, ...] = ()) -> list[str]:
     """A TensorFlow SavedModel of the model (see interop/saved_model.py); returns its signatures."""
     from bert_jax.interop import saved_model
 
@@ -345,5 +377,5 @@ def export_saved_model(config: BertConfig, params: dict, tokenizer, destination:
         written.extend(saved_model.write_directory(
             config, params, directory, tokenizer, platforms or saved_model.DEFAULT_PLATFORMS))
 
-    write_directory_atomically(destination, fill, overwrite)
+    write_directory_atomically(destination, fill, overwrite, sources)
     return written

@@ -13,7 +13,6 @@ it first). It removes messages that say nothing to a bert-jax user, and only tho
   says otherwise.
 """
 
-import glob
 import importlib.abc
 import importlib.util
 import logging
@@ -38,9 +37,10 @@ def _prefer_cpu_off_accelerators() -> None:
     With libtpu installed (the `tpu` extra, also used for `bert-jax aot`) but no TPU, JAX
     would otherwise probe for one at start-up and print a page of libtpu warnings.
     """
-    accelerator_nodes = ("/dev/accel*", "/dev/vfio/[0-9]*", "/dev/nvidia[0-9]*")
-    if "JAX_PLATFORMS" not in os.environ and "jax" not in sys.modules and not any(
-            glob.glob(pattern) for pattern in accelerator_nodes):
+    from bert_jax.training.distributed import accelerator_present  # imports no JAX
+
+    if ("JAX_PLATFORMS" not in os.environ and "jax" not in sys.modules
+            and not accelerator_present()):
         os.environ["JAX_PLATFORMS"] = "cpu"
 
 

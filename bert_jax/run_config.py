@@ -18,6 +18,7 @@ import os
 import ml_collections
 
 from bert_jax.errors import UserError
+from bert_jax.run_config_ranges import check_ranges
 
 OVERRIDE_PREFIX = "--config."
 
@@ -211,14 +212,9 @@ def load_run_config(path: str, overrides: list[str] | None = None) -> ml_collect
         raise UserError(f"{path}: get_config() must return an ml_collections.ConfigDict")
     config.lock()
     apply_overrides(config, parse_overrides(overrides or []), source=path)
+    check_ranges(flatten(config), source=path)
     return config
 
 
 def to_json(config: ml_collections.ConfigDict) -> str:
     return json.dumps(config.to_dict(), indent=2, sort_keys=True)
-
-
-def from_json(text: str) -> ml_collections.ConfigDict:
-    config = ml_collections.ConfigDict(json.loads(text))
-    config.lock()
-    return config

@@ -88,21 +88,36 @@ def mesh_from_config(mesh_config, devices: Sequence[Any] | None = None) -> Mesh:
     return make_mesh(mesh_config.data, mesh_config.fsdp, mesh_config.tensor, devices)
 
 
-def _fit_to_shape(spec: PartitionSpec, shape: tuple[int, ...], mesh: Mesh) -> PartitionSpec:
-    """Drops the mesh axes that do not divide a dimension, so tiny test models still shard."""
+# A dimension the mesh does not divide is replicated when the whole array is this small
+# (biases, LayerNorm scales, a tiny test model): a copy per device costs nothing. Larger
+# ones are an error, since silently replicating them surfaces later as out-of-memory.
+REPLICATE_LIMIT_ELEMENTS = 1 << 20
+
+
+def _fit_to_shape(spec: PartitionSpec, shape: tuple[int, ...], mesh: Mesh,
+                  name: str = "an array") -> PartitionSpec:
+    """Drops the mesh axes that do not divide a dimension of a small array; for a large one
+    raises `UserError` naming it, its shape and the mesh."""
     fitted = []
-    for dim, axes in zip(shape, tuple(spec) + (None,) * (len(shape) - len(spec))):
+    for index, (dim, axes) in enumerate(
+            zip(shape, tuple(spec) + (None,) * (len(shape) - len(spec)))):
         names = (axes,) if isinstance(axes, str) else tuple(axes or ())
-        size = int(np.prod([mesh.shape[name] for name in names])) if names else 1
-        fitted.append(axes if size > 1 and dim % size == 0 else None)
+        size = int(np.prod([mesh.shape[axis] for axis in names])) if names else 1
+        divides = size > 1 and dim % size == 0
+        if size > 1 and not divides and int(np.prod(shape)) >= REPLICATE_LIMIT_ELEMENTS:
+            raise UserError(
+                f"{name} {tuple(shape)}: dimension {index} ({dim}) cannot be split over mesh "
+                f"axes {names} of size {size} (mesh {dict(mesh.shape)}); it would be copied "
+                "whole to every device. Choose mesh sizes that divide it")
+        fitted.append(axes if divides else None)
     return PartitionSpec(*fitted)
 
 
 def logical_to_sharding(logical_axes: tuple[str | None, ...], shape: tuple[int, ...],
-                        mesh: Mesh) -> NamedSharding:
+                        mesh: Mesh, name: str = "an array") -> NamedSharding:
     """The NamedSharding of one array whose dimensions carry these logical names."""
     spec = nn.logical_to_mesh_axes(logical_axes, LOGICAL_AXIS_RULES)
-    return NamedSharding(mesh, _fit_to_shape(spec, shape, mesh))
+    return NamedSharding(mesh, _fit_to_shape(spec, shape, mesh, name))
 
 
 def tree_shardings(boxed_tree: Any, mesh: Mesh) -> Any:
@@ -110,14 +125,15 @@ def tree_shardings(boxed_tree: Any, mesh: Mesh) -> Any:
 
     Unboxed leaves (step counters, optimizer scalars) are replicated.
     """
-    def sharding_of(leaf):
+    def sharding_of(path, leaf):
         if isinstance(leaf, nn.Partitioned) and not hasattr(leaf.value, "shape"):
             return leaf.value  # an empty node (optax's MaskedNode for a frozen parameter)
         if isinstance(leaf, nn.Partitioned):
-            return logical_to_sharding(leaf.names, leaf.value.shape, mesh)
+            return logical_to_sharding(leaf.names, leaf.value.shape, mesh,
+                                       name=jax.tree_util.keystr(path, simple=True, separator="/"))
         return NamedSharding(mesh, PartitionSpec())
-    return jax.tree.map(sharding_of, boxed_tree,
-                        is_leaf=lambda leaf: isinstance(leaf, nn.Partitioned))
+    return jax.tree_util.tree_map_with_path(
+        sharding_of, boxed_tree, is_leaf=lambda leaf: isinstance(leaf, nn.Partitioned))
 
 
 def batch_sharding(mesh: Mesh, ndim: int) -> NamedSharding:

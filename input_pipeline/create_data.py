@@ -29,7 +29,10 @@ import collections
 import multiprocessing
 import os
 import re
+import shutil
+import tempfile
 
+from bert_jax import files
 from bert_jax.errors import UserError
 from input_pipeline import manifest as manifest_lib, sources
 from input_pipeline.tokenization import load_tokenizer
@@ -112,15 +115,15 @@ def shard_names(num_shards: int) -> list[str]:
 
 def commit_shards(temporary: list[str], paths: list[str]) -> None:
     """Renames complete shards into place and removes shards of an earlier, other-sized run."""
-    directory = os.path.dirname(paths[0])
-    manifest = os.path.join(directory, manifest_lib.MANIFEST_NAME)
-    if os.path.exists(manifest):
-        os.remove(manifest)  # it describes the shards about to be replaced
+    directory = files.dirname(paths[0])
+    manifest = files.join(directory, manifest_lib.MANIFEST_NAME)
+    if files.exists(manifest):
+        files.remove(manifest)  # it describes the shards about to be replaced
     for temporary_path, path in zip(temporary, paths):
-        os.replace(temporary_path, path)
-    for name in os.listdir(directory):
-        if _SHARD_NAME.fullmatch(name) and os.path.join(directory, name) not in paths:
-            os.remove(os.path.join(directory, name))
+        files.move_into_place(temporary_path, path)
+    for name in files.listdir(directory):
+        if _SHARD_NAME.fullmatch(name) and files.join(directory, name) not in paths:
+            files.remove(files.join(directory, name))
 
 
 class _ShardSet:
@@ -128,8 +131,12 @@ class _ShardSet:
 
     def __init__(self, output_dir: str, num_shards: int):
         import tensorflow as tf
-        self.paths = [os.path.join(output_dir, name) for name in shard_names(num_shards)]
-        self.temporary = [f"{path}.tmp-{os.getpid()}" for path in self.paths]
+        self.paths = [files.join(output_dir, name) for name in shard_names(num_shards)]
+        # Remote shards are written locally and uploaded whole at commit (see bert_jax/files).
+        self.staging = tempfile.mkdtemp(prefix="bert-jax-shards-") \
+            if files.is_remote(output_dir) else output_dir
+        self.temporary = [os.path.join(self.staging, f"{name}.tmp-{os.getpid()}")
+                          for name in shard_names(num_shards)]
         self.writers = [tf.io.TFRecordWriter(path) for path in self.temporary]
         self.counts = [0] * num_shards
         self.next_shard = 0
@@ -147,12 +154,18 @@ class _ShardSet:
         for writer in self.writers:
             writer.close()
         commit_shards(self.temporary, self.paths)
+        self._remove_staging()
 
     def abandon(self) -> None:
         for writer, temporary in zip(self.writers, self.temporary):
             writer.close()
             if os.path.exists(temporary):
                 os.remove(temporary)
+        self._remove_staging()
+
+    def _remove_staging(self) -> None:
+        if self.staging != files.dirname(self.paths[0]):
+            shutil.rmtree(self.staging, ignore_errors=True)
 
 
 def create_pretraining_data(input_patterns: list[str], vocab_path: str, output_dir: str, *,
@@ -175,8 +188,8 @@ def create_pretraining_data(input_patterns: list[str], vocab_path: str, output_d
     validate_settings(settings, num_shards, workers)
     tokenizer = load_tokenizer(vocab_path, lowercase)  # checks the vocabulary up front
     inputs = sources.expand_inputs(input_patterns)
-    created_output_dir = not os.path.exists(output_dir)
-    os.makedirs(output_dir, exist_ok=True)
+    created_output_dir = not files.exists(output_dir)
+    files.makedirs(output_dir)
     stats = sources.ReadStats()
     documents = sources.read_documents(inputs, input_format, encoding_errors, tfds_data_dir,
                                        tfds_feature, stats)
@@ -184,7 +197,7 @@ def create_pretraining_data(input_patterns: list[str], vocab_path: str, output_d
                                 (vocab_path, tokenizer.lowercase, settings))
     # Progress counts (decompressed) bytes read; a total is known for plain files only.
     plain = all(not path.startswith("tfds:") and not path.endswith(".gz") for path in inputs)
-    total_bytes = sum(os.path.getsize(path) for path in inputs) if plain else None
+    total_bytes = sum(files.size(path) for path in inputs) if plain else None
     shards = _ShardSet(output_dir, num_shards)
     try:
         totals = _write_all(results, shards, _progress(show_progress, total_bytes))
@@ -193,8 +206,8 @@ def create_pretraining_data(input_patterns: list[str], vocab_path: str, output_d
         shards.commit()
     except BaseException:
         shards.abandon()
-        if created_output_dir and not os.listdir(output_dir):
-            os.rmdir(output_dir)  # a failed run leaves nothing behind, not even the directory
+        if created_output_dir and files.isdir(output_dir) and not files.listdir(output_dir):
+            files.rmtree(output_dir)  # a failed run leaves nothing behind, not even the directory
         raise
     manifest = build_manifest(shards.counts, totals, settings, input_format, encoding_errors,
                               inputs, stats.replaced_bytes, tokenizer)
@@ -213,6 +226,7 @@ def build_manifest(shard_counts: list[int], totals: dict, settings: Settings,
         num_instances=totals["instances"], num_documents=totals["documents"],
         num_sentences=totals["sentences"], num_tokens=totals["tokens"],
         num_masked_tokens=totals["masked_tokens"],
+        num_long_sentences=totals["long_sentences"], num_dropped_tokens=totals["dropped_tokens"],
         settings=dict(settings.to_dict(), input_format=input_format,
                       encoding_errors=encoding_errors, num_shards=num_shards),
         inputs=inputs, replaced_bytes=replaced_bytes,
@@ -229,7 +243,9 @@ def unit_totals(result: UnitResult) -> collections.Counter:
     """A unit's contribution to the manifest's counts."""
     return collections.Counter(documents=result.num_documents, sentences=result.num_sentences,
                                tokens=result.num_tokens, masked_tokens=result.masked_tokens,
-                               instances=len(result.offsets) - 1)
+                               instances=len(result.offsets) - 1,
+                               long_sentences=result.long_sentences,
+                               dropped_tokens=result.dropped_tokens)
 
 
 def _write_all(results, shards: _ShardSet, progress) -> collections.Counter:

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 
+from bert_jax import files
 from bert_jax.errors import UserError
 
 
@@ -84,12 +85,10 @@ def prepare_demo_data(directory: str, *, vocab_size: int, seq_len: int, max_pred
             os.path.join(temporary, split), num_shards=2, max_seq_len=seq_len,
             max_predictions=max_predictions, masked_lm_prob=0.15, dupe_factor=dupe_factor,
             short_seq_prob=0.1, seed=seed, workers=1)
-    shutil.rmtree(directory, ignore_errors=True)
-    os.rename(temporary, directory)
+    files.publish_directory(temporary, directory)
     paths = dict(vocab_path=os.path.join(directory, os.path.basename(vocab_path)),
                  train_files=os.path.join(directory, "train"),
                  eval_files=os.path.join(directory, "eval"))
-    with open(summary_path + ".tmp", "w", encoding="utf-8") as file:
+    with files.atomic_write(summary_path) as file:
         json.dump(dict(settings=wanted, paths=paths), file, indent=2)
-    os.rename(summary_path + ".tmp", summary_path)
     return paths

@@ -6,10 +6,9 @@ the reader takes per-shard instance counts from it. Shards made by the original
 """
 
 import json
-import os
 
+from bert_jax import files
 from bert_jax.errors import UserError
-from input_pipeline.files import exists, open_file
 
 MANIFEST_NAME = "manifest.json"
 FORMAT = "bert-jax-pretraining-shards"
@@ -18,12 +17,10 @@ VERSION = 1
 
 def write_manifest(directory: str, manifest: dict) -> str:
     """Writes `manifest.json` atomically (temp name, then rename); returns its path."""
-    path = os.path.join(directory, MANIFEST_NAME)
-    temporary = path + ".tmp"
-    with open(temporary, "w", encoding="utf-8") as file:
+    path = files.join(directory, MANIFEST_NAME)
+    with files.atomic_write(path) as file:
         json.dump(dict(manifest, format=FORMAT, version=VERSION), file, indent=1, sort_keys=True)
         file.write("\n")
-    os.replace(temporary, path)
     return path
 
 
@@ -33,12 +30,12 @@ def read_manifest(directory: str) -> dict:
     Keys: `shards` (list of {file, num_instances}), `num_instances`, `settings` (every
     create-data setting), `vocabulary` ({hash, size, lowercase}), `format`, `version`.
     """
-    path = directory if directory.endswith(".json") else os.path.join(directory, MANIFEST_NAME)
-    if not exists(path):
+    path = directory if directory.endswith(".json") else files.join(directory, MANIFEST_NAME)
+    if not files.exists(path):
         raise UserError(f"{path}: no shard manifest here; expected the output directory of "
                         "`bert-jax create-data`")
     try:
-        with open_file(path, encoding="utf-8") as file:
+        with files.open_file(path) as file:
             manifest = json.load(file)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise UserError(f"{path}: manifest is not valid JSON ({error})") from None
@@ -50,7 +47,18 @@ def read_manifest(directory: str) -> dict:
     for key in ("shards", "settings", "vocabulary", "num_instances"):
         if key not in manifest:
             raise UserError(f"{path}: manifest lacks the key {key!r}")
+    for shard in manifest["shards"]:
+        _check_shard_name(shard.get("file") if isinstance(shard, dict) else None, path)
     return manifest
+
+
+def _check_shard_name(name, path: str) -> None:
+    """A shard is a plain file name in the manifest's directory: a manifest must not make the
+    reader open `../../anything`, an absolute path or another bucket."""
+    if (not isinstance(name, str) or name in ("", ".", "..") or "/" in name or "\\" in name
+            or "://" in name):
+        raise UserError(f"{path}: shard name {name!r} is not a plain file name in this "
+                        "directory; a manifest lists its shards by name, without any path")
 
 
 def check_vocabulary(manifest: dict, tokenizer_hash: str, source: str) -> None:

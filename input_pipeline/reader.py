@@ -12,13 +12,12 @@ Reads shards of either tool (the schema in `schema.py`); a missing file, a schem
 or a truncated shard raises `UserError` naming the file.
 """
 
-import os
-
 import numpy as np
 import tensorflow as tf
 
+from bert_jax import files as file_lib
 from bert_jax.errors import UserError
-from input_pipeline import dynamic_masking, files as file_lib, manifest as manifest_lib, schema
+from input_pipeline import dynamic_masking, manifest as manifest_lib, schema
 from input_pipeline import tfrecord
 
 # Epoch seeds: large odd multipliers keep (seed, epoch) pairs from colliding.
@@ -35,13 +34,11 @@ def expand_patterns(file_patterns: list[str]) -> list[str]:
     files = []
     for pattern in file_patterns:
         if file_lib.isdir(pattern) and file_lib.exists(
-                os.path.join(pattern, manifest_lib.MANIFEST_NAME)):
+                file_lib.join(pattern, manifest_lib.MANIFEST_NAME)):
             shards = manifest_lib.read_manifest(pattern)["shards"]
-            matches = [os.path.join(pattern, shard["file"]) for shard in shards]
-        elif file_lib.isdir(pattern):
-            matches = file_lib.glob(os.path.join(pattern, "*.tfrecord"))
+            matches = [file_lib.join(pattern, shard["file"]) for shard in shards]
         else:
-            matches = file_lib.glob(pattern)
+            matches = file_lib.expand(pattern, "*.tfrecord")
         if not matches:
             raise UserError(f"{pattern}: no shard files match")
         files.extend(matches)
@@ -76,6 +73,24 @@ def check_schema(path: str, seq_len: int, max_predictions: int) -> bool:
                             f"expected {lengths[name]} (seq_len={seq_len}, "
                             f"max_predictions={max_predictions})")
     return True
+
+
+def _manifest_counts(paths: list[str]) -> dict[str, int] | None:
+    """Each shard's record count from the manifest beside it; None if any shard has none
+    (original-tool shards carry no manifest)."""
+    counts, manifests = {}, {}
+    for path in paths:
+        directory = file_lib.dirname(path)
+        if directory not in manifests:
+            manifest_path = file_lib.join(directory, manifest_lib.MANIFEST_NAME)
+            manifests[directory] = ({shard["file"]: shard["num_instances"] for shard in
+                                     manifest_lib.read_manifest(directory)["shards"]}
+                                    if file_lib.exists(manifest_path) else {})
+        listed = manifests[directory].get(file_lib.basename(path))
+        if listed is None:
+            return None
+        counts[path] = listed
+    return counts
 
 
 class PretrainingDataset:
@@ -118,6 +133,8 @@ class PretrainingDataset:
             masked_lm_prob=masked_lm_prob, max_predictions=max_predictions)
         self._position = {"epoch": 0, "records_in_epoch": 0}
         self._iterator = None
+        self._expected_counts = _manifest_counts(self.files)  # file -> records, or None
+        self._last_tag = None  # (epoch, index) of the last record handed out
 
     # -- state ---------------------------------------------------------------------------
     def state(self) -> dict:
@@ -128,7 +145,7 @@ class PretrainingDataset:
         """Resume so that the next batch is the one after `state` was taken."""
         self._position = {"epoch": int(state["epoch"]),
                           "records_in_epoch": int(state["records_in_epoch"])}
-        self._iterator = None
+        self._iterator, self._last_tag = None, None
 
     # -- iteration -----------------------------------------------------------------------
     def __iter__(self):
@@ -139,19 +156,52 @@ class PretrainingDataset:
             self._iterator = iter(self._build(**self._position).as_numpy_iterator())
         try:
             batch = next(self._iterator)
-        except tf.errors.DataLossError as error:
+        except (tf.errors.DataLossError, tf.errors.UnknownError) as error:
+            # UnknownError: a remote shard's reader (tfrecord.read_records) raised inside tf.data.
             self._raise_data_loss(error)
         except tf.errors.InvalidArgumentError as error:
             raise UserError(f"{self.files}: a record does not match the pre-training schema "
                             f"({error.message.splitlines()[0]})") from None
         epochs, indices = batch.pop("epoch"), batch.pop("index")
+        if self._expected_counts is not None and self.deterministic:
+            self._check_epoch_ends(epochs, indices)
         self._position = {"epoch": int(epochs[-1]), "records_in_epoch": int(indices[-1]) + 1}
         return batch
+
+    def _check_epoch_ends(self, epochs: np.ndarray, indices: np.ndarray) -> None:
+        """Raises `UserError` when an epoch held fewer (or more) records than the manifest
+        lists: a shard cut at a record boundary reads without any tf.data error."""
+        if self._last_tag is not None:
+            epochs = np.concatenate([[self._last_tag[0]], epochs])
+            indices = np.concatenate([[self._last_tag[1]], indices])
+        self._last_tag = (int(epochs[-1]), int(indices[-1]))
+        expected = sum(self._expected_counts.values())
+        for end in np.nonzero(epochs[1:] != epochs[:-1])[0]:  # the last record of an epoch
+            if int(indices[end]) + 1 != expected:
+                self._raise_count_mismatch(int(indices[end]) + 1, expected)
+
+    def _raise_count_mismatch(self, counted: int, expected: int) -> None:
+        for path, listed in self._expected_counts.items():
+            actual = tfrecord.count_records(path)
+            if actual != listed:
+                raise UserError(f"{path}: holds {actual} records but its manifest lists "
+                                f"{listed}: the shard was cut short (or replaced); make or "
+                                "copy it again")
+        raise UserError(f"{self.files}: an epoch held {counted} records, the manifest lists "
+                        f"{expected}; make or copy the shards again")
 
     def _raise_data_loss(self, error) -> None:
         for path in self.files:
             tfrecord.count_records(path)  # raises UserError naming a truncated file
         raise UserError(f"{self.files}: corrupt shard data ({error.message})") from None
+
+    def _records_of_file(self, path) -> tf.data.Dataset:
+        """One shard's serialized records: tf.data's reader locally, the file layer remotely."""
+        if not any(file_lib.is_remote(name) for name in self.files):
+            return tf.data.TFRecordDataset(path)
+        return tf.data.Dataset.from_generator(
+            tfrecord.read_records, args=(path,),
+            output_signature=tf.TensorSpec(shape=(), dtype=tf.string))
 
     def _epoch_records(self, epoch, start_epoch, start_offset) -> tf.data.Dataset:
         """(epoch, index, serialized record) for one epoch, skipping what was consumed."""
@@ -159,7 +209,7 @@ class PretrainingDataset:
         files = tf.data.Dataset.from_tensor_slices(self.files)
         files = files.shuffle(len(self.files), seed=epoch_seed)
         records = files.interleave(
-            tf.data.TFRecordDataset, cycle_length=min(self.cycle_length, len(self.files)),
+            self._records_of_file, cycle_length=min(self.cycle_length, len(self.files)),
             block_length=1, num_parallel_calls=tf.data.AUTOTUNE,
             deterministic=self.deterministic)
         if self.shuffle_buffer > 1:

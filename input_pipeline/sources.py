@@ -15,13 +15,13 @@ byte offset; `replace` substitutes U+FFFD and counts the replaced bytes (`ReadSt
 """
 
 import codecs
-import glob
+import contextlib
 import gzip
-import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from bert_jax import files
 from bert_jax.errors import UserError
 
 PROSE_DOCUMENT_SENTENCES = 200
@@ -64,27 +64,26 @@ def split_sentences(paragraph: str) -> list[str]:
 
 def expand_inputs(input_patterns: list[str]) -> list[str]:
     """Sorted files of each glob or directory (kept in pattern order); `tfds:` specs pass."""
-    files = []
+    paths = []
     for pattern in input_patterns:
         if pattern.startswith("tfds:"):
-            files.append(pattern)
+            paths.append(pattern)
             continue
-        if os.path.isdir(pattern):
-            pattern = os.path.join(pattern, "*")  # every (non-hidden) file inside
-        matches = sorted(path for path in glob.glob(pattern) if not os.path.isdir(path))
+        matches = files.expand(pattern)
         if not matches:
             raise UserError(f"{pattern}: no input files match")
-        files.extend(matches)
-    return files
+        paths.extend(matches)
+    return paths
 
 
 def _decoded_lines(path: str, encoding_errors: str, stats: ReadStats) -> Iterator[str]:
     """The file's lines as text (gzip if it ends in .gz), with the error policy applied."""
-    opener = gzip.open if path.endswith(".gz") else open
     offset = 0
     replaced = 0
     try:
-        with opener(path, "rb") as file:
+        with files.open_file(path, "rb") as raw_file, (
+                gzip.GzipFile(fileobj=raw_file) if path.endswith(".gz")
+                else contextlib.nullcontext(raw_file)) as file:
             for number, raw in enumerate(file, start=1):
                 try:
                     line = raw.decode("utf-8")

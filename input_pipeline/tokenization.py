@@ -9,13 +9,13 @@ shard writer's fast path.
 
 import hashlib
 import json
-import os
 from collections.abc import Sequence
 
 import numpy as np
 import tokenizers
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
+from bert_jax import files
 from bert_jax.errors import UserError
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -25,7 +25,7 @@ SENTENCEPIECE_MODEL = "sentencepiece.model"  # its name in a vocabulary or model
 def read_vocabulary(path: str) -> list[str]:
     """The tokens of a BERT `vocab.txt`, one a line, id = line number."""
     try:
-        with open(path, encoding="utf-8") as file:
+        with files.open_file(path) as file:
             tokens = [line.rstrip("\n") for line in file]
     except FileNotFoundError:
         raise UserError(f"{path}: vocabulary file not found") from None
@@ -59,10 +59,10 @@ def _looks_uncased(tokens: Sequence[str]) -> bool:
 
 def _lowercase_setting(directory: str) -> bool | None:
     """`do_lower_case` from a Hugging Face `tokenizer_config.json`, if one says."""
-    path = os.path.join(directory, "tokenizer_config.json")
-    if not os.path.exists(path):
+    path = files.join(directory, "tokenizer_config.json")
+    if not files.exists(path):
         return None
-    with open(path, encoding="utf-8") as file:
+    with files.open_file(path) as file:
         return json.load(file).get("do_lower_case")
 
 
@@ -154,17 +154,18 @@ def load_tokenizer(path: str, lowercase: bool | None = None):
     beside the vocabulary, else from the vocabulary itself (an uncased BERT vocabulary has
     no upper-case tokens).
     """
-    if os.path.isdir(path) and os.path.exists(os.path.join(path, SENTENCEPIECE_MODEL)):
-        path = os.path.join(path, SENTENCEPIECE_MODEL)
+    is_directory = files.isdir(path)
+    if is_directory and files.exists(files.join(path, SENTENCEPIECE_MODEL)):
+        path, is_directory = files.join(path, SENTENCEPIECE_MODEL), False
     if path.endswith(".model"):
         from input_pipeline.sentencepiece_tokenizer import SentencePieceTokenizer
-        directory = os.path.dirname(path)
         if lowercase is None:
-            lowercase = _lowercase_setting(directory) or False
-        return SentencePieceTokenizer(path, lowercase)
-    directory, vocab_path = (path, os.path.join(path, "vocab.txt")) if os.path.isdir(path) \
-        else (os.path.dirname(path), path)
-    if os.path.isdir(path) and not os.path.exists(vocab_path):
+            lowercase = _lowercase_setting(files.dirname(path)) or False
+        with files.local_copy(path) as local_path:  # sentencepiece reads local files only
+            return SentencePieceTokenizer(local_path, lowercase)
+    directory, vocab_path = (path, files.join(path, "vocab.txt")) if is_directory \
+        else (files.dirname(path), path)
+    if is_directory and not files.exists(vocab_path):
         raise UserError(f"{path}: no vocab.txt in this directory")
     tokens = read_vocabulary(vocab_path)
     if lowercase is None:

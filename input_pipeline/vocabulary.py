@@ -7,6 +7,7 @@ and both put BERT's special tokens [PAD] [UNK] [CLS] [SEP] [MASK] at ids 0-4.
 import json
 import os
 
+from bert_jax import files as file_layer
 from bert_jax.errors import UserError
 from input_pipeline import sources
 from input_pipeline.tokenization import SENTENCEPIECE_MODEL, SPECIAL_TOKENS
@@ -20,13 +21,10 @@ def _sentences(files: list[str], input_format: str, encoding_errors: str, lowerc
 
 def _write_tokens(tokens: list[str], output_dir: str, lowercase: bool) -> str:
     """vocab.txt (one token a line, id = line) and tokenizer_config.json, atomically."""
-    os.makedirs(output_dir, exist_ok=True)
-    vocab_path = os.path.join(output_dir, "vocab.txt")
-    with open(vocab_path + ".tmp", "w", encoding="utf-8") as file:
-        file.writelines(token + "\n" for token in tokens)
-    with open(os.path.join(output_dir, "tokenizer_config.json"), "w", encoding="utf-8") as file:
+    vocab_path = file_layer.join(output_dir, "vocab.txt")
+    with file_layer.atomic_write(file_layer.join(output_dir, "tokenizer_config.json")) as file:
         json.dump({"do_lower_case": lowercase}, file)
-    os.replace(vocab_path + ".tmp", vocab_path)
+    file_layer.write_text(vocab_path, "".join(token + "\n" for token in tokens))
     return vocab_path
 
 
@@ -58,6 +56,9 @@ def train_sentencepiece(files: list[str], vocab_size: int, output_dir: str,
                         encoding_errors: str = "strict", model_type: str = "unigram") -> str:
     """Trains a SentencePiece model (sentencepiece.model, vocab.txt); returns the model's path."""
     import sentencepiece
+    if file_layer.is_remote(output_dir):
+        raise UserError(f"{output_dir}: SentencePiece training writes a local directory; "
+                        "train locally, then copy the directory to the bucket")
     os.makedirs(output_dir, exist_ok=True)
     prefix = os.path.join(output_dir, ".sentencepiece-training")
     try:

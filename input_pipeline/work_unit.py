@@ -41,6 +41,8 @@ class UnitResult:
     num_sentences: int
     num_tokens: int
     masked_tokens: int
+    long_sentences: int = 0  # sentences longer than an instance's token budget
+    dropped_tokens: int = 0  # their tokens beyond that budget: no instance can hold them
 
 
 def _spans_for_all_dupes(corpus, settings: Settings, unit_index: int) -> instances.Spans:
@@ -79,11 +81,18 @@ def process_unit(unit_index: int, documents: list[list[str]], tokenizer,
     sentences = [sentence for document in documents for sentence in document]
     tokens, lengths = tokenizer.encode_corpus(sentences)
     corpus = instances.Corpus.from_lengths(tokens, lengths, np.array([len(d) for d in documents]))
+    # A sentence is never split across instances (as in the original), so the tokens of one
+    # longer than [CLS] A [SEP] B [SEP] can hold are cut by truncation in every dupe.
+    budget = settings.max_seq_len - 3
+    long = np.asarray(lengths) > budget
+    overflow = dict(long_sentences=int(long.sum()),
+                    dropped_tokens=int((np.asarray(lengths)[long] - budget).sum()))
     rng = np.random.default_rng([settings.seed, unit_index])
     spans = _spans_for_all_dupes(corpus, settings, unit_index) if corpus.num_documents else None
     if spans is None or not len(spans.a_len):
         return UnitResult(unit_index, np.zeros(0, np.uint8), np.zeros(1, np.int64),
-                          corpus.num_documents, len(corpus.sentence_starts) - 1, len(tokens), 0)
+                          corpus.num_documents, len(corpus.sentence_starts) - 1, len(tokens), 0,
+                          **overflow)
     spans = instances.truncate_pairs(spans, settings.max_seq_len - 3, rng)
     # Shuffle within the unit, so each shard mixes documents and dupes.
     spans = spans.take(rng.permutation(len(spans.a_len)))
@@ -100,4 +109,5 @@ def process_unit(unit_index: int, documents: list[list[str]], tokenizer,
         offsets.append(row_offsets[1:] + sum(len(b) for b in buffers))
         buffers.append(buffer)
     return UnitResult(unit_index, np.concatenate(buffers), np.concatenate(offsets),
-                      corpus.num_documents, len(corpus.sentence_starts) - 1, len(tokens), masked)
+                      corpus.num_documents, len(corpus.sentence_starts) - 1, len(tokens), masked,
+                      **overflow)

@@ -13,7 +13,8 @@ import time
 
 from bert_jax.errors import UserError
 from launch import gcloud, remote
-from launch.job import Job, check_train_config
+from launch.check import check_jobs, load_train_config
+from launch.job import Job
 from launch.runner import CommandRunner, GcloudError
 
 NOT_FOUND = "NOT_FOUND"
@@ -47,15 +48,20 @@ def slice_state(job: Job, runner: CommandRunner) -> str:
     return _query_state(runner, gcloud.describe_node(job))
 
 
-def _check_train_config(job: Job) -> None:
-    if not check_train_config(job):
-        _message(f"{job.train_config} is not in this directory: its overrides were not "
-                 "checked (run bert-jax launch from the repository root)")
+def _check(job: Job, runner: CommandRunner, full: bool) -> None:
+    """A mistake in the job should not cost a rented slice: the config and its overrides are
+    always loaded; `full` (and not a dry run) also reads the data and traces the step."""
+    if full and not runner.dry_run:
+        check_jobs([job], out=sys.stderr)
+    else:
+        load_train_config(job)
 
 
-def create(job: Job, runner: CommandRunner, poll_seconds: float = POLL_SECONDS) -> None:
-    """Rents the slice; a queued request is polled until its slice is ACTIVE."""
-    _check_train_config(job)  # a typo in an override should not cost a rented slice
+def create(job: Job, runner: CommandRunner, poll_seconds: float = POLL_SECONDS,
+           check: bool = True) -> None:
+    """Rents the slice, after `launch check` (`check=False`: the config load only); a
+    queued request is polled until its slice is ACTIVE."""
+    _check(job, runner, check)
     _message(f"creating {job.accelerator.name} slice {job.name!r} "
              f"({job.num_workers} workers) in {job.zone}")
     if not job.queued:
@@ -95,9 +101,11 @@ def start(job: Job, runner: CommandRunner) -> None:
              f"{job.path}`; logs are copied to {job.workdir}/logs/")
 
 
-def run(job: Job, runner: CommandRunner, poll_seconds: float = POLL_SECONDS) -> None:
-    """Starts the job on every worker, first re-creating a preempted slice (see module doc)."""
-    _check_train_config(job)
+def run(job: Job, runner: CommandRunner, poll_seconds: float = POLL_SECONDS,
+        check: bool = True) -> None:
+    """Starts the job on every worker, first re-creating a preempted slice (see module doc);
+    `launch check` runs first unless `check=False`."""
+    _check(job, runner, check)
     if runner.dry_run:  # no state to look at: print the commands of the READY path
         start(job, runner)
         return
@@ -109,7 +117,7 @@ def run(job: Job, runner: CommandRunner, poll_seconds: float = POLL_SECONDS) -> 
         _message(f"slice {job.name!r} is {state}: deleting it, creating it again, installing "
                  f"the code and resuming from {job.workdir}")
         delete(job, runner)
-        create(job, runner, poll_seconds)
+        create(job, runner, poll_seconds, check=False)  # checked above
         setup(job, runner)
     elif state != "READY":
         raise UserError(f"slice {job.name!r} is {state}; wait until `bert-jax launch status "

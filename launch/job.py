@@ -15,15 +15,16 @@
 
     [train]                              # what `run` starts on every worker
     config = "configs/bert_large.py"
-    [train.overrides]
-    "train.batch_size" = 256
+    [train.overrides]                    # --config.KEY=VALUE for bert-jax pretrain
+    batch_size = 256
+    "data.train_files" = "gs://my-bucket/shards/train"
+    "data.vocab_path" = "gs://my-bucket/shards/vocab.txt"
 
     [env]                                # optional extra environment for the run
     TF_CPP_MIN_LOG_LEVEL = "2"
 """
 
 import dataclasses
-import os
 import re
 import tomllib
 from typing import Any
@@ -145,15 +146,3 @@ def override_arguments(job: Job) -> list[str]:
     """`--config.key=value` for each override, as `bert-jax pretrain` reads them (TOML's
     true becomes "True", which the run config's parser accepts)."""
     return [f"--config.{key}={value}" for key, value in job.overrides]
-
-
-def check_train_config(job: Job) -> bool:
-    """Loads the job's pretrain config with its overrides when the file is here (paths are
-    relative to the repository root), so that a mistyped key fails now, not on a rented
-    pod. Returns whether the check could be made. Imports ml_collections, not JAX."""
-    from bert_jax.run_config import load_run_config
-
-    if not os.path.isfile(job.train_config.partition(":")[0]):
-        return False
-    load_run_config(job.train_config, override_arguments(job))
-    return True

@@ -38,16 +38,17 @@ class TpuGeneration:
     single_host_chips: int  # slices up to this many chips are one host
     hbm_bytes_per_chip: int  # high-bandwidth memory of one chip
     peak_bf16_flops_per_chip: float  # dense bf16 matrix-unit peak of one chip
+    devices_per_chip: int  # JAX devices per chip: 2 on v2/v3 (one per core), 1 with megacore
 
 
 GENERATIONS = {
     generation.name: generation for generation in (
-        TpuGeneration("v2", "v2", "TPU v2", 2, True, 4, 4, 16 * GIB, 45e12),
-        TpuGeneration("v3", "v3", "TPU v3", 2, True, 4, 4, 32 * GIB, 123e12),
-        TpuGeneration("v4", "v4", "TPU v4", 2, True, 4, 4, 32 * GIB, 275e12),
-        TpuGeneration("v5litepod", "v5e", "TPU v5 lite", 1, False, 4, 8, 16 * GIB, 197e12),
-        TpuGeneration("v5p", "v5p", "TPU v5", 2, True, 4, 4, 95 * GIB, 459e12),
-        TpuGeneration("v6e", "v6e", "TPU v6 lite", 1, False, 4, 8, 32 * GIB, 918e12),
+        TpuGeneration("v2", "v2", "TPU v2", 2, True, 4, 4, 16 * GIB, 45e12, 2),
+        TpuGeneration("v3", "v3", "TPU v3", 2, True, 4, 4, 32 * GIB, 123e12, 2),
+        TpuGeneration("v4", "v4", "TPU v4", 2, True, 4, 4, 32 * GIB, 275e12, 1),
+        TpuGeneration("v5litepod", "v5e", "TPU v5 lite", 1, False, 4, 8, 16 * GIB, 197e12, 1),
+        TpuGeneration("v5p", "v5p", "TPU v5", 2, True, 4, 4, 95 * GIB, 459e12, 1),
+        TpuGeneration("v6e", "v6e", "TPU v6 lite", 1, False, 4, 8, 32 * GIB, 918e12, 1),
     )
 }
 # Names people write for the same accelerator types.
@@ -69,6 +70,11 @@ class AcceleratorType:
     def num_chips(self) -> int:
         cores_per_chip = self.generation.cores_per_chip if self.generation.type_counts_cores else 1
         return self.size // cores_per_chip
+
+    @property
+    def num_devices(self) -> int:
+        """`jax.device_count()` on the whole slice: the devices a run config's mesh covers."""
+        return self.num_chips * self.generation.devices_per_chip
 
     @property
     def num_workers(self) -> int:

@@ -7,8 +7,6 @@ import subprocess
 import sys
 import time
 
-import pytest
-
 from launch import local
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -72,7 +70,6 @@ def _checkpoint_steps(workdir) -> list[int]:
     return sorted(int(name) for name in os.listdir(directory) if name.isdigit())
 
 
-@pytest.mark.skipif(not os.path.exists(DEMO_CONFIG), reason="configs/demo.py is not there yet")
 def test_two_processes_train_to_a_checkpoint_and_resume(tmp_path):
     workdir = tmp_path / "run"
     small = ["--config.checkpoint.every_steps=2", "--config.log_every_steps=1",

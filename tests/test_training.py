@@ -123,8 +123,9 @@ def test_kill_9_then_resume_is_bit_identical(reference, tmp_path):
 
 def test_nan_loss_stops_with_a_message_and_keeps_the_last_good_checkpoint(reference, tmp_path):
     config = tiny_run_config()
-    with pytest.raises(UserError, match=r"step 8: the loss or the gradient norm is not finite"
-                                        r".*last good checkpoint is step 6"):
+    with pytest.raises(UserError, match=r"step 8: the loss, the gradient norm or the updated "
+                                        r"parameters are not finite.*last good checkpoint is "
+                                        r"step 6"):
         trainer.train(config, str(tmp_path), show_progress=False, log=lambda *_: None,
                       dataset_factory=synthetic_factory(config, nan_at=7))
     steps = checkpointing.Checkpoints(str(tmp_path / "checkpoints")).all_steps()

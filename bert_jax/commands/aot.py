@@ -2,7 +2,6 @@
 
 import argparse
 import json
-import os
 
 HELP = "compile the train step for a TPU topology on this CPU host: memory fit, FLOPs, time"
 DESCRIPTION = """\
@@ -32,8 +31,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chip-config", default=None,
                         help="libtpu chip config name; 'megacore' makes each v4/v5p chip one "
                              "device (default: libtpu's)")
-    parser.add_argument("--mfu", type=float, default=0.5,
-                        help="model-FLOPs utilisation assumed for the time projection (default: 0.5)")
+    from bert_jax.aot_report import DEFAULT_MFU  # imports no JAX
+
+    parser.add_argument("--mfu", type=float, default=DEFAULT_MFU,
+                        help="model-FLOPs utilisation assumed for the time projection "
+                             f"(default: {DEFAULT_MFU})")
     parser.add_argument("--steps", type=int, default=None,
                         help="steps to project the time for (default: the config's num_train_steps)")
     parser.add_argument("--recipe", choices=["original"], default=None,
@@ -59,12 +61,11 @@ def _compile(config_path: str, overrides: list[str], topology: str, chip_config,
 
 
 def _write_json(path: str, reports: list, mfu: float, extra: dict) -> None:
+    from bert_jax import files
     from bert_jax.aot_report import report_to_json
 
-    temporary = f"{path}.tmp"
-    with open(temporary, "w") as file:
+    with files.atomic_write(path) as file:
         json.dump({"reports": [report_to_json(r, mfu) for r in reports], **extra}, file, indent=2)
-    os.replace(temporary, path)
 
 
 def run(args: argparse.Namespace) -> int:

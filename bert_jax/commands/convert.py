@@ -39,7 +39,8 @@ label2id) or BertForQuestionAnswering directory, and such Hugging Face directori
 with their heads and labels.
 
 DST is written to a temporary directory and renamed when complete; it must not exist or be
-empty unless --overwrite, and it may not lie inside a training run.
+empty unless --overwrite, and it may not lie inside a training run or contain SRC. Either
+may be a gs:// URL.
 
 examples:
   bert-jax convert runs/demo exported/demo-hf --to hf
@@ -77,7 +78,6 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     from bert_jax import model_io
-    from input_pipeline.tokenization import load_tokenizer
 
     kind = model_io.source_kind(args.source)
     if args.to == "sentence-transformers":
@@ -87,34 +87,33 @@ def run(args) -> int:
         print(f"wrote sentence-transformers model ({summary}) to {args.destination}")
         return 0
     target = args.to or ("bert-jax" if kind == "huggingface" else "hf")
-    config, params, vocab_path = model_io.load_model(args.source)
+    config, params, tokenizer, vocab_path = model_io.load_model_and_tokenizer(
+        args.source, args.vocab)
     task_info = model_io.load_task_info(args.source)  # a fine-tuned model's task and labels
-    vocab_path = args.vocab or vocab_path
-    if vocab_path is None:
-        raise UserError(f"{args.source}: no vocab.txt beside the weights; pass --vocab")
-    tokenizer = load_tokenizer(vocab_path)
     if tokenizer.vocab_size != config.vocab_size:
         raise UserError(f"{vocab_path}: {tokenizer.vocab_size} tokens, but the model's "
                         f"vocab_size is {config.vocab_size}")
     if target == "tf-checkpoint":
         parts = model_io.export_tf_checkpoint(config, params, tokenizer, args.destination,
-                                              args.overwrite)
+                                              args.overwrite, (args.source,))
         print(f"wrote original TF checkpoint ({kind} -> {', '.join(parts)}) to "
               f"{args.destination}")
     elif target == "saved-model":
         signatures = model_io.export_saved_model(config, params, tokenizer, args.destination,
-                                                 _platforms(args.platforms), args.overwrite)
+                                                 _platforms(args.platforms), args.overwrite,
+                                                 (args.source,))
         print(f"wrote TensorFlow SavedModel ({kind} -> signatures {', '.join(signatures)}) to "
               f"{args.destination}")
     elif target == "hf":
         architecture = None if args.hf_architecture == "auto" else args.hf_architecture
         head = task_info["head"] if task_info and architecture is None else None
         written = model_io.export_huggingface(config, params, tokenizer, args.destination,
-                                              architecture, args.overwrite, head=head)
+                                              architecture, args.overwrite, head=head,
+                                              sources=(args.source,))
         print(f"wrote {written} ({kind} -> Hugging Face) to {args.destination}")
     else:
         model_io.save_model(config, params, tokenizer, args.destination, args.overwrite,
-                            task_info=task_info)
+                            task_info=task_info, sources=(args.source,))
         print(f"wrote bert-jax model ({kind} -> bert-jax) to {args.destination}")
     return 0
 

@@ -12,7 +12,8 @@ and uses --workers processes; the output depends only on the inputs and --seed.
 
 Input: files in BERT format (one sentence per line, a blank line between documents),
 plain prose (--format prose), .gz files, globs, or a prepared TFDS dataset as
-tfds:NAME[:SPLIT] (with --tfds-data-dir)."""
+tfds:NAME[:SPLIT] (with --tfds-data-dir). Inputs, the vocabulary and the output directory
+may be gs:// paths."""
 
 
 def add_arguments(parser) -> None:
@@ -108,4 +109,11 @@ def run(args) -> int:
     print(f"wrote {manifest['num_instances']} instances from {manifest['num_documents']} "
           f"documents to {len(manifest['shards'])} shards in {args.output_dir}"
           + (f" ({replaced} non-UTF-8 bytes replaced)" if replaced else ""))
+    if manifest["num_long_sentences"]:
+        budget = args.max_seq_len - 3
+        print(f"warning: {manifest['num_long_sentences']} sentence(s) (lines, in the bert "
+              f"format) were longer than the {budget} tokens an instance holds; "
+              f"{manifest['num_dropped_tokens']} of the corpus's {manifest['num_tokens']} tokens "
+              "were dropped (a sentence is never split across instances). Put one sentence "
+              "per line, or use --input-format prose", file=sys.stderr)
     return 0

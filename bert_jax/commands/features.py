@@ -57,11 +57,11 @@ def _parse_layers(text: str) -> list[int]:
 
 def read_texts(path: str) -> list[str | tuple[str, str]]:
     """One text per line; a line with a tab is a (first, second) pair."""
+    from bert_jax import files
     from bert_jax.errors import UserError
 
     try:
-        with open(path, encoding="utf-8") as file:
-            lines = file.read().splitlines()
+        lines = files.read_text(path).splitlines()
     except FileNotFoundError:
         raise UserError(f"{path}: input file not found") from None
     except UnicodeDecodeError as error:
@@ -79,22 +79,13 @@ def read_texts(path: str) -> list[str | tuple[str, str]]:
 
 
 def write_npz(path: str, arrays: dict) -> None:
-    """np.savez under a temporary name in the same directory, then an atomic rename."""
-    import os
-    import tempfile
-
+    """np.savez, published only when complete (local or gs://)."""
     import numpy as np
 
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=directory)
-    try:
-        with os.fdopen(handle, "wb") as file:
-            np.savez(file, **arrays)
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
+    from bert_jax import files
+
+    with files.atomic_write(path, "wb") as file:
+        np.savez(file, **arrays)
 
 
 def load_text_model(path: str, max_seq_len: int | None):
@@ -102,15 +93,12 @@ def load_text_model(path: str, max_seq_len: int | None):
     checked against its positions; shared by the commands that run a model on text."""
     from bert_jax import model_io
     from bert_jax.errors import UserError
-    from input_pipeline.tokenization import load_tokenizer
 
-    config, params, vocab_path = model_io.load_model(path)
-    if vocab_path is None:
-        raise UserError(f"{path}: no vocab.txt beside the weights")
+    config, params, tokenizer, _ = model_io.load_model_and_tokenizer(path)
     if max_seq_len is not None and not 2 < max_seq_len <= config.max_positions:
         raise UserError(f"--max-seq-len must be in 3..{config.max_positions} for this model, "
                         f"got {max_seq_len}")
-    return config, params, load_tokenizer(vocab_path)
+    return config, params, tokenizer
 
 
 def run(args) -> int:

@@ -23,11 +23,14 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     import bert_jax
+    from bert_jax import inference
     from bert_jax.errors import UserError
 
     if args.top_k < 1:
         raise UserError(f"--top-k must be at least 1, got {args.top_k}")
     model = bert_jax.load(args.model)
+    for text in args.texts:  # every text is checked before any is answered
+        inference.masked_input(model.tokenizer, text, model.config.max_positions)
     for text in args.texts:
         predictions = model.fill_mask(text, args.top_k)
         print(text)

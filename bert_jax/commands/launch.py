@@ -11,7 +11,9 @@ Runs `bert-jax pretrain` on a Cloud TPU VM slice described by a job file (TOML; 
 launch/jobs/ for examples), or rehearses a multi-host run on this machine.
 
 A pod run, step by step:
-  bert-jax launch create JOB.toml   rent the slice (on demand, spot, or queued)
+  bert-jax launch check  JOB.toml   read the job's vocabulary and shards, trace its train
+                                    step for the slice's devices: seconds, on this machine
+  bert-jax launch create JOB.toml   check, then rent the slice (on demand, spot, or queued)
   bert-jax launch setup  JOB.toml   install the code on every worker
   bert-jax launch run    JOB.toml   start pretrain on every worker, detached; after a
                                     preemption, re-creates the slice and resumes
@@ -20,6 +22,8 @@ A pod run, step by step:
   bert-jax launch stop   JOB.toml   checkpoint and stop the run; the slice stays
   bert-jax launch delete JOB.toml   give the slice back (the gs:// workdir stays)
 Every cloud action takes --dry-run: print the gcloud commands instead of running them.
+`create` and `run` run `check` first (unless --skip-check or --dry-run); the config and
+its overrides are loaded in any case.
 
 Rehearsal: bert-jax launch local --processes 2 --devices-per-process 4 --config configs/demo.py
 """
@@ -36,13 +40,26 @@ _CLOUD_ACTIONS = {
 }
 
 
+_CHECK_HELP = ("before renting: load each job's pretrain config with its overrides, read its "
+               "vocabulary, shard manifest and first records from the job's paths, build the "
+               "mesh over the slice's device count and trace the train step for it")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    check = actions.add_parser("check", help=_CHECK_HELP, description=_CHECK_HELP + (
+        ". The devices are simulated on the CPU; nothing is compiled or rented. Exits "
+        "non-zero naming the first problem of each job that would fail on the pod."))
+    check.add_argument("jobs", metavar="JOB.toml", nargs="+", help="job files (TOML)")
     for name, help_text in _CLOUD_ACTIONS.items():
         action = actions.add_parser(name, help=help_text, description=help_text)
         action.add_argument("job", metavar="JOB.toml", help="the job file (TOML)")
         action.add_argument("--dry-run", action="store_true",
                             help="print the gcloud commands, one per line, instead of running them")
+        if name in ("create", "run"):
+            action.add_argument("--skip-check", action="store_true",
+                                help="do not read the data or trace the train step first (the "
+                                     "config and its overrides are still loaded)")
         if name == "logs":
             action.add_argument("--worker", type=int, default=0,
                                 help="which worker's log to follow (default: 0)")
@@ -77,10 +94,17 @@ def run(args: argparse.Namespace) -> int:
     from launch.job import load_job
     from launch.runner import CommandRunner
 
+    if args.action == "check":
+        from launch.check import check_jobs
+        check_jobs([load_job(path) for path in args.jobs])
+        print("bert-jax launch check: every job passed", flush=True)
+        return 0
     job = load_job(args.job)
     runner = CommandRunner(dry_run=args.dry_run)
     if args.action == "logs":
         actions.logs(job, runner, worker=args.worker, lines=args.lines)
+    elif args.action in ("create", "run"):
+        actions.ACTIONS[args.action](job, runner, check=not args.skip_check)
     else:
         actions.ACTIONS[args.action](job, runner)
     return 0

@@ -1,6 +1,7 @@
 """`bert-jax pretrain`: pre-train (or continue pre-training) BERT from a run config."""
 
 import argparse
+import functools
 import os
 
 HELP = "pre-train BERT (MLM + NSP) from a run config, resuming where a run left off"
@@ -25,7 +26,10 @@ differ: the step count and schedule continue, the new data starts at its beginni
 
 WORKDIR receives model_config.json, vocab.txt, run_config.json, checkpoints/<step>/
 {params,opt_state,meta} (orbax; saved every checkpoint.every_steps in the background,
-the last checkpoint.keep kept, and on SIGTERM before exiting) and tensorboard/.
+the last checkpoint.keep kept, and on SIGTERM or a first Ctrl-C before exiting; a second
+Ctrl-C exits at once) and tensorboard/. One run at a time: a second run on the same
+WORKDIR is refused, naming the first (a lock file; on gs://, a lease object).
+With --no-progress, one line per log_every_steps carries the training loss instead.
 
 Several processes (multi-host): pass --coordinator-address/--num-processes/--process-id
 to every process, or nothing on a Cloud TPU VM (peers are discovered). Each process reads
@@ -90,7 +94,8 @@ def run(args: argparse.Namespace) -> int:
     run_config = load_run_config(args.config, args.overrides)
     workdir = args.workdir or default_workdir(args.config)
     chief = jax.process_index() == 0
-    say = print if chief else (lambda *_, **__: None)
+    # Flushed line by line: on a pod the output is a log file that `launch logs` follows.
+    say = functools.partial(print, flush=True) if chief else (lambda *_, **__: None)
     result = trainer.train(run_config, workdir, show_progress=not args.no_progress, log=say)
     if result["evaluations"]:
         say("\nevaluation on held-out shards:\n" + trainer.format_evaluations(

@@ -11,6 +11,7 @@ A head is described by a small dict, the same in task.json and here:
 import json
 import os
 
+from bert_jax import files
 from bert_jax.config import BertConfig
 from bert_jax.errors import UserError
 from bert_jax.interop.tensor_map import Entry, dense_entries
@@ -85,6 +86,6 @@ def head_from_config(values: dict, source: str) -> dict | None:
 
 def read_head(directory: str) -> dict | None:
     """The head of an HF directory (None when it has none of ours)."""
-    path = os.path.join(directory, "config.json")
-    with open(path, encoding="utf-8") as file:
+    path = files.join(directory, "config.json")
+    with files.open_file(path) as file:
         return head_from_config(json.load(file), path)

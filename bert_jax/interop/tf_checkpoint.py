@@ -9,6 +9,7 @@ import glob
 import json
 import os
 
+from bert_jax import files
 from bert_jax.config import BertConfig
 from bert_jax.errors import UserError
 from bert_jax.interop import huggingface, tensor_map
@@ -87,8 +88,8 @@ def name_table(config: BertConfig) -> list[Entry]:
 
 
 def is_checkpoint_directory(directory: str) -> bool:
-    return (os.path.exists(os.path.join(directory, CONFIG_NAME))
-            and bool(glob.glob(os.path.join(directory, "*.index"))))
+    return (files.exists(files.join(directory, CONFIG_NAME))
+            and bool(files.glob(files.join(directory, "*.index"))))
 
 
 def checkpoint_prefix(directory: str) -> str:

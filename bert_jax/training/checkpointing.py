@@ -8,13 +8,18 @@ step to a temporary name and renames it when complete, so a kill -9 at any momen
 only whole checkpoints; saves run in the background while training goes on.
 """
 
+import contextlib
+import errno
+import logging
 import os
+import shutil
 from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
 from etils import epath
 
+from bert_jax import files  # also routes orbax's epath through the one file layer
 from bert_jax.errors import UserError
 
 ITEMS = ("params", "opt_state", "meta")
@@ -25,11 +30,11 @@ class Checkpoints:
 
     def __init__(self, directory: str, keep: int = 3, async_save: bool = True):
         # Orbax wants absolute paths; gs:// and other URLs already are.
-        self.directory = epath.Path(directory if "://" in directory
-                                    else os.path.abspath(directory))
+        self.directory = epath.Path(files.absolute(directory))
         options = ocp.CheckpointManagerOptions(
             max_to_keep=keep, enable_async_checkpointing=async_save, create=True)
         self._manager = ocp.CheckpointManager(self.directory, item_names=ITEMS, options=options)
+        self._needed, self._saving = 0, None  # the last checkpoint started: bytes, step
 
     def latest_step(self) -> int | None:
         return self._manager.latest_step()
@@ -38,11 +43,47 @@ class Checkpoints:
         return list(self._manager.all_steps())
 
     def save(self, step: int, params: Any, opt_state: Any, meta: dict) -> None:
-        """Starts saving `step` (asynchronously unless async_save=False); returns at once."""
-        self._manager.save(step, force=True, args=ocp.args.Composite(
-            params=ocp.args.StandardSave(params),
-            opt_state=ocp.args.StandardSave(opt_state),
-            meta=ocp.args.JsonSave(meta)))
+        """Starts saving `step` (asynchronously unless async_save=False); returns at once.
+
+        A local disk without room for it is a `UserError` before anything is written."""
+        needed = sum(getattr(leaf, "nbytes", 0) for leaf in jax.tree.leaves((params, opt_state)))
+        self._check_free_space(step, needed)
+        self._needed, self._saving = needed, step
+        with self._storage_errors(step):
+            self._manager.save(step, force=True, args=ocp.args.Composite(
+                params=ocp.args.StandardSave(params),
+                opt_state=ocp.args.StandardSave(opt_state),
+                meta=ocp.args.JsonSave(meta)))
+
+    def _check_free_space(self, step: int, needed: int) -> None:
+        if "://" in str(self.directory):
+            return  # object storage: no free space to ask about
+        existing = str(self.directory)
+        while not os.path.exists(existing):
+            existing = os.path.dirname(existing)
+        free = shutil.disk_usage(existing).free
+        if free < needed:
+            raise UserError(
+                f"{self.directory}: the checkpoint of step {step} needs about "
+                f"{_gib(needed)} (parameters and optimizer state) but the disk has "
+                f"{_gib(free)} free; free some space (checkpoint.keep keeps fewer) or use "
+                "another --workdir, then rerun to resume from the last checkpoint")
+
+    @contextlib.contextmanager
+    def _storage_errors(self, step: int | None):
+        """One clear error for a full disk or failing storage, not a traceback per thread."""
+        try:
+            yield
+        except Exception as error:  # orbax re-raises background-thread errors, wrapped
+            reason = _storage_failure(error)
+            if reason is None:
+                raise
+            size = f" (a checkpoint needs about {_gib(self._needed)})" if self._needed else ""
+            raise UserError(
+                f"{self.directory}: saving checkpoint{'' if step is None else f' {step}'} "
+                f"failed: {reason}{size}. Earlier checkpoints are intact (each is written under "
+                "a temporary name first); free space or use another --workdir, then rerun to "
+                "resume") from None
 
     def restore(self, step: int, abstract_params: Any, abstract_opt_state: Any
                 ) -> tuple[Any, Any, dict]:
@@ -53,18 +94,17 @@ class Checkpoints:
             meta=ocp.args.JsonRestore()))
         return restored["params"], restored["opt_state"], restored["meta"]
 
-    def restore_meta(self, step: int) -> dict:
-        restored = self._manager.restore(step, args=ocp.args.Composite(
-            meta=ocp.args.JsonRestore()))
-        return restored["meta"]
-
     def wait(self) -> None:
         """Blocks until every pending background save is on disk."""
-        self._manager.wait_until_finished()
+        with self._storage_errors(self._saving):
+            self._manager.wait_until_finished()
 
     def close(self) -> None:
-        self._manager.wait_until_finished()
-        self._manager.close()
+        with self._storage_errors(self._saving):
+            try:
+                self._manager.wait_until_finished()
+            finally:
+                self._manager.close()
 
 
 def restore_params(path: str, abstract_params: Any | None = None) -> Any:
@@ -72,7 +112,7 @@ def restore_params(path: str, abstract_params: Any | None = None) -> Any:
 
     Without `abstract_params` the arrays come back as they were saved, on the default device.
     """
-    if not epath.Path(path).exists():
+    if not files.exists(path):
         raise UserError(f"{path}: no parameter checkpoint here")
     checkpointer = ocp.StandardCheckpointer()
     try:
@@ -81,8 +121,35 @@ def restore_params(path: str, abstract_params: Any | None = None) -> Any:
         checkpointer.close()
 
 
-def abstract_of(tree: Any) -> Any:
-    """ShapeDtypeStructs (with shardings) of a tree of arrays, as restore targets."""
-    return jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=getattr(x, "sharding", None)),
-        tree)
+def _storage_failure(error: BaseException) -> str | None:
+    """"no space left on device" (or the OS's words) if `error` or one of its causes is a
+    failed write; None for any other error. Tensorstore reports ENOSPC as a ValueError."""
+    seen = error
+    while seen is not None:
+        if isinstance(seen, OSError):
+            return "no space left on device" if seen.errno == errno.ENOSPC else str(seen)
+        if "No space left on device" in str(seen):
+            return "no space left on device"
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+class _QuietStorageFailures(logging.Filter):
+    """Orbax logs a failed background write once per thread with its traceback (hundreds of
+    lines for one full disk); the trainer reports it once, as a UserError."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        if record.exc_info and record.exc_info[1] is not None:
+            text += str(record.exc_info[1])
+        return "No space left on device" not in text
+
+
+logging.getLogger("absl").addFilter(_QuietStorageFailures())
+
+
+def _gib(num_bytes: int) -> str:
+    """GiB with two decimals, or MiB below one GiB."""
+    if num_bytes >= 2**30:
+        return f"{num_bytes / 2**30:.2f} GiB"
+    return f"{num_bytes / 2**20:.1f} MiB"

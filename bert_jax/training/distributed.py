@@ -7,17 +7,23 @@ process needs neither. Each process then reads its own shards, and `global_batch
 assembles the per-process batches into one array sharded over the whole mesh.
 """
 
+import glob
 import json
-import os
 
 from bert_jax.errors import UserError
 
+# Cloud TPU VMs expose their chips as /dev/accel* or /dev/vfio/<number> devices.
+TPU_DEVICE_NODES = ("/dev/accel*", "/dev/vfio/[0-9]*")
+GPU_DEVICE_NODES = ("/dev/nvidia[0-9]*",)
+
+
+def accelerator_present(device_nodes=TPU_DEVICE_NODES + GPU_DEVICE_NODES) -> bool:
+    """Whether this machine has a device node of an accelerator; imports no JAX."""
+    return any(glob.glob(pattern) for pattern in device_nodes)
+
 
 def _on_tpu_vm() -> bool:
-    """Cloud TPU VMs expose their chips as /dev/accel* or /dev/vfio devices."""
-    return os.path.exists("/dev/accel0") or bool(
-        [name for name in os.listdir("/dev/vfio") if name.isdigit()]
-        if os.path.isdir("/dev/vfio") else [])
+    return accelerator_present(TPU_DEVICE_NODES)
 
 
 def initialize(coordinator_address: str | None = None, num_processes: int | None = None,

@@ -12,8 +12,9 @@ any device memory:
 Gradient accumulation splits the global batch into `grad_accum_steps` micro-batches inside
 the step. The task's counts are taken on the whole global batch first and every
 micro-batch's sums are divided by them, so the accumulated loss and gradient are exactly
-the big batch's. A step whose loss or gradient is not finite leaves the state untouched
-(and reports `finite = 0`), so the trainer can stop with the last good parameters intact.
+the big batch's. A step whose loss, gradient or updated parameters are not finite leaves
+the state untouched (and reports `finite = 0`), so the trainer can stop with the last good
+parameters intact.
 
 The step is traced under `sharding.activation_sharding(mesh)`, so the model's
 `with_logical_constraint` calls keep activations split along the batch. Batches of other
@@ -126,7 +127,11 @@ def train_step(state: TrainState, batch: dict, rng: jax.Array, *, task: Task, mo
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     metrics = task.means(sums, counts)
-    finite = jnp.isfinite(metrics["loss"]) & jnp.isfinite(grad_norm)
+    # The updated parameters too: a finite gradient can still step them to inf (an overflow
+    # in the optimizer), and a checkpoint of those would fail again at once on resume.
+    params_finite = jax.tree.reduce(jnp.logical_and, jax.tree.map(
+        lambda leaf: jnp.all(jnp.isfinite(leaf)), params), jnp.bool_(True))
+    finite = jnp.isfinite(metrics["loss"]) & jnp.isfinite(grad_norm) & params_finite
     new_state = TrainState(step=state.step + 1, params=params, opt_state=opt_state)
     # A non-finite step keeps the old state, so the last good parameters survive it.
     new_state = jax.tree.map(lambda new, old: jnp.where(finite, new, old), new_state, state)

@@ -12,49 +12,26 @@ Where the starting state comes from, in this order:
 A phase-2 run (longer sequences, other shards) in a phase-1 work directory resumes its
 parameters, optimizer and step, and starts the new data from its beginning.
 
-SIGTERM (spot / preemptible VMs) makes the loop save the current step and return; a
-non-finite loss or gradient stops it with an error, leaving the last good checkpoint.
+SIGTERM (spot / preemptible VMs) and a first Ctrl-C make the loop save the current step and
+return (`interrupts.py`); a non-finite loss, gradient or parameter stops it with an error,
+leaving the last good checkpoint. Before anything is written, the work directory is checked
+(same model, `init_from` of the right size) and locked against a second run (`run_lock.py`).
 """
 
+import contextlib
 import json
-import os
-import signal
 import time
 
 import jax
 import numpy as np
-from etils import epath
 
-from bert_jax import sharding
+from bert_jax import files, sharding
 from bert_jax.training import checkpointing, distributed, train_step as train_step_lib
-from bert_jax.training import training_data
-from bert_jax.config import BertConfig
+from bert_jax.training import training_data, workdir as workdir_lib
 from bert_jax.errors import UserError
+from bert_jax.training.interrupts import StopRequests
 from bert_jax.training.metrics_writer import MetricsWriter
-from bert_jax.run_config import to_json
-
-
-
-class _Preemption:
-    """Turns SIGTERM into a flag the loop polls, so the current step can be saved first."""
-
-    def __init__(self):
-        self.requested = False
-        self._previous = None
-
-    def __enter__(self):
-        try:
-            self._previous = signal.signal(signal.SIGTERM, self._handle)
-        except ValueError:  # not the main thread: leave signals alone
-            self._previous = None
-        return self
-
-    def _handle(self, signum, frame):
-        self.requested = True
-
-    def __exit__(self, *exc):
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
+from bert_jax.training.run_lock import RunLock
 
 
 _BUNDLES = {}
@@ -78,30 +55,15 @@ def _bundle_for(run_config, mesh, task=None):
     return _BUNDLES[key]
 
 
-def _write_run_files(run_config, workdir: str, model_config) -> None:
-    """model_config.json, vocab.txt and run_config.json at the work directory's root."""
-    root = epath.Path(workdir)
-    root.mkdir(parents=True, exist_ok=True)
-    model_path = root / "model_config.json"
-    wanted = json.dumps(model_config.to_dict(), indent=2, sort_keys=True)
-    # Compared as configs: a file from before the precision knobs left the model still matches.
-    if model_path.exists() and BertConfig.from_dict(
-            json.loads(model_path.read_text()), str(model_path)) != model_config:
-        raise UserError(f"{model_path}: this work directory holds a different model "
-                        f"({model_path.read_text()}); use another --workdir")
-    for name, text in (("model_config.json", wanted), ("run_config.json", to_json(run_config))):
-        (root / (name + ".tmp")).write_text(text)
-        (root / (name + ".tmp")).replace(root / name)
-    if run_config.data.vocab_path:
-        epath.Path(run_config.data.vocab_path).copy(root / "vocab.txt", overwrite=True)
+def _initial_state(run_config, bundle, checkpoints, log, init_source=None):
+    """(state, meta or None): resume > init_from > from scratch (see the module docstring).
 
-
-def _initial_state(run_config, bundle, checkpoints, log):
-    """(state, meta or None): resume > init_from > from scratch (see the module docstring)."""
+    `init_source` is `_read_init_from`'s (path, params), read before anything was written."""
     step = checkpoints.latest_step()
     if step is not None:
         abstract = bundle.abstract_state
         params, opt_state, meta = checkpoints.restore(step, abstract.params, abstract.opt_state)
+        _check_seed(meta, run_config.seed, checkpoints.directory, step)
         log(f"resuming from step {step} in {checkpoints.directory}")
         state = train_step_lib.TrainState(
             step=jax.device_put(np.int32(step), bundle.state_shardings.step),
@@ -109,20 +71,41 @@ def _initial_state(run_config, bundle, checkpoints, log):
         return state, meta
     state = bundle.init_state(jax.random.PRNGKey(run_config.seed))
     if run_config.init_from:
-        state = _load_init_from(run_config.init_from, bundle, state, log)
+        path, params = init_source or _read_init_from(run_config.init_from, bundle.model_config)
+        state = _load_init_from(path, params, state, log)
     return state, None
 
 
-def _load_init_from(path, bundle, state, log):
-    """`state` with the parameters of a model directory in place of the random ones."""
+def _seed_key(seed: int) -> list[int]:
+    """The raw key data of PRNGKey(seed), as checkpoints record it."""
+    return [int(x) for x in jax.random.key_data(jax.random.PRNGKey(seed)).reshape(-1)]
+
+
+def _check_seed(meta: dict, seed: int, directory, step: int) -> None:
+    """A resumed run must keep its seed: dropout keys and the data order derive from it."""
+    saved = meta.get("seed")
+    if (saved is not None and saved != seed) or meta.get("rng", _seed_key(seed)) != _seed_key(seed):
+        was = f"seed {saved}" if saved is not None else f"another seed (key {meta['rng']})"
+        raise UserError(f"{directory}/{step}: this run was trained with {was}, not --config.seed "
+                        f"{seed}; resuming with another seed would silently change its dropout "
+                        "and data order. Use the original seed, or another --workdir")
+
+
+def _read_init_from(path, model_config):
+    """(path, params) of a model directory, refused if its sizes differ from the run's."""
     from bert_jax import model_io
 
     config, params, _ = model_io.load_model(path)
     for key in ("vocab_size", "hidden_dim", "num_layers", "num_heads", "mlp_dim",
                 "max_positions", "num_segments"):
-        if getattr(config, key) != getattr(bundle.model_config, key):
+        if getattr(config, key) != getattr(model_config, key):
             raise UserError(f"init_from {path}: its {key} is {getattr(config, key)} but the run's "
-                            f"model.{key} is {getattr(bundle.model_config, key)}")
+                            f"model.{key} is {getattr(model_config, key)}")
+    return path, params
+
+
+def _load_init_from(path, params, state, log):
+    """`state` with the parameters of a model directory in place of the random ones."""
     merged = _merge_params(state.params, params)
     placed = jax.tree.map(lambda value, target: jax.device_put(value.astype(target.dtype),
                                                                target.sharding),
@@ -195,17 +178,19 @@ def _check_finite(state, step: int, checkpoints) -> None:
     if applied != step:
         checkpoints.wait()
         last = checkpoints.latest_step()
-        raise UserError(
-            f"step {applied + 1}: the loss or the gradient norm is not finite (NaN or inf); "
-            f"training stopped. The last good checkpoint is step {last} in "
-            f"{checkpoints.directory}. Lower optimizer.learning_rate or raise "
-            "optimizer.warmup_steps, or check the data, then rerun to resume from it")
+        advice = ("Lower optimizer.learning_rate or raise optimizer.warmup_steps, or check the "
+                  "data, then")
+        where = (f"The last good checkpoint is step {last} in {checkpoints.directory}. {advice} "
+                 "rerun to resume from it" if last is not None else
+                 f"No checkpoint has been saved yet, so there is nothing to resume. {advice} "
+                 "start again")
+        raise UserError(f"step {applied + 1}: the loss, the gradient norm or the updated "
+                        f"parameters are not finite (NaN or inf); training stopped. {where}")
 
 
 def _save(checkpoints, state, step, run_config, dataset, evaluator) -> None:
     # Dropout keys are fold_in(PRNGKey(seed), step): the seed's key and the step restore them.
-    rng = jax.random.key_data(jax.random.PRNGKey(run_config.seed)).reshape(-1)
-    meta = dict(step=step, rng=[int(x) for x in rng],
+    meta = dict(step=step, seed=run_config.seed, rng=_seed_key(run_config.seed),
                 data=distributed.gather_json(dataset.state()),
                 data_source=training_data.data_source(run_config),
                 evaluator=evaluator.state() if evaluator else None)
@@ -251,7 +236,7 @@ def train(run_config, workdir: str, *, task=None, dataset_factory=None, evaluato
     data.eval_files is set) evaluates during the run and may stop it early.
     """
     if task is None:
-        tokenizer = training_data.prepare_data(run_config)
+        tokenizer = training_data.prepare_data(run_config, log)
         dataset_factory = dataset_factory or training_data.reader_factory(run_config, tokenizer)
     elif dataset_factory is None:
         raise ValueError("a task's run needs its dataset_factory")
@@ -259,21 +244,27 @@ def train(run_config, workdir: str, *, task=None, dataset_factory=None, evaluato
         evaluator = TermEvaluator(run_config, dataset_factory)
     bundle = _bundle_for(run_config, sharding.mesh_from_config(run_config.mesh), task)
     is_chief = jax.process_index() == 0
-    if is_chief:
-        _write_run_files(run_config, workdir, bundle.model_config)
-    checkpoints = checkpointing.Checkpoints(
-        os.path.join(workdir, "checkpoints"), keep=run_config.checkpoint.keep,
-        async_save=run_config.checkpoint.async_save)
-    writer = MetricsWriter(os.path.join(workdir, "tensorboard"), enabled=is_chief)
-    try:
-        state, meta = _initial_state(run_config, bundle, checkpoints, log)
-        if meta is not None and evaluator is not None and meta.get("evaluator") is not None:
-            evaluator.restore(meta["evaluator"])
-        return _loop(run_config, bundle, state, meta, checkpoints, writer, dataset_factory,
-                     evaluator, show_progress and is_chief, log)
-    finally:
-        checkpoints.close()
-        writer.close()
+    # Everything that can refuse the run is checked before anything is written.
+    workdir_lib.check_model_config(workdir, bundle.model_config)
+    init_source = None
+    if run_config.init_from and not workdir_lib.has_checkpoint(workdir):
+        init_source = _read_init_from(run_config.init_from, bundle.model_config)
+    with RunLock(workdir) if is_chief else contextlib.nullcontext():
+        if is_chief:
+            workdir_lib.write_run_files(run_config, workdir, bundle.model_config)
+        checkpoints = checkpointing.Checkpoints(
+            files.join(workdir, workdir_lib.CHECKPOINTS), keep=run_config.checkpoint.keep,
+            async_save=run_config.checkpoint.async_save)
+        writer = MetricsWriter(files.join(workdir, "tensorboard"), enabled=is_chief)
+        try:
+            state, meta = _initial_state(run_config, bundle, checkpoints, log, init_source)
+            if meta is not None and evaluator is not None and meta.get("evaluator") is not None:
+                evaluator.restore(meta["evaluator"])
+            return _loop(run_config, bundle, state, meta, checkpoints, writer, dataset_factory,
+                         evaluator, show_progress and is_chief, log)
+        finally:
+            checkpoints.close()
+            writer.close()
 
 
 def _loop(run_config, bundle, state, meta, checkpoints, writer, dataset_factory, evaluator,
@@ -299,7 +290,7 @@ def _loop(run_config, bundle, state, meta, checkpoints, writer, dataset_factory,
         log(f"compiling the training step (the progress bar starts after step {start + 1})")
     if evaluator is not None and evaluator.baseline and step == 0:  # the untrained baseline
         _run_evaluation(evaluator, bundle, state, step, writer, result)
-    with _Preemption() as preemption:
+    with StopRequests() as preemption:
         while step < total:
             local = next(dataset)
             state, metrics = bundle.train_step(
@@ -313,7 +304,8 @@ def _loop(run_config, bundle, state, meta, checkpoints, writer, dataset_factory,
             stop = _preemption_requested(preemption, step, run_config.log_every_steps)
             if step % run_config.log_every_steps == 0 or step == total or stop:
                 _check_finite(state, step, checkpoints)
-                _log_metrics(bundle.task, metrics, step, throughput, writer, progress, result)
+                _log_metrics(bundle.task, metrics, step, throughput, writer, progress, result,
+                             None if show_progress else log)
             # Evaluate before saving, so the checkpoint holds the evaluator's state after it.
             if evaluator is not None and (step % evaluator.every_steps == 0 or step == total):
                 _check_finite(state, step, checkpoints)
@@ -326,8 +318,8 @@ def _loop(run_config, bundle, state, meta, checkpoints, writer, dataset_factory,
                 _save(checkpoints, state, step, run_config, dataset, evaluator)
             if stop:
                 checkpoints.wait()
-                log(f"\nSIGTERM: saved step {step} in {checkpoints.directory}; "
-                    "run the same command again to resume")
+                log(f"\nstopped (SIGTERM or Ctrl-C): saved step {step} in "
+                    f"{checkpoints.directory}; run the same command again to resume")
                 result["preempted"] = True
                 break
             if result["stopped"]:
@@ -354,7 +346,8 @@ def _preemption_requested(preemption, step: int, every: int) -> bool:
     return any(votes)
 
 
-def _log_metrics(task, metrics, step, throughput, writer, progress, result) -> None:
+def _log_metrics(task, metrics, step, throughput, writer, progress, result, log=None) -> None:
+    """TensorBoard and the progress bar; without a bar (a log file), one line per call."""
     values = {name: float(value) for name, value in jax.device_get(metrics).items()
               if name in task.logged}
     values.update(throughput.measure(step))
@@ -362,6 +355,10 @@ def _log_metrics(task, metrics, step, throughput, writer, progress, result) -> N
     result["losses"].append((step, values["loss"]))
     shown = {name: f"{values[name]:.3f}" for name in task.logged[:2]}
     progress.set_postfix(**shown, tok_s=f"{values['tokens_per_second']:.0f}", refresh=False)
+    if log is not None:
+        log(f"step {step}/{progress.total}: " + " ".join(
+            f"{name} {values[name]:.4g}" for name in task.logged if name in values)
+            + f" tokens/s {values['tokens_per_second']:.0f}")
 
 
 def _run_evaluation(evaluator, bundle, state, step, writer, result) -> None:

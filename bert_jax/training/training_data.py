@@ -6,10 +6,9 @@ another vocabulary; `reader_factory` opens the shard reader per process; the dat
 goes into each checkpoint and comes back on resume unless the data itself has changed.
 """
 
-import os
-
 import jax
 
+from bert_jax import files
 from bert_jax.errors import UserError
 
 
@@ -33,19 +32,36 @@ def reader_factory(run_config, tokenizer=None):
     return make
 
 
-def _check_shards(run_config, tokenizer) -> None:
-    """Refuses shards made with another vocabulary, sequence length or prediction count."""
+def _check_shards(run_config, tokenizer, log) -> None:
+    """Refuses shards made with another vocabulary, sequence length or prediction count.
+
+    Shards of the original `create_pretraining_data.py` have no manifest: their first
+    records are checked (schema, lengths, token ids below the vocabulary size) and a
+    warning says that the vocabulary itself could not be.
+    """
     from input_pipeline import manifest as manifest_lib
+    from input_pipeline.reader import expand_patterns
+    from input_pipeline.shard_check import check_first_records
 
     data = run_config.data
     for pattern in filter(None, (data.train_files + "," + data.eval_files).split(",")):
-        directory = pattern if os.path.isdir(pattern) else os.path.dirname(pattern)
-        manifest = manifest_lib.read_manifest(directory)
-        manifest_lib.check_vocabulary(manifest, tokenizer.hash, pattern)
-        manifest_lib.check_settings(manifest, data.seq_len, data.max_predictions, pattern)
+        directory = pattern if files.isdir(pattern) else files.dirname(pattern)
+        if files.exists(files.join(directory, manifest_lib.MANIFEST_NAME)):
+            manifest = manifest_lib.read_manifest(directory)
+            manifest_lib.check_vocabulary(manifest, tokenizer.hash, pattern)
+            manifest_lib.check_settings(manifest, data.seq_len, data.max_predictions, pattern)
+            continue
+        first = expand_patterns([pattern])[0]
+        checked = check_first_records(first, data.seq_len, data.max_predictions,
+                                      tokenizer.vocab_size)
+        log(f"warning: {pattern}: no {manifest_lib.MANIFEST_NAME} (shards of the original "
+            f"create_pretraining_data.py?): the first {checked} record(s) of {first} have the "
+            f"schema, seq_len {data.seq_len}, max_predictions {data.max_predictions} and ids "
+            f"below {tokenizer.vocab_size}, but that they were made with {data.vocab_path} "
+            "cannot be checked")
 
 
-def prepare_data(run_config):
+def prepare_data(run_config, log=print):
     """Resolves the demo data, the vocabulary and vocab_size; returns the tokenizer or None."""
     data = run_config.data
     if data.demo_dir:
@@ -64,6 +80,9 @@ def prepare_data(run_config):
     if not data.vocab_path:
         if not run_config.model.vocab_size:
             raise UserError("set data.vocab_path (the vocab.txt the shards were made with)")
+        if data.dynamic_masking:
+            raise UserError("data.dynamic_masking needs data.vocab_path: the [MASK] id, the "
+                            "special tokens and the random replacements come from it")
         return None
     from input_pipeline.tokenization import load_tokenizer
 
@@ -74,7 +93,7 @@ def prepare_data(run_config):
         raise UserError(f"model.vocab_size {run_config.model.vocab_size} is smaller than the "
                         f"{tokenizer.vocab_size} tokens of {data.vocab_path}")
     if data.train_files:
-        _check_shards(run_config, tokenizer)
+        _check_shards(run_config, tokenizer, log)
     return tokenizer
 
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from bert_jax.errors import UserError
 from input_pipeline import masking
-from input_pipeline.files import open_file
+from bert_jax.files import open_file
 
 HELDOUT_STREAM = 1 << 30  # the generator stream of held-out masks, apart from every epoch's
 

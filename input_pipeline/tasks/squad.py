@@ -12,7 +12,7 @@ import json
 import logging
 
 from bert_jax.errors import UserError
-from input_pipeline.files import open_file
+from bert_jax.files import open_file
 
 logger = logging.getLogger(__name__)
 

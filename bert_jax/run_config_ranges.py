@@ -1,0 +1,64 @@
+"""The allowed range of every numeric run-config field, checked when a config is loaded.
+
+A value out of range would otherwise surface late and far away: `batch_size=-4` as a raw
+TypeError inside tf.data, `checkpoint.every_steps=0` as a ZeroDivisionError after the
+first step. Only keys the config has are checked, so a task's config with fewer sections
+passes through the same check.
+"""
+
+from bert_jax.errors import UserError
+
+# key -> (lowest allowed, highest allowed or None, what the key means when out of range).
+_AT_LEAST_ONE = (1, None)
+RANGES = {
+    "batch_size": _AT_LEAST_ONE,
+    "grad_accum_steps": _AT_LEAST_ONE,
+    "num_train_steps": _AT_LEAST_ONE,
+    "schedule_steps": (0, None),
+    "data.seq_len": (2, None),  # [CLS] and [SEP] at least
+    "data.max_predictions": _AT_LEAST_ONE,
+    "data.shuffle_buffer": _AT_LEAST_ONE,
+    "data.demo_vocab_size": _AT_LEAST_ONE,
+    "model.vocab_size": (0, None),  # 0 = the vocabulary file's size
+    "model.hidden_dim": _AT_LEAST_ONE,
+    "model.num_layers": _AT_LEAST_ONE,
+    "model.num_heads": _AT_LEAST_ONE,
+    "model.mlp_dim": _AT_LEAST_ONE,
+    "model.max_positions": _AT_LEAST_ONE,
+    "model.num_segments": _AT_LEAST_ONE,
+    "model.layer_norm_eps": (0, None),
+    "model.dropout_rate": (0, 1),
+    "model.attention_dropout_rate": (0, 1),
+    "model.initializer_std": (0, None),
+    "optimizer.learning_rate": (0, None),
+    "optimizer.warmup_steps": (0, None),
+    "optimizer.beta1": (0, 1),
+    "optimizer.beta2": (0, 1),
+    "optimizer.epsilon": (0, None),
+    "optimizer.weight_decay": (0, None),
+    "optimizer.clip_norm": (0, None),
+    "checkpoint.every_steps": _AT_LEAST_ONE,
+    "checkpoint.keep": _AT_LEAST_ONE,
+    "eval.every_steps": _AT_LEAST_ONE,
+    "eval.num_batches": _AT_LEAST_ONE,
+    "eval.batch_size": _AT_LEAST_ONE,
+    "log_every_steps": _AT_LEAST_ONE,
+    "peak_flops_per_device": (0, None),
+}
+
+
+def check_ranges(values: dict, source: str) -> None:
+    """Raises `UserError` naming the first key of `values` (flattened, dotted keys) that is
+    out of its range; keys without a range, or absent, pass."""
+    for key, (lowest, highest) in RANGES.items():
+        if key not in values:
+            continue
+        value = values[key]
+        if value < lowest or (highest is not None and value > highest):
+            wanted = (f"between {lowest} and {highest}" if highest is not None
+                      else f"at least {lowest}")
+            raise UserError(f"{source}: {key} must be {wanted}, got {value!r}")
+    if "data.max_predictions" in values and "data.seq_len" in values and (
+            values["data.max_predictions"] > values["data.seq_len"]):
+        raise UserError(f"{source}: data.max_predictions ({values['data.max_predictions']}) "
+                        f"cannot exceed data.seq_len ({values['data.seq_len']})")

@@ -1,0 +1,48 @@
+"""The training work directory's own files: what is checked before a run writes anything.
+
+A start that fails must leave the directory as it found it, so everything that can refuse
+a run (another model's directory, an `init_from` of another size) is checked first, and
+only then are the lock taken and model_config.json, run_config.json and vocab.txt written.
+"""
+
+import json
+
+from bert_jax import files
+from bert_jax.config import BertConfig
+from bert_jax.errors import UserError
+from bert_jax.run_config import to_json
+
+MODEL_CONFIG = "model_config.json"
+CHECKPOINTS = "checkpoints"
+
+
+def check_model_config(workdir: str, model_config: BertConfig) -> None:
+    """Refuses a work directory that holds another model, naming the fields that differ."""
+    path = files.join(workdir, MODEL_CONFIG)
+    if not files.exists(path):
+        return
+    # Compared as configs: a file from before the precision knobs left the model still matches.
+    held = BertConfig.from_dict(json.loads(files.read_text(path)), path)
+    if held == model_config:
+        return
+    differences = [f"{key} {value} there, {getattr(model_config, key)} in this run"
+                   for key, value in held.to_dict().items()
+                   if getattr(model_config, key) != value]
+    raise UserError(f"{path}: this work directory holds a different model ("
+                    f"{'; '.join(differences)}); use another --workdir or change model.*")
+
+
+def has_checkpoint(workdir: str) -> bool:
+    """Whether a run will resume here (a finished step directory under checkpoints/)."""
+    directory = files.join(workdir, CHECKPOINTS)
+    return files.isdir(directory) and any(name.isdigit() for name in files.listdir(directory))
+
+
+def write_run_files(run_config, workdir: str, model_config: BertConfig) -> None:
+    """model_config.json, run_config.json and vocab.txt at the work directory's root."""
+    files.makedirs(workdir)
+    wanted = json.dumps(model_config.to_dict(), indent=2, sort_keys=True)
+    for name, text in ((MODEL_CONFIG, wanted), ("run_config.json", to_json(run_config))):
+        files.write_text(files.join(workdir, name), text)
+    if run_config.data.vocab_path:
+        files.copy_file(run_config.data.vocab_path, files.join(workdir, "vocab.txt"))
