@@ -13,7 +13,12 @@ examples/s, and the dev score; then the ratio of examples/s.
 Sections (`--sections`), one per task; each is a function `section(args) -> list of lines`
 in SECTIONS, so CoNLL-2003 and SQuAD sections can be added beside SST-2.
 
-Usage: python bench/finetune.py [--sections sst2,squad] [--train-examples 4000] [--epochs 1]
+CoNLL-2003 (`--sections conll2003`, --train-examples counting sentences): bert-jax
+`finetune ner` against `AutoModelForTokenClassification` with
+`DataCollatorForTokenClassification`, both labelling each word's first piece; dev entity F1
+by the same seqeval call (strict IOB2).
+
+Usage: python bench/finetune.py [--sections sst2,conll2003,squad] [--train-examples 4000] [--epochs 1]
        [--dev-examples 1190]
 """
 
@@ -58,48 +63,40 @@ def read_labelled_tsv(path: str) -> tuple[list[str], list[int]]:
     return [row[1] for row in rows], [int(row[0]) for row in rows]
 
 
-def bert_jax_classify(model: str, train: str, dev: str, args, workdir: str) -> dict:
-    """bert-jax: fine-tune (no evaluation while training), then evaluate on dev."""
-    import argparse as argparse_module
+def bert_jax_run(task, model: str, train: str, dev: str, args, workdir: str) -> tuple:
+    """bert-jax: fine-tune `task` (no evaluation while training), then evaluate on dev.
 
+    Returns (training seconds, dev metrics)."""
     from bert_jax.commands.evaluate import evaluate_file
-    from bert_jax.tasks.classification import ClassificationTask
     from bert_jax.training.finetune import Settings, finetune
 
-    flags = argparse_module.Namespace(text_columns="", label_column="label", header="auto",
-                                      train=train)
-    task = ClassificationTask.from_arguments(flags, None)
     settings = Settings(epochs=args.epochs, learning_rate=args.learning_rate,
                         batch_size=args.batch_size, max_seq_len=128, seed=args.seed)
     start = time.perf_counter()
     finetune(task, model, train, None, workdir, settings, show_progress=False,
              log=lambda *_: None)
     seconds = time.perf_counter() - start
-    metrics = evaluate_file(workdir, "classify", dev, batch_size=64)
+    return seconds, evaluate_file(workdir, task.name, dev, batch_size=64)
+
+
+def bert_jax_classify(model: str, train: str, dev: str, args, workdir: str) -> dict:
+    from bert_jax.tasks.classification import ClassificationTask
+
+    flags = argparse.Namespace(text_columns="", label_column="label", header="auto",
+                               train=train)
+    task = ClassificationTask.from_arguments(flags, None)
+    seconds, metrics = bert_jax_run(task, model, train, dev, args, workdir)
     return dict(seconds=seconds, score=metrics["accuracy"])
 
 
-def torch_classify(model_directory: str, train: str, dev: str, args) -> dict:
-    """transformers: AutoModelForSequenceClassification, DataCollatorWithPadding, AdamW."""
+def torch_train(model, rows, collator, args) -> float:
+    """The recipe in PyTorch (AdamW without decay on LayerNorm and biases, warm-up 10% then
+    linear decay, clipping at 1); returns the training wall time, the model left in eval mode."""
     import torch
     import transformers
 
-    torch.manual_seed(args.seed)
-    tokenizer = transformers.AutoTokenizer.from_pretrained(model_directory)
-    model = transformers.AutoModelForSequenceClassification.from_pretrained(
-        model_directory, num_labels=2)
-    collator = transformers.DataCollatorWithPadding(tokenizer)
-
-    def dataset(path):
-        texts, labels = read_labelled_tsv(path)
-        encoded = tokenizer(texts, truncation=True, max_length=128)
-        return [dict(input_ids=ids, token_type_ids=types, attention_mask=mask, labels=label)
-                for ids, types, mask, label in zip(encoded["input_ids"], encoded["token_type_ids"],
-                                                   encoded["attention_mask"], labels)]
-
-    train_rows, dev_rows = dataset(train), dataset(dev)
     loader = torch.utils.data.DataLoader(
-        train_rows, batch_size=args.batch_size, shuffle=True, collate_fn=collator,
+        rows, batch_size=args.batch_size, shuffle=True, collate_fn=collator,
         generator=torch.Generator().manual_seed(args.seed))
     no_decay = ("bias", "LayerNorm.weight")
     groups = [{"params": [p for n, p in model.named_parameters()
@@ -121,6 +118,29 @@ def torch_classify(model_directory: str, train: str, dev: str, args) -> dict:
             optimizer.zero_grad()
     seconds = time.perf_counter() - start
     model.eval()
+    return seconds
+
+
+def torch_classify(model_directory: str, train: str, dev: str, args) -> dict:
+    """transformers: AutoModelForSequenceClassification, DataCollatorWithPadding, AdamW."""
+    import torch
+    import transformers
+
+    torch.manual_seed(args.seed)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(model_directory)
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(
+        model_directory, num_labels=2)
+    collator = transformers.DataCollatorWithPadding(tokenizer)
+
+    def dataset(path):
+        texts, labels = read_labelled_tsv(path)
+        encoded = tokenizer(texts, truncation=True, max_length=128)
+        return [dict(input_ids=ids, token_type_ids=types, attention_mask=mask, labels=label)
+                for ids, types, mask, label in zip(encoded["input_ids"], encoded["token_type_ids"],
+                                                   encoded["attention_mask"], labels)]
+
+    train_rows, dev_rows = dataset(train), dataset(dev)
+    seconds = torch_train(model, train_rows, collator, args)
     correct = 0
     with torch.no_grad():
         for begin in range(0, len(dev_rows), 64):
@@ -139,15 +159,22 @@ def sst2(args) -> list[str]:
         examples = args.train_examples * args.epochs
         ours = bert_jax_classify(model, train, dev, args, os.path.join(directory, "run"))
         theirs = torch_classify(model, train, dev, args)
-    lines = [f"SST-2: {args.train_examples} training sentences (seed {args.seed}) x "
+    title = (f"SST-2: {args.train_examples} training sentences (seed {args.seed}) x "
              f"{args.epochs} epoch(s), batch {args.batch_size}, lr {args.learning_rate}; "
-             "dev accuracy on all 872"]
+             "dev accuracy on all 872")
+    return comparison_lines(title, ours, theirs, examples, "accuracy")
+
+
+def comparison_lines(title: str, ours: dict, theirs: dict, examples: int, score: str
+                     ) -> list[str]:
+    """Each framework's time, examples/s and dev score, then the ratio of examples/s."""
+    lines = [title]
     for name, result in (("bert-jax", ours), ("transformers", theirs)):
         lines.append(f"  {name:<13} {result['seconds']:8.1f} s  "
                      f"{examples / result['seconds']:8.1f} examples/s  "
-                     f"dev accuracy {result['score']:.4f}")
+                     f"dev {score} {result['score']:.4f}")
     ratio = (examples / ours["seconds"]) / (examples / theirs["seconds"])
-    lines.append(f"  ratio (bert-jax / transformers examples/s): {ratio:.2f}x; accuracy "
+    lines.append(f"  ratio (bert-jax / transformers examples/s): {ratio:.2f}x; {score} "
                  f"difference {100 * (ours['score'] - theirs['score']):+.2f} points")
     return lines
 
@@ -158,7 +185,102 @@ def squad(args) -> list[str]:
     return squad_section(args)
 
 
-SECTIONS = {"sst2": sst2, "squad": squad}
+
+def subset_conll(source: str, count: int, seed: int, directory: str) -> str:
+    """`count` sentences drawn at random (seeded) from a CoNLL file, -DOCSTART- dropped."""
+    from input_pipeline.tasks.conll import read_conll
+
+    sentences = read_conll(source, tag_column=None).sentences
+    chosen = sorted(random.Random(seed).sample(range(len(sentences)), min(count, len(sentences))))
+    path = os.path.join(directory, "train_subset.txt")
+    with open(path, "w", encoding="utf-8") as file:
+        for index in chosen:
+            file.write("\n".join(" ".join(fields) for fields in sentences[index].fields) + "\n\n")
+    return path
+
+
+def bert_jax_ner(model: str, train: str, dev: str, args, workdir: str) -> dict:
+    from bert_jax.tasks.token_classification import TokenClassificationTask
+
+    flags = argparse.Namespace(
+        train=train, tag_column=-1, tag_scheme="auto", label_all_subwords=False,
+        freeze_encoder=False, layers="-1", combine="concat")
+    task = TokenClassificationTask.from_arguments(flags, None)
+    seconds, metrics = bert_jax_run(task, model, train, dev, args, workdir)
+    return dict(seconds=seconds, score=metrics["f1"], labels=task.ner.label_names)
+
+
+def torch_ner(model_directory: str, train: str, dev: str, labels, args) -> dict:
+    """transformers: AutoModelForTokenClassification, DataCollatorForTokenClassification.
+
+    Labels on each word's first piece, -100 elsewhere (HF's token-classification example);
+    dev tags read at the first pieces and scored by the same seqeval call as bert-jax's.
+    """
+    import torch
+    import transformers
+
+    from bert_jax.tasks.entity_metrics import entity_scores
+    from input_pipeline.tasks.conll import read_conll
+
+    torch.manual_seed(args.seed)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(model_directory)
+    model = transformers.AutoModelForTokenClassification.from_pretrained(
+        model_directory, num_labels=len(labels), id2label=dict(enumerate(labels)),
+        label2id={label: index for index, label in enumerate(labels)})
+    collator = transformers.DataCollatorForTokenClassification(tokenizer)
+    label_ids = {label: index for index, label in enumerate(labels)}
+
+    def dataset(path):
+        sentences = read_conll(path).sentences
+        encoded = tokenizer([list(s.words) for s in sentences], is_split_into_words=True,
+                            truncation=True, max_length=128)
+        rows, firsts = [], []
+        for index, sentence in enumerate(sentences):
+            word_ids, previous, row_labels, first = encoded.word_ids(index), None, [], []
+            for position, word in enumerate(word_ids):
+                starts = word is not None and word != previous
+                row_labels.append(label_ids[sentence.tags[word]] if starts else -100)
+                if starts:
+                    first.append(position)
+                previous = word
+            rows.append(dict(input_ids=encoded["input_ids"][index],
+                             token_type_ids=encoded["token_type_ids"][index],
+                             attention_mask=encoded["attention_mask"][index], labels=row_labels))
+            firsts.append(first)
+        return sentences, rows, firsts
+
+    _, train_rows, _ = dataset(train)
+    dev_sentences, dev_rows, dev_firsts = dataset(dev)
+    seconds = torch_train(model, train_rows, collator, args)
+    predicted = []
+    with torch.no_grad():
+        for begin in range(0, len(dev_rows), 64):
+            logits = model(**collator(dev_rows[begin:begin + 64])).logits.argmax(-1)
+            for row, first in enumerate(dev_firsts[begin:begin + 64]):
+                predicted.append([labels[int(i)] for i in logits[row, first]])
+    # A sentence cut at 128 pieces loses its last words' predictions: score them as O.
+    predicted = [tags + ["O"] * (len(s.tags) - len(tags))
+                 for tags, s in zip(predicted, dev_sentences)]
+    return dict(seconds=seconds, score=entity_scores([s.tags for s in dev_sentences],
+                                                     predicted)["f1"])
+
+
+def conll2003(args) -> list[str]:
+    model = args.model or minilm_directory()
+    sentences = args.train_examples
+    with tempfile.TemporaryDirectory() as directory:
+        train = subset_conll(os.path.join(DATA, "conll2003", "train.txt"), sentences,
+                             args.seed, directory)
+        dev = os.path.join(DATA, "conll2003", "valid.txt")
+        ours = bert_jax_ner(model, train, dev, args, os.path.join(directory, "run"))
+        theirs = torch_ner(model, train, dev, ours["labels"], args)
+    title = (f"CoNLL-2003: {sentences} training sentences (seed {args.seed}) x {args.epochs} "
+             f"epoch(s), batch {args.batch_size}, lr {args.learning_rate}; dev entity F1 "
+             "(seqeval, strict IOB2) on all 3,250 sentences")
+    return comparison_lines(title, ours, theirs, sentences * args.epochs, "f1")
+
+
+SECTIONS = {"sst2": sst2, "conll2003": conll2003, "squad": squad}
 
 
 def main() -> int:

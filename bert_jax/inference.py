@@ -57,6 +57,18 @@ def encode(bert_params: dict, input_ids: jax.Array, segment_ids: jax.Array,
     return outputs
 
 
+def parse_layers(text: str) -> list[int]:
+    """`--layers=-1,-2` as distinct layer numbers (resolved against a model later)."""
+    try:
+        layers = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UserError(
+            f"--layers={text!r}: expected comma-separated integers, e.g. -1,-2") from None
+    if not layers or len(set(layers)) != len(layers):
+        raise UserError(f"--layers={text!r}: expected one or more distinct layer numbers")
+    return layers
+
+
 def resolve_layers(requested: Sequence[int], num_layers: int) -> tuple[int, ...]:
     """Layer numbers in 0..num_layers (0 = embeddings); negatives count back from the last."""
     resolved = []

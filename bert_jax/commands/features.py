@@ -42,19 +42,6 @@ def add_arguments(parser) -> None:
                         help="also save attention probabilities of each requested layer >= 1")
 
 
-def _parse_layers(text: str) -> list[int]:
-    from bert_jax.errors import UserError
-
-    try:
-        layers = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise UserError(
-            f"--layers={text!r}: expected comma-separated integers, e.g. -1,-2") from None
-    if not layers or len(set(layers)) != len(layers):
-        raise UserError(f"--layers={text!r}: expected one or more distinct layer numbers")
-    return layers
-
-
 def read_texts(path: str) -> list[str | tuple[str, str]]:
     """One text per line; a line with a tab is a (first, second) pair."""
     from bert_jax import files
@@ -105,7 +92,7 @@ def run(args) -> int:
     from bert_jax import inference
     from bert_jax.errors import UserError
 
-    requested = _parse_layers(args.layers)
+    requested = inference.parse_layers(args.layers)
     if args.batch_size < 1:
         raise UserError(f"--batch-size must be at least 1, got {args.batch_size}")
     texts = read_texts(args.input)

@@ -1,0 +1,216 @@
+"""`ner`: a label for every word (named entities in CoNLL files), on the task seam.
+
+Words become word pieces (`input_pipeline/tasks/word_labels.py`): the first piece of each
+word carries its IOB2 label, the other pieces weigh nothing in the loss (or, with
+`label_all_subwords`, carry the I- label). The loss is the cross-entropy summed over the
+labelled pieces, with their number as the count, so its mean is exact over micro-batches
+and hosts. Predictions are read at each word's first piece and scored per entity with
+seqeval (`entity_metrics.py`); a sentence longer than `max_seq_len` pieces is split into
+windows whose predictions are joined again.
+
+With `freeze_encoder` the encoder does not train: a head reads its chosen layers combined
+(`bert_jax/feature_layers.py`), the feature-based approach of the BERT paper's Table 7.
+"""
+
+import dataclasses
+import json
+import os
+
+import jax.numpy as jnp
+import numpy as np
+
+from bert_jax import losses
+from bert_jax.config import BertConfig, Precision
+from bert_jax.errors import UserError
+from bert_jax.tasks.base import Examples, FineTuningTask
+
+SEQUENCE_FEATURES = ("input_ids", "segment_ids", "input_mask", "labels", "label_weights")
+
+
+@dataclasses.dataclass(frozen=True)
+class NerSettings:
+    label_names: tuple[str, ...]  # IOB2 labels, id = position; "O" first
+    tag_column: int = -1  # the CoNLL field holding the tag (0-based, negative from the end)
+    tag_scheme: str = "auto"  # the files' scheme: iob1, iob2 or auto (IOB2 inside)
+    label_all_subwords: bool = False  # every piece carries a label (B- -> I- after the first)
+    freeze_encoder: bool = False  # feature-based: only the layer combination and head train
+    layers: tuple[int, ...] = (-4, -3, -2, -1)  # frozen layers the head reads (0 = embeddings)
+    combine: str = "concat"  # concat | sum | scalar-mix
+
+
+@dataclasses.dataclass
+class NerExamples(Examples):
+    """Examples are windows (`rows`); `sentences` are the file's, for words and columns."""
+    sentences: list = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass(frozen=True)
+class NerGold:
+    windows: list  # word_labels.Window per example, in example order
+    tags: list  # IOB2 tags of every word, per sentence
+
+
+class TokenClassificationTask(FineTuningTask):
+    name = "ner"
+    terms = {"token_loss": "num_labelled", "token_accuracy": "num_labelled"}
+    objective = ("token_loss",)
+    logged = ("loss", "token_accuracy", "grad_norm", "learning_rate")
+    evaluated = ("loss", "token_accuracy")
+    best_metric, greater_is_better = "f1", True
+
+    def __init__(self, settings: NerSettings):
+        self.ner = settings
+        self.label_ids = {label: index for index, label in enumerate(settings.label_names)}
+
+    # -- flags and saved settings ----------------------------------------------------------
+
+    @classmethod
+    def add_arguments(cls, parser) -> None:
+        from bert_jax.feature_layers import COMBINE_MODES
+
+        group = parser.add_argument_group("ner (CoNLL: `token ... TAG` a line, blank line "
+                                          "between sentences, -DOCSTART- skipped)")
+        group.add_argument("--tag-column", type=int, default=-1,
+                           help="0-based field of the entity tag, negative from the end "
+                                "(default -1: the last)")
+        group.add_argument("--tag-scheme", choices=("auto", "iob1", "iob2"), default="auto",
+                           help="tag scheme of the files; IOB1 is converted to IOB2 (default "
+                                "auto: IOB1 if an entity opens with I-)")
+        group.add_argument("--label-all-subwords", action="store_true",
+                           help="label every word piece (B- becomes I- after the first), "
+                                "not just the first piece of each word")
+        group.add_argument("--freeze-encoder", action="store_true",
+                           help="feature-based: train only a head over frozen encoder layers")
+        group.add_argument("--layers", default="-4,-3,-2,-1",
+                           help="with --freeze-encoder: layers the head reads, 0 = embedding "
+                                "output, negatives from the last (default -4,-3,-2,-1)")
+        group.add_argument("--combine", choices=COMBINE_MODES, default="concat",
+                           help="with --freeze-encoder: join the layers by concatenation, sum, "
+                                "or ELMo's scalar mix (default concat)")
+
+    @classmethod
+    def from_arguments(cls, args, tokenizer) -> "TokenClassificationTask":
+        from bert_jax.inference import parse_layers
+        from input_pipeline.tasks.conll import label_names, read_conll
+
+        train = read_conll(args.train, args.tag_column, args.tag_scheme)
+        return cls(NerSettings(
+            label_names=tuple(label_names(train.sentences)), tag_column=args.tag_column,
+            tag_scheme=args.tag_scheme, label_all_subwords=args.label_all_subwords,
+            freeze_encoder=args.freeze_encoder, layers=tuple(parse_layers(args.layers)),
+            combine=args.combine))
+
+    @classmethod
+    def from_settings(cls, settings: dict) -> "TokenClassificationTask":
+        values = dict(settings)
+        values["label_names"] = tuple(values["label_names"])  # all an HF directory gives
+        if "layers" in values:
+            values["layers"] = tuple(values["layers"])
+        return cls(NerSettings(**values))
+
+    def settings(self) -> dict:
+        return json.loads(json.dumps(dataclasses.asdict(self.ner)))  # tuples -> lists
+
+    def head(self) -> dict | None:
+        """The HF architecture this model exports as; none for a frozen-layer head."""
+        if self.ner.freeze_encoder:
+            return None
+        return dict(architecture="BertForTokenClassification",
+                    label_names=list(self.ner.label_names))
+
+    # -- model and loss --------------------------------------------------------------------
+
+    def build_model(self, model_config: BertConfig, precision: Precision):
+        num_labels = len(self.ner.label_names)
+        if self.ner.freeze_encoder:
+            from bert_jax.feature_layers import FrozenEncoderTokenClassifier
+            from bert_jax.inference import resolve_layers
+
+            layers = resolve_layers(self.ner.layers, model_config.num_layers)
+            return FrozenEncoderTokenClassifier(model_config, num_labels, layers,
+                                                self.ner.combine, precision)
+        from bert_jax.heads import BertForTokenClassification
+
+        return BertForTokenClassification(model_config, num_labels, precision)
+
+    def trainable(self):
+        if not self.ner.freeze_encoder:
+            return None
+        return lambda names: names[0] != "bert"
+
+    def batch_schema(self):
+        return {name: (np.dtype(np.int32), lambda batch, seq_len: (batch, seq_len))
+                for name in SEQUENCE_FEATURES}
+
+    def model_inputs(self, batch):
+        return batch["input_ids"], batch["segment_ids"], batch["input_mask"]
+
+    def counts(self, batch):
+        return {"num_labelled": jnp.sum(batch["label_weights"].astype(jnp.float32))}
+
+    def sums(self, logits, batch):
+        """(B, T, C) logits: cross-entropy and correct pieces summed over labelled pieces."""
+        sums = losses.classification_sums(logits, batch["labels"], batch["label_weights"])
+        return {"token_loss": sums["loss"], "token_accuracy": sums["accuracy"]}
+
+    # -- data, predictions, metrics (host side) --------------------------------------------
+
+    def read_examples(self, path: str, tokenizer, max_seq_len: int,
+                      with_labels: bool = True) -> NerExamples:
+        from input_pipeline.tasks import word_labels
+        from input_pipeline.tasks.conll import check_known_tags, read_conll
+
+        data = read_conll(path, self.ner.tag_column if with_labels else None,
+                          self.ner.tag_scheme)
+        tags = [sentence.tags for sentence in data.sentences] if with_labels else None
+        if with_labels:
+            check_known_tags(data, self.ner.label_names)
+        windows = word_labels.align(
+            tokenizer, [sentence.words for sentence in data.sentences], tags, self.label_ids,
+            max_seq_len, self.ner.label_all_subwords)
+        features = word_labels.pad_windows(windows, max(len(w.input_ids) for w in windows))
+        gold = NerGold(windows, tags) if with_labels else None
+        return NerExamples(path, features, gold, windows, data.sentences)
+
+    def predictions(self, logits, batch):
+        return {"labels": np.argmax(logits, axis=-1).astype(np.int32)}  # (B, T) per piece
+
+    def word_tags(self, windows, piece_labels, num_sentences: int) -> list[list[str]]:
+        from input_pipeline.tasks.word_labels import word_predictions
+
+        return [[self.ner.label_names[label] for label in sentence]
+                for sentence in word_predictions(windows, piece_labels, num_sentences)]
+
+    def evaluate(self, predictions, gold: NerGold) -> dict:
+        """seqeval's entity precision, recall, f1 (strict IOB2), word accuracy, per type."""
+        from bert_jax.tasks.entity_metrics import entity_scores
+
+        predicted = self.word_tags(gold.windows, predictions["labels"], len(gold.tags))
+        scores = entity_scores(gold.tags, predicted)
+        per_type = scores.pop("per_type")
+        for name, values in per_type.items():
+            scores.update({f"{name}_{metric}": value for metric, value in values.items()})
+        return scores
+
+    def write_predictions(self, path: str, examples: NerExamples, predictions) -> None:
+        """CoNLL: each input line plus the predicted tag; `.jsonl`: words and tags a line."""
+        from input_pipeline.tasks.conll import write_conll
+
+        sentences = examples.sentences
+        tags = self.word_tags(examples.rows, predictions["labels"], len(sentences))
+        if not path.endswith(".jsonl"):
+            write_conll(path, sentences, tags)
+            return
+        temporary = f"{path}.tmp-{os.getpid()}"
+        try:
+            with open(temporary, "w", encoding="utf-8") as file:
+                for sentence, sentence_tags in zip(sentences, tags):
+                    file.write(json.dumps({"words": list(sentence.words), "tags": sentence_tags},
+                                          ensure_ascii=False) + "\n")
+            os.replace(temporary, path)
+        finally:
+            if os.path.exists(temporary):
+                os.remove(temporary)
+
+
+TASK = TokenClassificationTask
