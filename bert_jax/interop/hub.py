@@ -44,8 +44,11 @@ def resolve(path: str) -> str:
     """A local directory for `path`: itself if it exists, else the Hub model's snapshot."""
     if not looks_like_hub_name(path):
         return path
-    from huggingface_hub import snapshot_download
-
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        raise UserError(f"{path}: not a local directory; to read it as a Hugging Face Hub name "
+                        "install huggingface_hub (pip install huggingface_hub)") from None
     cache = cache_directory()
     try:
         directory = snapshot_download(path, allow_patterns=_ALLOWED_FILES, cache_dir=cache,
