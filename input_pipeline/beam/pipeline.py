@@ -18,9 +18,9 @@ Why this shape:
   removes this run's temporary files, and a `UserError` raised in a worker (a non-UTF-8
   line, an empty corpus) reaches the caller as the same `UserError`.
 - Every path goes through the one file layer (`bert_jax/files.py`), so inputs and output
-  may be local or `gs://`: a worker writes its shard to a local file with TensorFlow's
-  writer and moves it to the output directory under a temporary name (an upload on GCS,
-  whose `gs://` client in TensorFlow cannot be pointed at an emulator or tested).
+  may be local or `gs://`. A worker writes a remote shard to its own disk with
+  TensorFlow's writer and uploads it under a temporary name through the file layer
+  (TensorFlow's `gs://` client has its endpoint built in: no emulator, so no test).
 """
 
 import collections
