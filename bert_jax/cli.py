@@ -9,7 +9,6 @@ instant and `bert-jax launch` never imports JAX. A module that sets
 
 import argparse
 import importlib
-import os
 import sys
 
 from bert_jax.errors import UserError
@@ -55,22 +54,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict]:
     return parser, modules
 
 
-def _prefer_cpu_off_accelerators() -> None:
-    """Keeps JAX on the CPU on a machine with no TPU or GPU, unless JAX_PLATFORMS says otherwise.
-
-    With libtpu installed (the `tpu` extra, also used for `bert-jax aot`) but no TPU, JAX
-    would otherwise probe for one at start-up and print a page of libtpu warnings.
-    """
-    from bert_jax.training.distributed import accelerator_present
-
-    if "JAX_PLATFORMS" not in os.environ and not accelerator_present():
-        os.environ["JAX_PLATFORMS"] = "cpu"
-
-
 def main(argv: list[str] | None = None) -> int:
-    _prefer_cpu_off_accelerators()
-    # TensorFlow (the data pipeline) prints INFO lines about CPU instructions at import.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     parser, modules = build_parser()
     args, extra = parser.parse_known_args(argv)
     module = modules[args.command]

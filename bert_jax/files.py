@@ -253,13 +253,16 @@ def expand(pattern: str, inside_directory: str = "*") -> list[str]:
     return [path for path in glob(pattern) if not isdir(path)]
 
 
-def move_into_place(local_file: str, destination: str) -> None:
-    """Publishes a finished local file at `destination` (rename, or upload then delete)."""
-    if is_remote(destination):
-        _filesystem(destination).put_file(local_file, destination)
-        os.remove(local_file)
+def move_into_place(finished_file: str, destination: str) -> None:
+    """Publishes a finished file at `destination`: a rename, an upload then delete, or for a
+    remote file (a Beam worker's) a copy on the server then delete."""
+    if is_remote(finished_file):
+        _filesystem(finished_file).mv(finished_file, destination)
+    elif is_remote(destination):
+        _filesystem(destination).put_file(finished_file, destination)
+        os.remove(finished_file)
     else:
-        os.replace(local_file, destination)
+        os.replace(finished_file, destination)
 
 
 def ancestors(path: str) -> list[str]:

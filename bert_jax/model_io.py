@@ -5,7 +5,9 @@ Sources `load_model` recognises, by the files inside:
   - a bert-jax model directory: model_config.json + params/ (orbax);
   - an original google-research/bert checkpoint: bert_config.json + *.ckpt.index;
   - a training work directory: model_config.json + checkpoints/ (the latest step is read);
-  - one step of a training run: checkpoints/<step>/ with params/ inside.
+  - one step of a training run: checkpoints/<step>/ with params/ inside;
+  - a Hugging Face Hub name (`bert-base-uncased`, `org/name`): its directory in the Hugging
+    Face cache, downloaded when online, safetensors only (interop/hub.py).
 Writers: bert-jax model directories, Hugging Face directories, original TF checkpoint
 directories and TensorFlow SavedModels. Every path may be local or `gs://` (through
 `bert_jax/files.py`). Every writer builds its output in a temporary directory and publishes
@@ -106,8 +108,9 @@ def _vocab_or_none(directory: str) -> str | None:
 
 def source_kind(path: str) -> str:
     """'huggingface', 'bert-jax', 'tf-checkpoint', 'training-run' or 'training-step'."""
-    from bert_jax.interop import tf_checkpoint
+    from bert_jax.interop import hub, tf_checkpoint
 
+    path = hub.resolve(path)  # a Hugging Face Hub name: its cached (or downloaded) directory
     if not files.isdir(path):
         raise UserError(f"{path}: expected a model directory, not a file" if files.exists(path)
                         else f"{path}: no such file or directory")
@@ -138,6 +141,9 @@ def _step_run_directory(step_directory: str) -> str:
 
 def vocab_path(path: str) -> str | None:
     """The vocab.txt that belongs to the model at `path` (any source kind), without loading it."""
+    from bert_jax.interop import hub
+
+    path = hub.resolve(path)
     kind = source_kind(path)
     return _vocab_or_none(_step_run_directory(path) if kind == "training-step" else path)
 
@@ -148,8 +154,9 @@ def load_model(path: str) -> tuple[BertConfig, dict, str | None]:
     The params tree holds what the source holds: always `bert` (an encoder-only source such
     as a BertForMaskedLM file may lack `bert/pooler`), and `mlm_head` / `nsp_head` if present.
     """
-    from bert_jax.interop import huggingface, tf_checkpoint
+    from bert_jax.interop import hub, huggingface, tf_checkpoint
 
+    path = hub.resolve(path)
     kind = source_kind(path)
     if kind in ("huggingface", "tf-checkpoint"):
         reader = huggingface if kind == "huggingface" else tf_checkpoint

@@ -1,5 +1,8 @@
 """Run configs: `configs/NAME.py` files whose `get_config()` returns a locked ConfigDict.
 
+The shipped ones live in bert_jax/configs/ (configs/ links to them) and are found by name
+from any directory: `--config demo` is `--config configs/demo.py`.
+
 `load_run_config("configs/bert_base.py", ["--config.batch_size=512"])` imports the file,
 calls `get_config()` (or `get_config(arg)` for `configs/NAME.py:arg`, as big_vision does),
 then applies dotted overrides. A key that does not exist fails loudly, naming it and the
@@ -54,9 +57,9 @@ def base_config(model_preset: str = "base") -> ml_collections.ConfigDict:
     config.optimizer.name = "adamw"  # adamw (the original) or lamb (large batches)
     config.optimizer.learning_rate = 1e-4  # peak learning rate after warm-up
     config.optimizer.warmup_steps = 10_000  # linear warm-up from 0
-    config.optimizer.beta1 = 0.9
-    config.optimizer.beta2 = 0.999
-    config.optimizer.epsilon = 1e-6
+    config.optimizer.beta1 = 0.9  # decay of the first-moment (mean) estimate
+    config.optimizer.beta2 = 0.999  # decay of the second-moment (variance) estimate
+    config.optimizer.epsilon = 1e-6  # added to the root of the second moment
     config.optimizer.weight_decay = 0.01  # not on LayerNorm parameters or biases
     config.optimizer.clip_norm = 1.0  # global gradient-norm clip
 
@@ -93,9 +96,29 @@ def pod_config(model_preset: str) -> ml_collections.ConfigDict:
     config.peak_flops_per_device = 275e12  # TPU v4 bf16; set for your chip
     return config
 
+SHIPPED_CONFIGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
+
+
+def shipped_config_names() -> list[str]:
+    """The configs that come with the package (`demo`, `laptop`, `bert_base`, ...)."""
+    return sorted(name[:-3] for name in os.listdir(SHIPPED_CONFIGS)
+                  if name.endswith(".py") and not name.startswith("_"))
+
+
+def resolve_config_file(path: str) -> str:
+    """`path` if it is a file, else the shipped config of that name, from any directory:
+    `demo`, `demo.py` and `configs/demo.py` all find bert_jax/configs/demo.py."""
+    if os.path.isfile(path):
+        return path
+    name = os.path.basename(path).removesuffix(".py")
+    shipped = os.path.join(SHIPPED_CONFIGS, name + ".py")
+    if os.path.dirname(path) in ("", "configs") and name in shipped_config_names():
+        return shipped
+    raise UserError(f"{path}: run config file not found; give a file or one of the shipped "
+                    f"configs: {', '.join(shipped_config_names())}")
+
+
 def _import_config_file(path: str):
-    if not os.path.isfile(path):
-        raise UserError(f"{path}: run config file not found (expected configs/NAME.py)")
     spec = importlib.util.spec_from_file_location(
         f"bert_jax_run_config_{abs(hash(path))}", path)
     module = importlib.util.module_from_spec(spec)
@@ -182,6 +205,7 @@ def apply_overrides(config: ml_collections.ConfigDict, overrides: list[tuple[str
 def load_run_config(path: str, overrides: list[str] | None = None) -> ml_collections.ConfigDict:
     """The locked config of `path` (or `path:arg`) with `--config.key=value` overrides applied."""
     path, _, argument = path.partition(":")
+    path = resolve_config_file(path)
     module = _import_config_file(path)
     config = module.get_config(argument) if argument else module.get_config()
     if not isinstance(config, ml_collections.ConfigDict):

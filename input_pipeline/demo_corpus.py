@@ -2,96 +2,39 @@
 
 `make pretrain` must work on a fresh clone with no network and without shipping third-party
 text. Every Python installation carries a few megabytes of English prose in its modules'
-docstrings; `write_corpus` gathers them with `inspect`, one document per module, split into
-sentences in BERT's input format (one sentence a line, a blank line between documents).
+docstrings; `stdlib_docstrings.py` gathers them with `inspect`, one document per module,
+split into sentences in BERT's input format (one sentence a line, a blank line between documents).
 `prepare_demo_data` then trains a small WordPiece vocabulary and writes train and held-out
 shards with the project's own tools.
 """
 
-import importlib
-import inspect
 import json
 import os
-import pkgutil
-import re
 import shutil
+import subprocess
 import sys
-import warnings
+import tempfile
 
 from bert_jax import files
 from bert_jax.errors import UserError
 
-# Modules that print, open windows or start things when imported are left out.
-_SKIPPED_MODULES = {"antigravity", "this", "idlelib", "tkinter", "turtle", "turtledemo",
-                    "pydoc_data", "lib2to3", "ensurepip", "venv", "__main__", "__hello__",
-                    "__phello__", "xxsubtype", "_xxtestfuzz"}
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z(\"'])")
-# Lines that are code, doctests, tables or signatures rather than prose.
-_NOT_PROSE = re.compile(r"^\s*(>>>|\.\.\.|[-=*~^]{3,}|\w+\(.*\)\s*(->.*)?$)|[{}\[\]<>|\\@$#]")
-
-
-def _prose_paragraphs(docstring: str) -> list[str]:
-    """The docstring's paragraphs of plain sentences, code and tables dropped."""
-    paragraphs = []
-    for block in re.split(r"\n\s*\n", docstring):
-        lines = [line.strip() for line in block.splitlines()]
-        if not lines or any(_NOT_PROSE.search(line) for line in lines):
-            continue
-        text = " ".join(lines)
-        if len(text.split()) >= 6 and text[:1].isupper():
-            paragraphs.append(text)
-    return paragraphs
-
-
-def _module_document(module) -> list[str]:
-    """The sentences of a module's docstring and of its public classes and functions."""
-    docstrings = [inspect.getdoc(module) or ""]
-    for name, member in sorted(vars(module).items()):
-        if name.startswith("_") or getattr(member, "__module__", None) != module.__name__:
-            continue
-        if inspect.isclass(member) or inspect.isfunction(member):
-            docstrings.append(inspect.getdoc(member) or "")
-            if inspect.isclass(member):
-                docstrings.extend(inspect.getdoc(method) or "" for method_name, method
-                                  in sorted(vars(member).items())
-                                  if not method_name.startswith("_")
-                                  and inspect.isfunction(method))
-    sentences = []
-    for docstring in docstrings:
-        for paragraph in _prose_paragraphs(docstring):
-            sentences.extend(s for s in _SENTENCE_END.split(paragraph) if len(s.split()) >= 3)
-    return sentences
-
-
-def _stdlib_modules():
-    """Public standard-library modules and their packages' direct submodules (tests left out)."""
-    for name in sorted(sys.stdlib_module_names):
-        if name in _SKIPPED_MODULES or name.startswith("_"):
-            continue
-        try:
-            module = importlib.import_module(name)
-        except Exception:  # platform-specific modules (winreg, msvcrt, ...) are absent
-            continue
-        yield module
-        for info in pkgutil.iter_modules(getattr(module, "__path__", [])):
-            if info.name.startswith("_") or "test" in info.name:
-                continue
-            try:
-                yield importlib.import_module(f"{name}.{info.name}")
-            except Exception:
-                continue
-
 
 def stdlib_documents() -> list[list[str]]:
-    """One list of sentences per standard-library module that has enough prose, sorted by name."""
-    documents = []
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # deprecated modules warn on import
-        for module in _stdlib_modules():
-            sentences = _module_document(module)
-            if len(sentences) >= 4:
-                documents.append(sentences)
-    return documents
+    """One list of sentences per standard-library module that has enough prose, sorted by name.
+
+    Gathered in a fresh `python -I -S` process (see stdlib_docstrings.py), so the corpus
+    depends on the Python version alone, not on what is installed or already imported.
+    """
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stdlib_docstrings.py")
+    with tempfile.TemporaryDirectory() as directory:
+        output = os.path.join(directory, "documents.json")
+        completed = subprocess.run([sys.executable, "-I", "-S", script, output],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                   text=True, check=False)
+        if completed.returncode != 0 or not os.path.exists(output):
+            raise RuntimeError(f"gathering the demo corpus failed:\n{completed.stderr[-2000:]}")
+        with open(output, encoding="utf-8") as file:
+            return json.load(file)
 
 
 def write_corpus(documents: list[list[str]], path: str) -> None:

@@ -107,6 +107,48 @@ def _decoded_lines(path: str, encoding_errors: str, stats: ReadStats) -> Iterato
         stats.replaced_bytes[path] = replaced
 
 
+# A line that ends a sentence: terminal punctuation, then closing quotes or brackets.
+_ENDS_SENTENCE = re.compile(r"""[.!?:;]["'\u201d\u2019)\]]*$""")
+_PROSE_SAMPLE_LINES = 2000  # lines read from the start of each file to judge its format
+
+
+def prose_format_warning(input_patterns: list[str]) -> str | None:
+    """A warning when files given as BERT format look like prose, else None.
+
+    BERT format is one sentence a line; hard-wrapped prose (most lines ending mid-sentence)
+    or one paragraph a line (most lines holding several sentences) would be silently cut
+    into line-sized "sentences" and blank-line "documents". Only the first lines are read.
+    """
+    suspects = []
+    for path in expand_inputs(input_patterns):
+        if path.startswith("tfds:"):
+            continue
+        lines = []
+        for line in _decoded_lines(path, "replace", ReadStats()):
+            lines.append(line.strip())
+            if len(lines) >= _PROSE_SAMPLE_LINES:
+                break
+        text_lines = [line for line in lines if line]
+        if len(text_lines) < 20:
+            continue  # too little to judge
+        mid_sentence = sum(not _ENDS_SENTENCE.search(line) for line in text_lines)
+        several = sum(len(split_sentences(line)) > 1 for line in text_lines)
+        if mid_sentence > len(text_lines) / 2:
+            suspects.append(f"{path} ({100 * mid_sentence // len(text_lines)}% of its first "
+                            f"{len(text_lines)} lines end mid-sentence"
+                            + ("; no blank lines" if len(text_lines) == len(lines) else "")
+                            + ")")
+        elif several > len(text_lines) / 2:
+            suspects.append(f"{path} ({100 * several // len(text_lines)}% of its first "
+                            f"{len(text_lines)} lines hold several sentences)")
+    if not suspects:
+        return None
+    return ("warning: these inputs look like prose, not BERT format (one sentence a line, a "
+            "blank line between documents): " + "; ".join(suspects)
+            + ". Each line will be taken as a sentence; pass --format prose to split "
+            "paragraphs into sentences.")
+
+
 def _bert_documents(lines: Iterator[str]) -> Iterator[list[str]]:
     document = []
     for line in lines:

@@ -93,6 +93,10 @@ def setup(job: Job, runner: CommandRunner) -> None:
 
 def start(job: Job, runner: CommandRunner) -> None:
     runner.run(gcloud.ssh(job, remote.start_script(job)))
+    if runner.dry_run:
+        _message(f"dry run: nothing was started; the command above would start the job on "
+                 f"{job.num_workers} workers")
+        return
     _message(f"started on {job.num_workers} workers; follow with `bert-jax launch logs "
              f"{job.path}`; logs are copied to {job.workdir}/logs/")
 

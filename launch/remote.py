@@ -16,11 +16,8 @@ LOG_COPY_SECONDS = 60
 
 
 def _join(statements: list[str]) -> str:
-    """One line of bash, so that a dry run prints each command on one line.
-
-    "a; b" except after a background "a &", where bash rejects "& ;".
-    """
-    return " ".join(s if s.endswith("&") else s + ";" for s in statements)
+    """One statement a line, so that a dry run prints a script a person can read."""
+    return "\n".join(statements)
 
 
 def bash(statements: list[str]) -> str:

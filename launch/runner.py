@@ -33,7 +33,7 @@ class CommandRunner:
         and echoed so that gcloud's own progress messages still reach the user.
         """
         if self.dry_run:
-            print(shlex.join(argv), file=self.out, flush=True)
+            print(dry_run_text(argv), file=self.out, flush=True)
             return None
         try:
             process = subprocess.Popen(argv, stdout=subprocess.PIPE if capture else None,
@@ -54,6 +54,16 @@ class CommandRunner:
             raise explain_failure(argv, returncode, stderr)
         return subprocess.CompletedProcess(
             argv, returncode, stdout.decode("utf-8", "replace") if capture else None, stderr)
+
+
+def dry_run_text(argv: list[str]) -> str:
+    """`argv` ready to paste; a remote script (`--command=...`) as a here-document, one
+    statement a line, instead of a single line of nested quoting."""
+    marker = "REMOTE_SCRIPT"
+    if not argv[-1].startswith("--command=") or marker in argv[-1]:
+        return shlex.join(argv)
+    script = argv[-1].removeprefix("--command=")
+    return (f"{shlex.join(argv[:-1])} --command=\"$(cat <<'{marker}'\n{script}\n{marker}\n)\"")
 
 
 def _tee(stream, chunks: list) -> None:

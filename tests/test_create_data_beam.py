@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import pipeline_helpers as helpers
+from gcs_emulator import gcs_bucket, gcs_emulator  # noqa: F401  (fixtures)
 from bert_jax.errors import UserError
 from input_pipeline.beam import create_pretraining_data_beam
 from input_pipeline.beam.shard_assignment import first_records, pieces_by_shard
@@ -86,3 +87,26 @@ def test_missing_extra_names_the_install(corpus, tmp_path, monkeypatch):
     with pytest.raises(UserError, match=r"pip install 'bert-jax\[beam\]'"):
         create_pretraining_data_beam([corpus["pattern"]], corpus["vocab"], str(tmp_path / "out"))
     assert not (tmp_path / "out").exists()
+
+
+def test_beam_reads_and_writes_gs_as_the_local_writer(corpus, tmp_path, gcs_bucket):
+    """Inputs by a gs:// glob, shards and manifest to gs://, on the GCS emulator (workers
+    are processes: they reach it through the inherited environment)."""
+    pytest.importorskip("apache_beam")
+    from bert_jax import files
+
+    local = str(tmp_path / "local")
+    local_manifest = create_pretraining_data([corpus["pattern"]], corpus["vocab"], local,
+                                             workers=1, show_progress=False, **SETTINGS)
+    for index in range(2):
+        files.copy_file(str(corpus["directory"] / f"part-{index}.txt"),
+                        f"{gcs_bucket}/text/part-{index}.txt")
+    remote = f"{gcs_bucket}/shards"
+    beam_manifest = create_pretraining_data_beam([f"{gcs_bucket}/text/part-*.txt"],
+                                                 corpus["vocab"], remote, workers=2, **SETTINGS)
+    assert sorted(files.listdir(remote)) == sorted(os.listdir(local))  # no temporaries left
+    for name in shard_hashes(local):
+        assert files.read_bytes(files.join(remote, name)) == \
+            open(os.path.join(local, name), "rb").read()
+    assert beam_manifest["inputs"] == [f"{gcs_bucket}/text/part-{index}.txt" for index in range(2)]
+    assert dict(beam_manifest, inputs=None) == dict(local_manifest, inputs=None)

@@ -1,6 +1,5 @@
 """Labelled rows from TSV/CSV/JSONL, and bad input failing with file and line, writing nothing."""
 
-import json
 
 import pytest
 from finetune_helpers import made_up_sentences, tiny_model_directory, write_tsv

@@ -147,8 +147,13 @@ def test_dry_run_prints_pasteable_commands(tmp_path, capsys):
     assert lines == [shlex.join(gcloud.create_queued(load_job(path)))]
     assert shlex.split(lines[0])[:5] == ["gcloud", "compute", "tpus", "queued-resources", "create"]
     assert cli.main(["launch", "run", path, "--dry-run"]) == 0
-    (line,) = capsys.readouterr().out.splitlines()
-    argv = shlex.split(line)
+    captured = capsys.readouterr()
+    assert "nothing was started" in captured.err and "started on" not in captured.err
+    # The remote script is printed as a here-document; bash turns it back into the argv.
+    printed = captured.out.replace("gcloud", shlex.join(
+        [sys.executable, "-c", "import json, sys; print(json.dumps(sys.argv[1:]))"]), 1)
+    argv = ["gcloud"] + json.loads(subprocess.run(["bash", "-c", printed], check=True,
+                                                  capture_output=True, text=True).stdout)
     assert argv[:6] == ["gcloud", "compute", "tpus", "tpu-vm", "ssh", "bert-v5e"]
     assert argv[8:] == ["--worker=all", "--command=" + remote.start_script(load_job(path))]
 

@@ -1,11 +1,13 @@
 """`bert-jax launch check`: every shipped job file's run, tried here before a slice is rented.
 
-The job files name gs://my-bucket/...; here that prefix points at a local directory holding
-small real files of the same layout (a vocabulary, 64 train and 64 eval shards made by
-create-data, so that each of a v5e-256's 64 workers has one), and everything else is the
-shipped file: its config (configs/bert_large.py), overrides and accelerator type, except
-that the traced model has 2 of BERT-Large's 24 layers (every layer is sharded alike; 24
-take ~8 s each to trace here). One subprocess with 256 simulated CPU devices checks them all.
+The job files name gs://my-bucket/...; here that bucket is created on a local GCS emulator
+(`tests/gcs_emulator.py`, which the check's subprocess reaches through the inherited
+environment) holding small real files of the same layout (a vocabulary, 64 train and 64
+eval shards with their manifests, made by create-data, so that each of a v5e-256's 64
+workers has one), and everything else is the shipped file: its gs:// paths, config
+(configs/bert_large.py), overrides and accelerator type, except that the traced model has
+2 of BERT-Large's 24 layers (every layer is sharded alike; 24 take ~8 s each to trace here).
+One subprocess with 256 simulated CPU devices checks them all.
 """
 
 import dataclasses
@@ -13,11 +15,11 @@ import glob
 import io
 import os
 import re
-import shutil
 
 import pytest
+from gcs_emulator import gcs_emulator  # noqa: F401  (fixture)
 
-from bert_jax import cli
+from bert_jax import cli, files
 from bert_jax.errors import UserError
 from launch.check import check_jobs
 from launch.job import load_job
@@ -29,27 +31,32 @@ BUCKET = "gs://my-bucket"
 
 
 @pytest.fixture(scope="module")
-def bucket(tmp_path_factory):
-    """A local stand-in for gs://my-bucket with the layout the job files name."""
+def bucket(gcs_emulator, tmp_path_factory):  # noqa: F811  (the fixture imported above)
+    """gs://my-bucket on the emulator, with the layout the job files name."""
+    import fsspec
+
     from input_pipeline.create_data import create_pretraining_data
 
     root = tmp_path_factory.mktemp("bucket")
-    os.makedirs(root / "vocab")
-    vocab = write_vocabulary(str(root / "vocab"))
+    vocab = write_vocabulary(str(root))
     make_corpus(str(root / "corpus.txt"), num_documents=80, seed=3)
-    create_pretraining_data([str(root / "corpus.txt")], vocab, str(root / "shards" / "train"),
+    create_pretraining_data([str(root / "corpus.txt")], vocab, str(root / "train"),
                             num_shards=64, max_seq_len=128, max_predictions=20, dupe_factor=1,
                             show_progress=False)
-    shutil.copytree(root / "shards" / "train", root / "shards" / "eval")
-    return str(root)
+    filesystem = fsspec.filesystem("gs")
+    if not filesystem.exists(BUCKET):
+        filesystem.mkdir(BUCKET.removeprefix("gs://"))
+    files.copy_file(vocab, f"{BUCKET}/vocab/vocab.txt")
+    filesystem.put(str(root / "train") + "/", f"{BUCKET}/shards/train/", recursive=True)
+    filesystem.put(str(root / "train") + "/", f"{BUCKET}/shards/eval/", recursive=True)
+    return BUCKET
 
 
-def local_job(path: str, bucket: str, name_suffix: str = "", **changes):
-    """The shipped job with gs://my-bucket replaced by `bucket` and 2 layers; `changes` set
-    overrides (None removes one)."""
+def two_layer_job(path: str, name_suffix: str = "", **changes):
+    """The shipped job, its gs:// paths unchanged, with 2 layers; `changes` set overrides
+    (None removes one)."""
     job = load_job(path)
-    overrides = {key: (value.replace(BUCKET, bucket) if isinstance(value, str) else value)
-                 for key, value in job.overrides}
+    overrides = dict(job.overrides)
     overrides["model.num_layers"] = 2
     for key, value in changes.items():
         key = key.replace("__", ".")
@@ -68,14 +75,14 @@ def job_output(text: str, path: str) -> str:
 
 def test_every_shipped_job_passes_and_mistakes_are_named(bucket):
     assert len(SHIPPED) == 3
-    good = [local_job(path, bucket) for path in SHIPPED]
+    good = [two_layer_job(path) for path in SHIPPED]
     first = SHIPPED[0]
     bad = [
         # What the shipped files did before: no vocabulary, and bert_large.py's vocab_size 0.
-        local_job(first, bucket, "#no-vocab", data__vocab_path=None),
-        local_job(first, bucket, "#bad-mesh", mesh__tensor=3),
-        local_job(first, bucket, "#no-shards", data__train_files=bucket + "/nothing/*.tfrecord"),
-        local_job(first, bucket, "#bad-length", data__seq_len=256),
+        two_layer_job(first, "#no-vocab", data__vocab_path=None),
+        two_layer_job(first, "#bad-mesh", mesh__tensor=3),
+        two_layer_job(first, "#no-shards", data__train_files=bucket + "/nothing/*.tfrecord"),
+        two_layer_job(first, "#bad-length", data__seq_len=256),
     ]
     out = io.StringIO()
     with pytest.raises(UserError, match="4 of 7 job"):
@@ -108,8 +115,7 @@ def test_create_checks_before_any_gcloud_call(tmp_path, bucket, monkeypatch, cap
     fake = FakeGcloud(tmp_path)
     monkeypatch.chdir(REPO_ROOT)
     monkeypatch.setenv("PATH", f"{fake.bin_dir}{os.pathsep}{os.environ['PATH']}")
-    text = open(SHIPPED[0]).read().replace(f"{BUCKET}/shards", f"{bucket}/shards").replace(
-        f"{BUCKET}/vocab/vocab.txt", f"{bucket}/none.txt")
+    text = open(SHIPPED[0]).read().replace(f"{bucket}/vocab/vocab.txt", f"{bucket}/none.txt")
     job = tmp_path / "job.toml"
     job.write_text(text)
     assert cli.main(["launch", "create", str(job)]) == 2

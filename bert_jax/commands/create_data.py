@@ -80,7 +80,16 @@ def add_arguments(parser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
+def warn_if_prose(inputs, input_format) -> None:
+    """Hard-wrapped prose given as BERT format is cut into line-sized sentences: say so."""
+    from input_pipeline.sources import prose_format_warning
+    warning = prose_format_warning(inputs) if input_format == "bert" else None
+    if warning:
+        print(warning, file=sys.stderr)
+
+
 def run(args) -> int:
+    warn_if_prose(args.input, args.input_format)
     if args.runner == "beam":
         from input_pipeline.beam import create_pretraining_data_beam as create
         engine = dict(beam_options=args.beam_options)

@@ -22,16 +22,17 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from bert_jax import inference, model_io
+    import bert_jax
+    from bert_jax import inference
     from bert_jax.errors import UserError
 
     if args.top_k < 1:
         raise UserError(f"--top-k must be at least 1, got {args.top_k}")
-    config, params, tokenizer, _ = model_io.load_model_and_tokenizer(args.model)
+    model = bert_jax.load(args.model)
     for text in args.texts:  # every text is checked before any is answered
-        inference.masked_input(tokenizer, text, config.max_positions)
+        inference.masked_input(model.tokenizer, text, model.config.max_positions)
     for text in args.texts:
-        predictions = inference.fill_mask(config, params, tokenizer, text, args.top_k)
+        predictions = model.fill_mask(text, args.top_k)
         print(text)
         for number, candidates in enumerate(predictions, start=1):
             shown = "  ".join(f"{token} {probability:.4f}" for token, probability in candidates)

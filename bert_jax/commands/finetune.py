@@ -18,6 +18,8 @@ metrics, the run's settings) and eval_predictions.jsonl. Everything else is a
 --config.KEY=VALUE override, e.g. --config.finetune.patience=2 (early stopping),
 --config.finetune.eval_every_steps=500, --config.finetune.best_metric=f1,
 --config.precision.dtype=bfloat16, --config.optimizer.warmup_steps ...; unknown keys fail.
+--print-config prints every key, its value after the flags and overrides, and its one-line
+description, and exits.
 
 examples:
   bert-jax finetune classify --model MODEL --train ../shared/data/tasks/sst2/train.tsv \\
@@ -51,6 +53,9 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=defaults.seed,
                         help="head initialisation, dropout and data order (default 0)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--print-config", action="store_true",
+                        help="print every config key with its value (after the flags and "
+                             "overrides) and its one-line description, then exit")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -76,9 +81,16 @@ def run(args) -> int:
 
     task_class = task_module(args.task).TASK
     tokenizer = load_tokenizer(model_io.vocab_path(args.model) or args.model)
-    task = task_class.from_arguments(args, tokenizer)
     settings = Settings(epochs=args.epochs, learning_rate=args.learning_rate,
                         batch_size=args.batch_size, max_seq_len=args.max_seq_len, seed=args.seed)
+    if args.print_config:
+        from bert_jax.config_docs import format_config
+        from bert_jax.training.finetune import run_config_for
+
+        config = run_config_for(model_io.load_model(args.model)[0], settings, args.overrides)
+        print(format_config(config, defined_in=[run_config_for]))
+        return 0
+    task = task_class.from_arguments(args, tokenizer)
     results = finetune(task, args.model, args.train, args.eval, args.workdir, settings,
                        args.overrides, show_progress=not args.no_progress)
     if "best" in results:

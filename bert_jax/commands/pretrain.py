@@ -8,7 +8,10 @@ HELP = "pre-train BERT (MLM + NSP) from a run config, resuming where a run left 
 DESCRIPTION = """\
 Pre-trains BERT on pre-masked shards (see `bert-jax create-data`) with the run config
 configs/NAME.py (or configs/NAME.py:ARG), changed by any number of --config.KEY=VALUE
-overrides; an unknown key is an error that names the closest keys.
+overrides; an unknown key is an error that names the closest keys. The shipped configs
+(demo, laptop, bert_base, bert_large, bert_large_two_phase) are found by name from any
+directory (--config laptop). --print-config prints every key, its value after the
+overrides and its one-line description, and exits.
 
 Where the starting state comes from, in this order:
   1. resume: WORKDIR/checkpoints has a checkpoint -> parameters, optimizer state, step,
@@ -43,8 +46,8 @@ TAKES_OVERRIDES = True
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", required=True, metavar="FILE[:ARG]",
-                        help="run config file, e.g. configs/demo.py or "
-                             "configs/bert_large_two_phase.py:2")
+                        help="run config file or shipped config name, e.g. demo, laptop, "
+                             "configs/demo.py or configs/bert_large_two_phase.py:2")
     parser.add_argument("--workdir", default=None,
                         help="training work directory (local or gs://); default runs/NAME "
                              "for configs/NAME.py")
@@ -56,6 +59,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="multi-process: this process's index in [0, N)")
     parser.add_argument("--no-progress", action="store_true",
                         help="no progress bar (for logs that are files)")
+    parser.add_argument("--print-config", action="store_true",
+                        help="print every config key with its value (after the overrides) and "
+                             "its one-line description, then exit")
 
 
 def default_workdir(config_path: str) -> str:
@@ -64,7 +70,19 @@ def default_workdir(config_path: str) -> str:
     return os.path.join("runs", name + (f"_{suffix}" if suffix else ""))
 
 
+def print_config(config_spec: str, overrides: list[str]) -> None:
+    """`--print-config`: the resolved config, one `key = value  # description` a line."""
+    from bert_jax.config_docs import format_config
+    from bert_jax.run_config import load_run_config, resolve_config_file
+
+    config = load_run_config(config_spec, overrides)
+    print(format_config(config, resolve_config_file(config_spec.partition(":")[0])))
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.print_config:
+        print_config(args.config, args.overrides)
+        return 0
     from bert_jax.training import distributed
 
     distributed.initialize(args.coordinator_address, args.num_processes, args.process_id)
@@ -87,5 +105,6 @@ def run(args: argparse.Namespace) -> int:
     say(f"\ndone: step {result['step']} of {run_config.num_train_steps}"
         f"\n  checkpoints: {os.path.join(workdir, 'checkpoints')}"
         f"\n  TensorBoard: tensorboard --logdir {os.path.join(workdir, 'tensorboard')}"
-        f"\n  export to Hugging Face: bert-jax convert {workdir} {workdir}_hf --to hf")
+        f"\n  export to Hugging Face: bert-jax convert {workdir} {workdir}_hf --to hf"
+        "\n(exiting: JAX and TensorFlow release their threads, which can take some seconds)")
     return 0

@@ -31,6 +31,8 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     from input_pipeline import vocabulary
+    from bert_jax.commands.create_data import warn_if_prose
+    warn_if_prose(args.input, args.input_format)
     if args.type == "wordpiece":
         lowercase = True if args.lowercase is None else args.lowercase
         path = vocabulary.train_wordpiece(args.input, args.size, args.output, lowercase,

@@ -9,7 +9,6 @@ A head is described by a small dict, the same in task.json and here:
 """
 
 import json
-import os
 
 from bert_jax import files
 from bert_jax.config import BertConfig

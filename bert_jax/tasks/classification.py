@@ -12,7 +12,7 @@ import os
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax import losses
+from bert_jax import files, losses
 from bert_jax.errors import UserError
 from bert_jax.heads import BertForSequenceClassification
 from bert_jax.tasks.base import Examples, FineTuningTask
@@ -100,8 +100,7 @@ class SentenceTask(FineTuningTask):
         kind = os.path.splitext(path)[1].lower()
         if kind not in (".jsonl", ".tsv"):
             raise UserError(f"{path}: unknown output type {kind!r}; expected .jsonl or .tsv")
-        temporary = path + ".tmp"
-        with open(temporary, "w", encoding="utf-8") as file:
+        with files.atomic_write(path) as file:
             if kind == ".jsonl":
                 for row, record in zip(examples.rows, records):
                     file.write(json.dumps(dict(texts=list(row.texts), **record)) + "\n")
@@ -113,7 +112,6 @@ class SentenceTask(FineTuningTask):
                     texts = [text.replace("\t", " ") for text in row.texts]
                     file.write("\t".join(texts + [""] * (width - len(texts))
                                          + [str(record["label"])]) + "\n")
-        os.replace(temporary, path)
 
 
 class ClassificationTask(SentenceTask):

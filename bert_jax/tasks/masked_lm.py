@@ -13,12 +13,11 @@ and transformers' fill-mask pipeline use.
 
 import json
 import math
-import os
 
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax import losses
+from bert_jax import files, losses
 from bert_jax.heads import BertForMaskedLM
 from bert_jax.tasks.base import Examples, FineTuningTask
 from bert_jax.training.batching import BucketedBatches
@@ -154,13 +153,11 @@ class MaskedLMTask(FineTuningTask):
 
     def write_predictions(self, path, examples, predictions):
         """One JSON line per block: masked tokens, correct ones and their cross-entropy."""
-        temporary = f"{path}.tmp-{os.getpid()}"
-        with open(temporary, "w", encoding="utf-8") as file:
+        with files.atomic_write(path) as file:
             for index, (masked, correct, nll) in enumerate(zip(
                     predictions["masked"], predictions["correct"], predictions["nll"])):
                 file.write(json.dumps(dict(block=index, masked=int(masked),
                                            correct=int(correct), nll=float(nll))) + "\n")
-        os.replace(temporary, path)
 
 
 TASK = MaskedLMTask

@@ -17,12 +17,12 @@ numbers is scored (STS); otherwise its labels are classes (NLI).
 """
 
 import json
-import os
 
 import flax.linen as nn
 import jax.numpy as jnp
 import numpy as np
 
+from bert_jax import files
 from bert_jax.config import BertConfig, Precision
 from bert_jax.embeddings import losses
 from bert_jax.embeddings.pooling import pool
@@ -269,12 +269,10 @@ class SentenceEmbeddingTask(FineTuningTask):
         return correlations(np.asarray(predictions["cosine"]), np.asarray(gold))
 
     def write_predictions(self, path, examples, predictions):
-        temporary = path + ".tmp"
-        with open(temporary, "w", encoding="utf-8") as file:
+        with files.atomic_write(path) as file:
             for row, cosine in zip(examples.rows, predictions["cosine"]):
                 file.write(json.dumps(dict(text_a=row[0], text_b=row[1],
                                            cosine=round(float(cosine), 6))) + "\n")
-        os.replace(temporary, path)
 
 
 TASK = SentenceEmbeddingTask

@@ -21,7 +21,6 @@ import numpy as np
 
 from bert_jax import losses
 from bert_jax.config import BertConfig, Precision
-from bert_jax.errors import UserError
 from bert_jax.tasks.base import Examples, FineTuningTask
 
 SEQUENCE_FEATURES = ("input_ids", "segment_ids", "input_mask", "labels", "label_weights")

@@ -17,7 +17,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from bert_jax import model_io, sharding
+from bert_jax import files, model_io, sharding
 from bert_jax.errors import UserError
 from bert_jax.run_config import apply_overrides, base_config, parse_overrides
 from bert_jax.training import batching, prediction, trainer
@@ -195,12 +195,10 @@ def _write_results(task, run_config, workdir, settings, evaluator, evaluation, r
         if hasattr(task, "summary"):  # a task's own top-level names (mlm: perplexity_before)
             results.update(task.summary(evaluator.history))
     if jax.process_index() == 0 and not result["preempted"]:
-        path = os.path.join(workdir, EVAL_RESULTS)
-        with open(path + ".tmp", "w", encoding="utf-8") as file:
+        with files.atomic_write(files.join(workdir, EVAL_RESULTS)) as file:
             json.dump(results, file, indent=2, default=float)
-        os.replace(path + ".tmp", path)
         if evaluator is not None and evaluator.last_predictions is not None:
-            task.write_predictions(os.path.join(workdir, EVAL_PREDICTIONS), evaluation,
+            task.write_predictions(files.join(workdir, EVAL_PREDICTIONS), evaluation,
                                    evaluator.last_predictions)
     return results
 

@@ -284,8 +284,10 @@ def _loop(run_config, bundle, state, meta, checkpoints, writer, dataset_factory,
         log(f"the run is complete: step {step} of {total} is saved in {checkpoints.directory}; "
             "raise --config.num_train_steps to train further")
         return result
-    progress = tqdm(total=total, initial=start, disable=not show_progress, unit="step",
-                    dynamic_ncols=True, desc=bundle.task.name)
+    # The bar starts after the first step has compiled, so its rate and ETA are the steps'.
+    progress = None
+    if show_progress:
+        log(f"compiling the training step (the progress bar starts after step {start + 1})")
     if evaluator is not None and evaluator.baseline and step == 0:  # the untrained baseline
         _run_evaluation(evaluator, bundle, state, step, writer, result)
     with StopRequests() as preemption:
@@ -294,7 +296,11 @@ def _loop(run_config, bundle, state, meta, checkpoints, writer, dataset_factory,
             state, metrics = bundle.train_step(
                 state, distributed.global_batch(local, bundle.batch_shardings), rng)
             step += 1
-            progress.update(1)
+            if progress is None:
+                progress = tqdm(total=total, initial=step, disable=not show_progress,
+                                unit="step", dynamic_ncols=True, desc=bundle.task.name)
+            else:
+                progress.update(1)
             stop = _preemption_requested(preemption, step, run_config.log_every_steps)
             if step % run_config.log_every_steps == 0 or step == total or stop:
                 _check_finite(state, step, checkpoints)
@@ -319,7 +325,13 @@ def _loop(run_config, bundle, state, meta, checkpoints, writer, dataset_factory,
             if result["stopped"]:
                 log(f"\nstopped early at step {step}: no better evaluation for a while")
                 break
-    progress.close()
+    if progress is not None:
+        progress.close()
+    if run_config.checkpoint.async_save and not result["preempted"]:
+        began = time.monotonic()
+        log(f"finishing the checkpoint of step {step} (written in the background) ...")
+        checkpoints.wait()
+        log(f"  written in {time.monotonic() - began:.0f} s")
     result["step"] = step
     return result
 

