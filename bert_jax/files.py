@@ -26,6 +26,8 @@ import posixpath
 import shutil
 import tempfile
 
+from bert_jax.errors import UserError
+
 # Must be set before orbax's epath first resolves a gs:// path (it caches the choice).
 os.environ["EPATH_USE_TF"] = "false"
 
@@ -116,18 +118,34 @@ def glob(pattern: str) -> list[str]:
 
 
 # -- reading -------------------------------------------------------------------------------
-def open_file(path: str, mode: str = "r", encoding: str | None = None):
+def open_file(path: str, mode: str = "r", encoding: str | None = None,
+              newline: str | None = None):
     """A file object; text modes default to UTF-8."""
     if "b" not in mode and encoding is None:
         encoding = "utf-8"
     if is_remote(path):
-        return _filesystem(path).open(path, mode, encoding=encoding)
-    return open(path, mode, encoding=encoding)
+        return _filesystem(path).open(path, mode, encoding=encoding, newline=newline)
+    return open(path, mode, encoding=encoding, newline=newline)
 
 
 def read_text(path: str) -> str:
     with open_file(path) as file:
         return file.read()
+
+
+def read_user_text(path: str, what: str, newline: str | None = None) -> str:
+    """The UTF-8 text of a file the user named (`what`: "input", "CoNLL", ...); a missing
+    file, a directory or bytes that are not UTF-8 become one clear error naming the path."""
+    try:
+        with open_file(path, newline=newline) as file:
+            return file.read()
+    except FileNotFoundError:
+        raise UserError(f"{path}: {what} file not found") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a directory, expected a {what} file") from None
+    except UnicodeDecodeError as error:
+        raise UserError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})"
+                        ) from None
 
 
 def read_bytes(path: str) -> bytes:

@@ -47,12 +47,7 @@ def read_texts(path: str) -> list[str | tuple[str, str]]:
     from bert_jax import files
     from bert_jax.errors import UserError
 
-    try:
-        lines = files.read_text(path).splitlines()
-    except FileNotFoundError:
-        raise UserError(f"{path}: input file not found") from None
-    except UnicodeDecodeError as error:
-        raise UserError(f"{path}: not UTF-8 text (byte {error.start})") from None
+    lines = files.read_user_text(path, "input").splitlines()
     texts = []
     for number, line in enumerate(lines, start=1):
         parts = line.split("\t")

@@ -14,7 +14,7 @@ import json
 import jax
 import numpy as np
 
-from bert_jax import inference, model_io
+from bert_jax import files, inference, model_io
 from bert_jax.config import BertConfig
 from bert_jax.embeddings import pooling as pooling_functions
 from bert_jax.embeddings.model_directory import EmbeddingSettings, read_settings
@@ -110,15 +110,7 @@ def embed_texts(model: EmbeddingModel, texts: list[str], batch_size: int = 32,
 
 def read_lines(path: str, what: str = "input") -> list[str]:
     """The lines of a UTF-8 file, empty ones kept (one row each), without line endings."""
-    try:
-        with open(path, encoding="utf-8") as file:
-            text = file.read()
-    except FileNotFoundError:
-        raise UserError(f"{path}: {what} file not found") from None
-    except IsADirectoryError:
-        raise UserError(f"{path}: expected a text file, found a directory") from None
-    except UnicodeDecodeError as error:
-        raise UserError(f"{path}: not UTF-8 text (byte {error.start})") from None
+    text = files.read_user_text(path, what)
     lines = text.split("\n")  # universal newlines: \r\n and \r arrive as \n
     if lines[-1] == "":
         lines.pop()  # the final newline ends the last line; it does not start another

@@ -68,16 +68,9 @@ def file_format(path: str) -> str:
 
 
 def _read_lines(path: str) -> list[str]:
-    try:
-        with open(path, encoding="utf-8", newline="") as file:
-            text = file.read()
-    except FileNotFoundError:
-        raise UserError(f"{path}: file not found") from None
-    except IsADirectoryError:
-        raise UserError(f"{path}: is a directory, expected a file") from None
-    except UnicodeDecodeError as error:
-        raise UserError(f"{path}: not UTF-8 text (byte {error.start})") from None
-    return text.splitlines()
+    from bert_jax import files
+
+    return files.read_user_text(path, "data", newline="").splitlines()
 
 
 def _records(path: str, kind: str) -> list[tuple[int, list[str] | dict]]:

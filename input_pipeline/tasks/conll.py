@@ -77,16 +77,9 @@ def iob1_to_iob2(tags: Sequence[str]) -> list[str]:
 
 
 def _read_lines(path: str) -> list[str]:
-    try:
-        with open(path, encoding="utf-8") as file:
-            return file.read().splitlines()
-    except FileNotFoundError:
-        raise UserError(f"{path}: file not found") from None
-    except IsADirectoryError:
-        raise UserError(f"{path}: is a directory; expected a CoNLL text file") from None
-    except UnicodeDecodeError as error:
-        raise UserError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})"
-                        ) from None
+    from bert_jax import files
+
+    return files.read_user_text(path, "CoNLL").splitlines()
 
 
 def _token_blocks(path: str, lines: list[str]) -> list[tuple[int, list[tuple[str, ...]]]]:

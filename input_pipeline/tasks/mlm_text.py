@@ -11,27 +11,22 @@ held-out blocks always get the masks of one fixed seed, so evaluations before an
 training score the same masked positions.
 """
 
+import io
 import math
 
 import numpy as np
 
 from bert_jax.errors import UserError
 from input_pipeline import masking
-from bert_jax.files import open_file
+from bert_jax.files import read_user_text
 
 HELDOUT_STREAM = 1 << 30  # the generator stream of held-out masks, apart from every epoch's
 
 
 def read_documents(path: str) -> list[str]:
     """The documents of a text file (see the module docstring), whitespace-joined."""
-    try:
-        with open_file(path, encoding="utf-8") as file:
-            lines = [line.strip() for line in file]
-    except FileNotFoundError:
-        raise UserError(f"{path}: text file not found") from None
-    except UnicodeDecodeError as error:
-        raise UserError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") \
-            from None
+    # Split as iterating the file splits (at newlines only, not at every splitlines() break).
+    lines = [line.strip() for line in io.StringIO(read_user_text(path, "text"))]
     if "" not in lines:
         documents = [line for line in lines if line]
     else:

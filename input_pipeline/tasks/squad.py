@@ -12,7 +12,7 @@ import json
 import logging
 
 from bert_jax.errors import UserError
-from bert_jax.files import open_file
+from bert_jax.files import read_user_text
 
 logger = logging.getLogger(__name__)
 
@@ -115,14 +115,8 @@ def parse_squad(document, path: str, require_answers: bool = True) -> SquadFile:
 def read_squad(path: str, require_answers: bool = True) -> SquadFile:
     """Questions of a SQuAD v1.1 or v2.0 JSON file, in file order."""
     try:
-        with open_file(path, encoding="utf-8") as file:
-            document = json.load(file)
-    except FileNotFoundError:
-        raise UserError(f"{path}: SQuAD file not found") from None
+        document = json.loads(read_user_text(path, "SQuAD"))
     except json.JSONDecodeError as error:
         raise UserError(f"{path}: not valid JSON ({error.msg} at line {error.lineno}, "
                         f"column {error.colno})") from None
-    except UnicodeDecodeError as error:
-        raise UserError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") \
-            from None
     return parse_squad(document, path, require_answers)
