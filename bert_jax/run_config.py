@@ -38,7 +38,7 @@ def base_config(model_preset: str = "base") -> ml_collections.ConfigDict:
     config.precision.dtype = "float32"  # activations: float32 or bfloat16
     config.precision.param_dtype = "float32"  # parameter storage (keep float32 to train)
     config.precision.remat = False  # recompute each layer's activations in the backward pass
-    config.init_from = ""  # HF / bert-jax model dir or training workdir to start from
+    config.init_from = ""  # model dir or training workdir to start from; brings its model.* sizes
     config.batch_size = 256  # global sequences per optimizer step, over all processes
     config.grad_accum_steps = 1  # micro-batches per step (batch_size must divide evenly)
     config.num_train_steps = 1_000_000  # this run (or phase) stops after this step
@@ -51,7 +51,7 @@ def base_config(model_preset: str = "base") -> ml_collections.ConfigDict:
     # Unset (None), the shards' manifest.json gives them when the run starts; set, they must
     # equal it (a mismatch is an error naming both). ml_collections takes an int over a None.
     config.data.seq_len = None  # tokens per sequence; None = the shards' manifest (demo: 128)
-    config.data.max_predictions = None  # masked positions a sequence; None = the manifest's (20)
+    config.data.max_predictions = None  # masks per sequence; None = the shards' manifest (demo: 20)
     config.data.shuffle_buffer = 10_000  # examples in the shuffle buffer
     config.data.dynamic_masking = False  # re-mask on the fly (RoBERTa) instead of the shards'
     config.data.demo_dir = ""  # if set: build vocab + shards from the stdlib corpus here
