@@ -59,6 +59,9 @@ def test_unset_lengths_come_from_the_manifest_and_set_ones_must_match(sources):
     with pytest.raises(UserError, match="data.seq_len and data.max_predictions unset, and "
                                         "data.train_files is not set"):
         training_data.prepare_data(config)
+    config = load_run_config("laptop", [f"--config.data.train_files={sources['root']}/no/*"])
+    with pytest.raises(UserError, match="no shard files match"):  # not "no manifest"
+        training_data.prepare_data(config)
     with pytest.raises(UserError, match="expected an integer"):
         load_run_config("laptop", ["--config.data.seq_len=long"])
 

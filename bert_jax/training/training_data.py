@@ -90,6 +90,10 @@ def resolve_shapes(run_config, log=print) -> None:
             log(f"{names} from {files.join(directory, manifest_lib.MANIFEST_NAME)}: "
                 + ", ".join(f"{key} {data[key]}" for key in unset))
             return
+    if data.train_files:
+        from input_pipeline.reader import expand_patterns
+
+        expand_patterns([p for p in data.train_files.split(",") if p])  # no shards: says so
     where = (f"the shards {data.train_files} have no {manifest_lib.MANIFEST_NAME}"
              if data.train_files else "data.train_files is not set")
     raise UserError(f"{names} unset, and {where} to take them from; set "
