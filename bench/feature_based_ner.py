@@ -126,7 +126,7 @@ def gather(features, offsets, lengths, sentences, layers, labels=None):
     """A padded batch: hidden (L, B, W, H) float32, lengths (B,), labels and weights (B, W)."""
     from bert_jax.inference import bucket_length
 
-    width = bucket_length(int(lengths[sentences].max()), 256, smallest=8)
+    width = bucket_length(int(lengths[sentences].max()), 256)
     index = np.zeros((len(sentences), width), np.int64)
     weights = np.zeros((len(sentences), width), np.float32)
     for row, sentence in enumerate(sentences):

@@ -6,7 +6,7 @@ eps 1e-6, weight decay 0.01 except LayerNorm parameters and biases), linear warm
 10% of the steps then linear decay, gradient norm clipped at 1, dropout 0.1, max 128 tokens.
 PyTorch gets its best practice: `AutoModelFor...` with `DataCollatorWithPadding` (dynamic
 padding to each batch's longest row, not its pad-to-max default), `torch.optim.AdamW` and
-`get_linear_schedule_with_warmup`. bert-jax runs `bert_jax.training.finetune` (length
+bert-jax's learning-rate schedule (the original BERT's) through `LambdaLR`. bert-jax runs `bert_jax.training.finetune` (length
 buckets). Reported per framework: training wall time (compilation included for bert-jax),
 examples/s, and the dev score; then the ratio of examples/s.
 
@@ -89,11 +89,22 @@ def bert_jax_classify(model: str, train: str, dev: str, args, workdir: str) -> d
     return dict(seconds=seconds, score=metrics["accuracy"])
 
 
+def bert_schedule(optimizer, total_steps: int):
+    """bert-jax's learning-rate schedule (the original BERT's) for a torch optimizer: warm-up
+    over 10% of the steps, then a linear decay counted from step 0, so after warm-up the rate
+    is peak * (1 - warmup / total) (HF's `get_linear_schedule_with_warmup` restarts it)."""
+    import torch
+
+    warmup = round(0.1 * total_steps)
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        lambda step: step / max(warmup, 1) if step < warmup else 1 - step / total_steps)
+
+
 def torch_train(model, rows, collator, args) -> float:
     """The recipe in PyTorch (AdamW without decay on LayerNorm and biases, warm-up 10% then
     linear decay, clipping at 1); returns the training wall time, the model left in eval mode."""
     import torch
-    import transformers
 
     loader = torch.utils.data.DataLoader(
         rows, batch_size=args.batch_size, shuffle=True, collate_fn=collator,
@@ -104,8 +115,7 @@ def torch_train(model, rows, collator, args) -> float:
               {"params": [p for n, p in model.named_parameters()
                           if any(key in n for key in no_decay)], "weight_decay": 0.0}]
     optimizer = torch.optim.AdamW(groups, lr=args.learning_rate, betas=(0.9, 0.999), eps=1e-6)
-    total = len(loader) * args.epochs
-    scheduler = transformers.get_linear_schedule_with_warmup(optimizer, round(0.1 * total), total)
+    scheduler = bert_schedule(optimizer, len(loader) * args.epochs)
     model.train()
     start = time.perf_counter()
     for _ in range(args.epochs):

@@ -8,8 +8,8 @@ the windows bert-jax makes (`squad_windows.make_windows`; its ids and offsets eq
 BertTokenizerFast's, see tests/test_squad_data.py) and its logits go through the same
 `squad_postprocess.postprocess` (n-best 20, answers up to 30 tokens) and official metrics,
 so the two differ only in the framework. Its recipe is bench/finetune.py's: torch AdamW
-(eps 1e-6, weight decay 0.01 off biases and LayerNorm), linear warm-up over 10% then linear
-decay, gradient norm clipped at 1, batches padded only to their longest window (as
+(eps 1e-6, weight decay 0.01 off biases and LayerNorm), bert-jax's schedule (linear warm-up
+over 10% then the original BERT's linear decay), gradient norm clipped at 1, batches padded only to their longest window (as
 DataCollatorWithPadding does). Reported: training wall time (compilation included for
 bert-jax), windows/s, dev EM/F1, and the ratio of windows/s.
 """
@@ -54,7 +54,8 @@ def train_peer(model, windows, epochs: int, batch_size: int, learning_rate: floa
                seed: int) -> tuple[float, int]:
     """Fine-tunes `model` in place; returns (seconds, windows seen)."""
     import torch
-    import transformers
+
+    from bench.finetune import bert_schedule
 
     decay = [p for n, p in model.named_parameters() if not ("bias" in n or "LayerNorm" in n)]
     no_decay = [p for n, p in model.named_parameters() if "bias" in n or "LayerNorm" in n]
@@ -62,7 +63,7 @@ def train_peer(model, windows, epochs: int, batch_size: int, learning_rate: floa
                                    {"params": no_decay, "weight_decay": 0.0}], lr=learning_rate,
                                   betas=(0.9, 0.999), eps=1e-6)
     steps = epochs * -(-len(windows) // batch_size)
-    schedule = transformers.get_linear_schedule_with_warmup(optimizer, int(0.1 * steps), steps)
+    schedule = bert_schedule(optimizer, steps)
     rng = np.random.default_rng(seed)
     model.train()
     started = time.perf_counter()

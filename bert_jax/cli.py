@@ -11,6 +11,7 @@ import argparse
 import importlib
 import sys
 
+from bert_jax import compilation_cache
 from bert_jax.errors import UserError
 
 # name -> module, in the order `bert-jax --help` lists them.
@@ -62,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides = extra
     elif extra:
         parser.error(f"unrecognized arguments for {args.command}: {' '.join(extra)}")
+    compilation_cache.enable()
     try:
         status = module.run(args)
     except UserError as error:

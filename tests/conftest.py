@@ -12,3 +12,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # Hugging Face must never try the network: these machines have none, and tests must not.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# The commands' compiled-program cache (bert_jax/compilation_cache.py): one per test session,
+# shared by the commands the tests run in subprocesses, never the user's ~/.cache.
+if "BERT_JAX_COMPILATION_CACHE" not in os.environ:
+    import tempfile
+
+    os.environ["BERT_JAX_COMPILATION_CACHE"] = tempfile.mkdtemp(prefix="bert-jax-xla-")
