@@ -54,9 +54,11 @@ def load_embedding_model(path: str, pooling: tuple[str, ...] | None = None,
                          normalize: bool | None = None, max_seq_len: int | None = None
                          ) -> EmbeddingModel:
     """The model at `path` with its own pooling settings, each overridden where not None."""
+    from bert_jax.interop import hub
     from input_pipeline.tokenization import load_tokenizer
 
-    encoder_directory, settings = read_settings(path)
+    # A Hub name's snapshot, so its pooling files are read too (as the API's Model.embed does).
+    encoder_directory, settings = read_settings(hub.resolve(path))
     config, params, vocab_path = model_io.load_model(encoder_directory)
     if vocab_path is None:
         raise UserError(f"{encoder_directory}: no vocab.txt beside the weights")
