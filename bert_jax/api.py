@@ -3,13 +3,16 @@
     import bert_jax
     model = bert_jax.load("runs/demo")  # any model directory the CLI takes, or a Hub name
     vectors = model.features(["a sentence", "another"], pool="mean")  # (2, H) numpy
+    sentences = model.embed(["a sentence", "another"])  # as `bert-jax embed` pools them
     model.fill_mask("the [MASK] of the module")  # [[(token, probability), ...]]
     model.save("exported/demo-hf", format="hf")
 
 Inputs are strings or lists of strings (a (text_a, text_b) tuple for a pair); outputs are
-numpy arrays and plain Python values. The commands `features`, `fill-mask` and `attention`
-run the same library functions (`inference`, `analysis.attention_maps`, `model_io`), so the
-API and the CLI cannot drift apart.
+numpy arrays and plain Python values. The commands `features`, `embed`, `predict`,
+`fill-mask` and `attention` run the same library functions (`inference`,
+`embeddings.encoder`, `training.prediction` with each task's `prediction_values`,
+`analysis.attention_maps`, `model_io`), so the API and the CLI cannot drift apart.
+`model.predict(texts)` is for fine-tuned task models (finetune's WORKDIR/best).
 """
 
 import dataclasses
@@ -26,7 +29,7 @@ POOLING = ("none", "cls", "mean")
 
 def _as_list(texts) -> tuple[list, bool]:
     """(list of inputs, whether one input was given rather than a list)."""
-    if isinstance(texts, (str, tuple)):
+    if isinstance(texts, (str, tuple, dict)):
         return [texts], True
     return list(texts), False
 
@@ -38,6 +41,9 @@ class Model:
     params: dict  # nested numpy dicts: bert, and mlm_head / nsp_head when the source has them
     tokenizer: object  # input_pipeline.tokenization's tokenizer of the model's vocabulary
     source: str  # the path or name it was loaded from
+    # Loaded on first use: the directory's pooling settings, the fine-tuned task by batch size.
+    _embedding_settings: object = dataclasses.field(default=None, repr=False)
+    _finetuned: dict = dataclasses.field(default_factory=dict, repr=False)
 
     def features(self, texts, layers: Sequence[int] = (-1,), pool: str = "none",
                  max_seq_len: int | None = None, batch_size: int = 32):
@@ -61,6 +67,61 @@ class Model:
         arrays = {name: hidden[layer][0] if single else hidden[layer]
                   for name, layer in zip(layers, resolved)}
         return arrays[layers[0]] if len(arrays) == 1 else arrays
+
+    def embed(self, texts, pool: str | Sequence[str] | None = None,
+              normalize: bool | None = None, max_seq_len: int | None = None,
+              batch_size: int = 32) -> np.ndarray:
+        """(N, D) float32 sentence embeddings, as `bert-jax embed` writes them.
+
+        The model directory's own pooling, normalisation and length (a sentence-transformers
+        directory's, or a sentence-embedding fine-tuning's) apply unless given: `pool` is
+        'mean', 'cls' or 'max' (or several, concatenated), `normalize` scales to unit length.
+        A single text (not a list) gives its (D,) vector.
+        """
+        from bert_jax.embeddings.encoder import embed_texts, embedding_model
+        from bert_jax.embeddings.model_directory import read_settings
+        from bert_jax.interop import hub
+
+        items, single = _as_list(texts)
+        if self._embedding_settings is None:
+            self._embedding_settings = read_settings(hub.resolve(self.source))[1]
+        pooling = (pool,) if isinstance(pool, str) else pool
+        model = embedding_model(self.config, self.params, self.tokenizer,
+                                self._embedding_settings, pooling, normalize, max_seq_len)
+        embeddings = embed_texts(model, items, batch_size, progress=len(items) > batch_size)
+        return embeddings[0] if single else embeddings
+
+    def predict(self, inputs, batch_size: int = 64, max_seq_len: int | None = None):
+        """What `bert-jax predict` gives for each input, as Python values, in input order.
+
+        classify: {"label", "probabilities": {label: p}} for a text or a (text_a, text_b)
+        tuple; regress: the number; ner: {"words", "tags"} for a sentence (a string, or a
+        list of words); qa: the answer text for a {"question", "context"} dict. One input
+        (not a list) gives its own value. Needs a fine-tuned task model.
+        """
+        from bert_jax import model_io
+        from bert_jax.interop import hub
+        from bert_jax.training import prediction
+        from bert_jax.training.finetune import load_finetuned
+
+        items, single = _as_list(inputs)
+        path = hub.resolve(self.source)
+        if model_io.load_task_info(path) is None:
+            raise UserError(
+                f"{self.source}: not a fine-tuned task model (no task.json and no Hugging Face "
+                "classification/token/QA head), so it has nothing to predict; fine-tune it "
+                "first (bert-jax finetune classify|regress|ner|qa --model ...) and load the "
+                "run's best/ directory, or use features() / embed() / fill_mask() on this one")
+        if not items:
+            return []
+        if batch_size not in self._finetuned:
+            self._finetuned[batch_size] = load_finetuned(path, batch_size)
+        task, examples, predictions = prediction.predict_inputs(
+            self._finetuned[batch_size],
+            lambda task, tokenizer, length: task.examples_from_inputs(items, tokenizer, length),
+            batch_size, max_seq_len, progress=len(items) > batch_size)
+        values = task.prediction_values(examples, predictions)
+        return values[0] if single else values
 
     def fill_mask(self, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
         """For each [MASK] in `text`, the `top_k` (token, probability) pairs, most likely first.

@@ -176,6 +176,26 @@ def load_model(path: str) -> tuple[BertConfig, dict, str | None]:
     return config, params, vocab_path(path)
 
 
+def load_config(path: str) -> BertConfig:
+    """The model config of `path` (any source `load_model` reads), without its weights."""
+    from bert_jax.interop import hub, huggingface, tf_checkpoint
+
+    path = hub.resolve(path)
+    kind = source_kind(path)
+    if kind in ("huggingface", "tf-checkpoint"):
+        config_path = files.join(path, "config.json" if kind == "huggingface"
+                                 else tf_checkpoint.CONFIG_NAME)
+        try:
+            with files.open_file(config_path) as file:
+                values = json.load(file)
+        except json.JSONDecodeError as error:
+            raise UserError(f"{config_path}: not valid JSON ({error})") from None
+        # bert_config.json has an HF config.json's keys, without model_type.
+        return huggingface.config_from_hf({"model_type": "bert", **values}, config_path)
+    run_directory = _step_run_directory(path) if kind == "training-step" else path
+    return _read_model_config(files.join(run_directory, MODEL_CONFIG))
+
+
 def load_model_and_tokenizer(path: str, vocab: str | None = None):
     """(config, params, tokenizer, vocab path) for every command that runs or converts a model.
 

@@ -6,7 +6,8 @@ from any directory: `--config demo` is `--config configs/demo.py`.
 `load_run_config("configs/bert_base.py", ["--config.batch_size=512"])` imports the file,
 calls `get_config()` (or `get_config(arg)` for `configs/NAME.py:arg`, as big_vision does),
 then applies dotted overrides. A key that does not exist fails loudly, naming it and the
-closest existing keys; a value is converted to the type of the value it replaces.
+closest existing keys; a value is converted to the type of the value it replaces. With
+`init_from`, the model's architecture comes from that model (run_config_init_from.py).
 """
 
 import ast
@@ -29,6 +30,7 @@ def base_config(model_preset: str = "base") -> ml_collections.ConfigDict:
 
     config = ml_collections.ConfigDict()
     config.seed = 0  # parameter initialisation, dropout and data order
+    config.model_preset = model_preset  # model.* starts from it; init_from adopts unchanged ones
     # BertConfig fields; vocab_size 0 = the size of data.vocab_path's vocabulary.
     config.model = ml_collections.ConfigDict(preset(model_preset, vocab_size=0).to_dict())
     # How this run computes (not part of the saved model: fp32 weights train on in bf16).
@@ -36,7 +38,7 @@ def base_config(model_preset: str = "base") -> ml_collections.ConfigDict:
     config.precision.dtype = "float32"  # activations: float32 or bfloat16
     config.precision.param_dtype = "float32"  # parameter storage (keep float32 to train)
     config.precision.remat = False  # recompute each layer's activations in the backward pass
-    config.init_from = ""  # HF / bert-jax model dir or training workdir to start from
+    config.init_from = ""  # model dir or training workdir to start from; brings its model.* sizes
     config.batch_size = 256  # global sequences per optimizer step, over all processes
     config.grad_accum_steps = 1  # micro-batches per step (batch_size must divide evenly)
     config.num_train_steps = 1_000_000  # this run (or phase) stops after this step
@@ -46,8 +48,10 @@ def base_config(model_preset: str = "base") -> ml_collections.ConfigDict:
     config.data.train_files = ""  # comma-separated TFRecord globs (may be gs://)
     config.data.eval_files = ""  # held-out shards; empty = no evaluation
     config.data.vocab_path = ""  # vocab.txt the shards were made with
-    config.data.seq_len = 128  # must match the shards' manifest
-    config.data.max_predictions = 20  # masked positions per sequence, as in the shards
+    # Unset (None), the shards' manifest.json gives them when the run starts; set, they must
+    # equal it (a mismatch is an error naming both). ml_collections takes an int over a None.
+    config.data.seq_len = None  # tokens per sequence; None = the shards' manifest (demo: 128)
+    config.data.max_predictions = None  # masks per sequence; None = the shards' manifest (demo: 20)
     config.data.shuffle_buffer = 10_000  # examples in the shuffle buffer
     config.data.dynamic_masking = False  # re-mask on the fly (RoBERTa) instead of the shards'
     config.data.demo_dir = ""  # if set: build vocab + shards from the stdlib corpus here
@@ -150,8 +154,16 @@ def _parse_value(key: str, text: str, current):
         if text.lower() in ("false", "0", "no"):
             return False
         raise UserError(f"--config.{key}: expected true or false, got {text!r}")
-    if isinstance(current, str) or current is None:
+    if isinstance(current, str):
         return text
+    if current is None:  # the unset optional integers (data.seq_len, data.max_predictions)
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            value = None
+        if type(value) is not int and text.lower() != "none":
+            raise UserError(f"--config.{key}: expected an integer (or None), got {text!r}")
+        return value
     try:
         value = ast.literal_eval(text)
     except (ValueError, SyntaxError):
@@ -211,7 +223,16 @@ def load_run_config(path: str, overrides: list[str] | None = None) -> ml_collect
     if not isinstance(config, ml_collections.ConfigDict):
         raise UserError(f"{path}: get_config() must return an ml_collections.ConfigDict")
     config.lock()
-    apply_overrides(config, parse_overrides(overrides or []), source=path)
+    pairs = parse_overrides(overrides or [])
+    if "model_preset" in dict(pairs):
+        raise UserError(f"{path}: model_preset records the preset the file's model.* start "
+                        "from, it does not change them; set model.* fields (or use another "
+                        "config: --config laptop is a small model)")
+    apply_overrides(config, pairs, source=path)
+    if config.get("init_from"):
+        from bert_jax.run_config_init_from import adopt_architecture
+
+        adopt_architecture(config, [key for key, _ in pairs], source=path)
     check_ranges(flatten(config), source=path)
     return config
 

@@ -51,14 +51,14 @@ def check_ranges(values: dict, source: str) -> None:
     """Raises `UserError` naming the first key of `values` (flattened, dotted keys) that is
     out of its range; keys without a range, or absent, pass."""
     for key, (lowest, highest) in RANGES.items():
-        if key not in values:
+        if values.get(key) is None:  # absent, or unset until the data fills it in
             continue
         value = values[key]
         if value < lowest or (highest is not None and value > highest):
             wanted = (f"between {lowest} and {highest}" if highest is not None
                       else f"at least {lowest}")
             raise UserError(f"{source}: {key} must be {wanted}, got {value!r}")
-    if "data.max_predictions" in values and "data.seq_len" in values and (
+    if None not in (values.get("data.max_predictions"), values.get("data.seq_len")) and (
             values["data.max_predictions"] > values["data.seq_len"]):
         raise UserError(f"{source}: data.max_predictions ({values['data.max_predictions']}) "
                         f"cannot exceed data.seq_len ({values['data.seq_len']})")

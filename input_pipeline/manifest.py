@@ -77,7 +77,9 @@ def check_vocabulary(manifest: dict, tokenizer_hash: str, source: str) -> None:
 def check_settings(manifest: dict, seq_len: int, max_predictions: int, source: str) -> None:
     """Raises `UserError` if the shards were made for another length or prediction count."""
     settings = manifest["settings"]
-    for key, wanted in (("max_seq_len", seq_len), ("max_predictions", max_predictions)):
+    for key, wanted, config_key in (("max_seq_len", seq_len, "seq_len"),
+                                    ("max_predictions", max_predictions, "max_predictions")):
         if settings.get(key) != wanted:
             raise UserError(f"{source}: shards were made with {key}={settings.get(key)}, "
-                            f"but {wanted} was asked for")
+                            f"but {wanted} was asked for (data.{config_key}; leave it unset "
+                            "to take the shards' value)")

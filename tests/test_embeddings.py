@@ -108,6 +108,28 @@ def test_embed_keeps_input_order_and_empty_lines(tiny_model):
         np.testing.assert_allclose(together[index], alone, atol=1e-5)
 
 
+def test_python_api_embed_equals_the_embed_command(tiny_model, tmp_path):
+    import bert_jax
+
+    model = bert_jax.load(tiny_model)
+    input_path, output = tmp_path / "in.txt", tmp_path / "out.npy"
+    input_path.write_text("\n".join(CORPUS) + "\n", encoding="utf-8")
+    for flags, options in (([], {}),  # the directory's cls+max, normalised, 24 tokens
+                           (["--pool", "mean", "--no-normalize", "--max-seq-len", "8"],
+                            dict(pool="mean", normalize=False, max_seq_len=8))):
+        assert main(["embed", "--model", tiny_model, "--input", str(input_path), "--output",
+                     str(output), "--batch-size", "4", *flags]) == 0
+        embeddings = model.embed(CORPUS, batch_size=4, **options)
+        assert embeddings.dtype == np.float32
+        np.testing.assert_array_equal(embeddings, np.load(output))
+    assert embeddings.shape == (len(CORPUS), 32)
+    np.testing.assert_allclose(np.linalg.norm(model.embed(CORPUS), axis=1), 1.0, rtol=1e-5)
+    single = model.embed(CORPUS[0])  # (D,): no N axis
+    np.testing.assert_allclose(single, model.embed(CORPUS)[0], atol=1e-6)
+    with pytest.raises(UserError, match="not a fine-tuned task model"):
+        model.predict("the cat sat on the mat")
+
+
 def test_sentence_transformers_round_trip(tiny_model, tmp_path):
     sentence_transformers = pytest.importorskip("sentence_transformers")
     exported = str(tmp_path / "st")

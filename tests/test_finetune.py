@@ -75,6 +75,28 @@ def test_predict_writes_labels_in_input_order_as_the_model_computes_them(run, tm
     assert lines[0] == "text_0\tlabel" and len(lines) == 41
 
 
+def test_python_api_predict_equals_the_predict_command(run, tmp_path):
+    import bert_jax
+
+    inputs = ["the cat sat on the mat", ("he was happy", "a dog went home"), "happy city"]
+    source = tmp_path / "texts.txt"
+    source.write_text("".join((text if isinstance(text, str) else "\t".join(text)) + "\n"
+                              for text in inputs))  # a pair as `A<TAB>B`
+    output = tmp_path / "predictions.jsonl"
+    best = os.path.join(run["workdir"], "best")
+    assert main(["predict", "--model", best, "--input", str(source), "--output",
+                 str(output)]) == 0
+    records = [json.loads(line) for line in output.read_text().splitlines()]
+    model = bert_jax.load(best)
+    values = model.predict(inputs)
+    assert [record["texts"] for record in records] == [[t] if isinstance(t, str) else list(t)
+                                                       for t in inputs]
+    assert values == [{key: value for key, value in record.items() if key != "texts"}
+                      for record in records]
+    assert {value["label"] for value in values} <= {"neg", "pos"}
+    assert model.predict(inputs[1]) == values[1]  # one input: its own value, not a list
+
+
 def test_evaluate_reproduces_the_best_evaluation(run, tmp_path):
     output = tmp_path / "metrics.json"
     best = os.path.join(run["workdir"], "best")

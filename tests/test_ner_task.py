@@ -112,6 +112,11 @@ def test_predict_writes_conll_columns_that_score_as_evaluate_does(run, data, tmp
     predicted = read_conll(output).sentences  # the last column now: the predicted tag
     assert [s.words for s in predicted] == [s.words for s in gold]
     assert [[f[:-1] for f in s.fields] for s in predicted] == [list(s.fields) for s in gold]
+    import bert_jax  # the Python API tags the same sentences alike
+
+    model = bert_jax.load(os.path.join(run, "best"))
+    values = model.predict([" ".join(s.words) for s in gold])
+    assert values == [{"words": list(s.words), "tags": list(s.tags)} for s in predicted]
     scores = entity_scores([s.tags for s in gold], [s.tags for s in predicted])
     metrics_path = str(tmp_path / "metrics.json")
     assert cli.main(["evaluate", "ner", "--model", os.path.join(run, "best"), "--data",

@@ -101,6 +101,12 @@ def test_predict_and_evaluate_reproduce_the_run(run, tmp_path):
         results = json.load(file)
     answers = json.loads(output.read_text())
     assert os.path.exists(tmp_path / "nbest_predictions.json")
+    import bert_jax  # the Python API answers the same questions alike
+
+    dev_questions = squad.read_squad(run["dev"]).questions
+    assert bert_jax.load(best).predict(
+        [{"question": q.question, "context": q.context} for q in dev_questions]) == [
+        answers[q.question_id] for q in dev_questions]
     metrics = squad_metrics.evaluate(squad.read_squad(run["dev"]).questions, answers,
                                      run["version_2"])
     assert metrics["f1"] == pytest.approx(results["best"]["metrics"]["f1"])

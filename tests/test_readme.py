@@ -54,6 +54,6 @@ def test_readme_using_a_model_runs_as_written(tmp_path, monkeypatch, capsys):
     assert os.path.exists("runs/demo_hf/model.safetensors")
     exec(compile(blocks[1][1], "README.md", "exec"), {})
     printed = capsys.readouterr().out
-    assert printed.startswith(f"(2, {config.hidden_dim}) [(")
+    assert printed.startswith(f"(2, {config.hidden_dim}) (2, {config.hidden_dim}) [(")
     reloaded, params, _ = model_io.load_model("runs/demo_model")
     assert reloaded == config

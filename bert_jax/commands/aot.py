@@ -51,6 +51,10 @@ def _compile(config_path: str, overrides: list[str], topology: str, chip_config,
     from bert_jax.run_config import load_run_config
 
     run_config = load_run_config(config_path, overrides)
+    if aot.resolve_shapes(run_config):
+        print(f"(data.seq_len and data.max_predictions are unset in {config_path} and there are "
+              f"no shards: compiling for {run_config.data.seq_len} and "
+              f"{run_config.data.max_predictions}, the original phase 1)", flush=True)
     model_config, substituted = aot.resolved_model_config(run_config)
     if substituted:
         print(f"(model.vocab_size is 0 in {config_path}: compiling with "

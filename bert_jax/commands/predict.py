@@ -28,11 +28,11 @@ def run(args) -> int:
     from bert_jax.training import prediction
     from bert_jax.training.finetune import load_finetuned
 
-    task, bundle, params, tokenizer, info = load_finetuned(args.model, args.batch_size)
-    max_seq_len = args.max_seq_len or info.get("max_seq_len", 128)
-    examples = task.read_examples(args.input, tokenizer, max_seq_len, with_labels=False)
-    predictions, _ = prediction.predict(bundle, params, examples, args.batch_size, max_seq_len,
-                                        progress=True)
+    task, examples, predictions = prediction.predict_inputs(
+        load_finetuned(args.model, args.batch_size),
+        lambda task, tokenizer, max_seq_len: task.read_examples(
+            args.input, tokenizer, max_seq_len, with_labels=False),
+        args.batch_size, args.max_seq_len, progress=True)
     task.write_predictions(args.output, examples, predictions)
     print(f"wrote {len(examples.rows)} predictions to {args.output}")
     return 0

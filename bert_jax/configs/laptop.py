@@ -5,7 +5,9 @@ step counts, warm-up and checkpoint/evaluation intervals; one flag instead of se
       --config.data.eval_files='shards/eval/*.tfrecord' --config.data.vocab_path=vocab.txt
   bert-jax pretrain --config laptop --config.data.demo_dir=runs/laptop_data   # no data yet
 
-Everything else is base_config's (AdamW, linear warm-up and decay, float32 on the CPU).
+data.seq_len and data.max_predictions come from the shards' manifest (with data.demo_dir:
+128 and 20, BERT's phase 1). Everything else is base_config's (AdamW, linear warm-up and
+decay, float32 on the CPU).
 """
 
 from bert_jax.run_config import base_config
@@ -13,8 +15,6 @@ from bert_jax.run_config import base_config
 
 def get_config():
     config = base_config("mini")  # 4 layers, hidden 256, 4 heads: ~11M parameters
-    config.data.seq_len = 128  # BERT's phase-1 length
-    config.data.max_predictions = 20  # 15% of 128, as in the original shards
     config.data.demo_vocab_size = 8000  # if data.demo_dir is set
     config.batch_size = 32  # a laptop's worth; raise it with grad_accum_steps
     config.num_train_steps = 2000

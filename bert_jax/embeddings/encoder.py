@@ -54,22 +54,37 @@ def load_embedding_model(path: str, pooling: tuple[str, ...] | None = None,
                          normalize: bool | None = None, max_seq_len: int | None = None
                          ) -> EmbeddingModel:
     """The model at `path` with its own pooling settings, each overridden where not None."""
+    from bert_jax.interop import hub
     from input_pipeline.tokenization import load_tokenizer
 
-    encoder_directory, settings = read_settings(path)
+    # A Hub name's snapshot, so its pooling files are read too (as the API's Model.embed does).
+    encoder_directory, settings = read_settings(hub.resolve(path))
     config, params, vocab_path = model_io.load_model(encoder_directory)
     if vocab_path is None:
         raise UserError(f"{encoder_directory}: no vocab.txt beside the weights")
+    return embedding_model(config, params, load_tokenizer(vocab_path), settings, pooling,
+                           normalize, max_seq_len)
+
+
+def embedding_model(config: BertConfig, params: dict, tokenizer, settings: EmbeddingSettings,
+                    pooling: tuple[str, ...] | None = None, normalize: bool | None = None,
+                    max_seq_len: int | None = None) -> EmbeddingModel:
+    """A loaded model pooling as its directory's `settings` say, each overridden where not
+    None; shared by `bert-jax embed` and the Python API's `Model.embed`."""
     max_seq_len = max_seq_len or settings.max_seq_len or config.max_positions
     if not 2 < max_seq_len <= config.max_positions:
         raise UserError(f"max sequence length must be in 3..{config.max_positions} for this "
                         f"model, got {max_seq_len}")
+    unknown = [mode for mode in pooling or () if mode not in pooling_functions.POOLING_MODES]
+    if unknown:
+        raise UserError(f"pooling {unknown} is not supported; expected "
+                        f"{', '.join(pooling_functions.POOLING_MODES)}")
     settings = EmbeddingSettings(
-        pooling=pooling or settings.pooling,
-        normalize=settings.normalize if normalize is None else normalize,
+        pooling=tuple(pooling or settings.pooling),
+        normalize=settings.normalize if normalize is None else bool(normalize),
         max_seq_len=max_seq_len)
     bert_params = inference.runnable_params(config, params)["bert"]
-    return EmbeddingModel(config, bert_params, load_tokenizer(vocab_path), settings)
+    return EmbeddingModel(config, bert_params, tokenizer, settings)
 
 
 @functools.partial(jax.jit, static_argnames=("config", "pooling", "normalize"))

@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bert_jax.config import BertConfig, Precision
+from bert_jax.errors import UserError
 
 # name -> (numpy dtype, shape as a function of (batch_size, seq_len)).
 BatchSchema = dict[str, tuple[Any, Callable[[int, int], tuple[int, ...]]]]
@@ -165,3 +166,15 @@ class FineTuningTask(Task):
     @abc.abstractmethod
     def write_predictions(self, path: str, examples: Examples, predictions: dict) -> None:
         """Predictions in input order, the format chosen by the extension of `path`."""
+
+    def examples_from_inputs(self, inputs: list, tokenizer, max_seq_len: int) -> Examples:
+        """Python values to predict (as the API's `Model.predict` takes them) as Examples,
+        unlabelled; the same encoding `read_examples` gives the same inputs in a file."""
+        raise UserError(f"task {self.name!r} does not predict from Python values; use "
+                        "bert-jax predict on a file")
+
+    def prediction_values(self, examples: Examples, predictions: dict) -> list:
+        """One plain Python value per input, in input order: what `write_predictions`
+        writes for it (so the API's `Model.predict` and `bert-jax predict` agree)."""
+        raise UserError(f"task {self.name!r} does not predict from Python values; use "
+                        "bert-jax predict on a file")

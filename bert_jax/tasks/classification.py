@@ -85,7 +85,21 @@ class SentenceTask(FineTuningTask):
                    columns.ColumnSpec.from_dict(settings.get("columns", {})))
 
     def read_examples(self, path, tokenizer, max_seq_len, with_labels=True):
-        rows = columns.read_rows(path, self.spec, with_labels)
+        return self._examples(columns.read_rows(path, self.spec, with_labels), path, tokenizer,
+                              max_seq_len, with_labels)
+
+    def examples_from_inputs(self, inputs, tokenizer, max_seq_len):
+        """Each input a text or a (text_a, text_b) pair."""
+        rows = []
+        for number, value in enumerate(inputs, start=1):
+            texts = (value,) if isinstance(value, str) else tuple(value)
+            if not 1 <= len(texts) <= 2 or not all(isinstance(text, str) for text in texts):
+                raise UserError(f"input {number}: expected a text or a (text_a, text_b) pair "
+                                f"of strings, got {value!r}")
+            rows.append(columns.Row(texts, None, number))
+        return self._examples(rows, "input", tokenizer, max_seq_len, with_labels=False)
+
+    def _examples(self, rows, path, tokenizer, max_seq_len, with_labels):
         features = columns.encode_rows(tokenizer, rows, max_seq_len)
         labelled = with_labels or all(row.label is not None for row in rows)
         labels = (np.array([self.label_value(row.label, path, row.line) for row in rows],
@@ -93,6 +107,10 @@ class SentenceTask(FineTuningTask):
                   np.zeros(len(rows), self.label_dtype))
         features.update(labels=labels, weights=np.ones(len(rows), np.float32))
         return Examples(path, features, labels if labelled else None, rows)
+
+    def prediction_values(self, examples, predictions):
+        """The records `write_predictions` writes beside each input's texts."""
+        return self.prediction_records(predictions)
 
     def write_predictions(self, path, examples, predictions):
         """.jsonl: one object per input; .tsv: the texts and a `label` column; in input order."""

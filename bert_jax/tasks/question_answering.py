@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bert_jax import losses
+from bert_jax.errors import UserError
 from bert_jax.heads import BertForQuestionAnswering
 from bert_jax.tasks.base import Examples, FineTuningTask
 from input_pipeline.tasks import squad, squad_metrics, squad_postprocess, squad_windows
@@ -143,7 +144,24 @@ class QuestionAnsweringTask(FineTuningTask):
     def read_examples(self, path, tokenizer, max_seq_len, with_labels=True):
         """Every window of every question; windows of an answerable question whose answers
         could not be located (misplaced answer_start, warned) carry no weight in the loss."""
-        data = squad.read_squad(path, require_answers=with_labels)
+        return self._examples(path, squad.read_squad(path, require_answers=with_labels),
+                              tokenizer, max_seq_len)
+
+    def examples_from_inputs(self, inputs, tokenizer, max_seq_len):
+        """Each input a {"question", "context"} dict (an "id" is optional), checked as the
+        questions of a SQuAD file are."""
+        paragraphs = []
+        for number, value in enumerate(inputs, start=1):
+            if not isinstance(value, dict) or not {"question", "context"} <= set(value):
+                raise UserError(f"input {number}: expected a dict with 'question' and "
+                                f"'context', got {value!r}")
+            qa = dict(id=value.get("id", str(number)), question=value["question"])
+            paragraphs.append(dict(context=value["context"], qas=[qa]))
+        document = dict(data=[dict(paragraphs=paragraphs)])
+        return self._examples("input", squad.parse_squad(document, "input", False), tokenizer,
+                              max_seq_len)
+
+    def _examples(self, path, data, tokenizer, max_seq_len):
         windows = squad_windows.make_windows(data.questions, tokenizer, max_seq_len,
                                              self.options.doc_stride,
                                              self.options.max_query_len)
@@ -166,6 +184,11 @@ class QuestionAnsweringTask(FineTuningTask):
         return squad_postprocess.postprocess(
             gold.questions, gold.windows, start, end, gold.version_2, options.n_best,
             options.max_answer_len, options.null_threshold)
+
+    def prediction_values(self, examples, predictions):
+        """The answer text per question ("" for no answer), as predictions.json has it."""
+        answers = self.answers(predictions, examples.gold)[0]
+        return [answers[question.question_id] for question in examples.gold.questions]
 
     def write_predictions(self, path, examples, predictions):
         """predictions.json at `path` (in a run's directory for its eval predictions), with

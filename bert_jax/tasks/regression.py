@@ -49,6 +49,10 @@ class RegressionTask(SentenceTask):
     def prediction_records(self, predictions):
         return [dict(label=round(float(score), 6)) for score in predictions["score"]]
 
+    def prediction_values(self, examples, predictions):
+        """The predicted number per input (the `label` of each written record)."""
+        return [record["label"] for record in self.prediction_records(predictions)]
+
     def evaluate(self, predictions, gold):
         """pearson and spearman (scipy), and mse, of the scores against the targets."""
         from scipy import stats

@@ -21,6 +21,7 @@ import numpy as np
 
 from bert_jax import losses
 from bert_jax.config import BertConfig, Precision
+from bert_jax.errors import UserError
 from bert_jax.tasks.base import Examples, FineTuningTask
 
 SEQUENCE_FEATURES = ("input_ids", "segment_ids", "input_mask", "labels", "label_weights")
@@ -156,7 +157,6 @@ class TokenClassificationTask(FineTuningTask):
 
     def read_examples(self, path: str, tokenizer, max_seq_len: int,
                       with_labels: bool = True) -> NerExamples:
-        from input_pipeline.tasks import word_labels
         from input_pipeline.tasks.conll import check_known_tags, read_conll
 
         data = read_conll(path, self.ner.tag_column if with_labels else None,
@@ -164,12 +164,37 @@ class TokenClassificationTask(FineTuningTask):
         tags = [sentence.tags for sentence in data.sentences] if with_labels else None
         if with_labels:
             check_known_tags(data, self.ner.label_names)
+        return self._examples(path, data.sentences, tags, tokenizer, max_seq_len)
+
+    def examples_from_inputs(self, inputs, tokenizer, max_seq_len) -> NerExamples:
+        """Each input a sentence: a string (words split at white space) or a list of words."""
+        from input_pipeline.tasks.conll import Sentence
+
+        sentences = []
+        for number, value in enumerate(inputs, start=1):
+            words = value.split() if isinstance(value, str) else list(value)
+            if not words or not all(isinstance(word, str) and word.strip() and
+                                    len(word.split()) == 1 for word in words):
+                raise UserError(f"input {number}: expected a sentence (a string or a list of "
+                                f"words without spaces, at least one), got {value!r}")
+            sentences.append(Sentence(tuple((word,) for word in words), None, number))
+        return self._examples("input", sentences, None, tokenizer, max_seq_len)
+
+    def _examples(self, path, sentences, tags, tokenizer, max_seq_len) -> NerExamples:
+        from input_pipeline.tasks import word_labels
+
         windows = word_labels.align(
-            tokenizer, [sentence.words for sentence in data.sentences], tags, self.label_ids,
+            tokenizer, [sentence.words for sentence in sentences], tags, self.label_ids,
             max_seq_len, self.ner.label_all_subwords)
         features = word_labels.pad_windows(windows, max(len(w.input_ids) for w in windows))
-        gold = NerGold(windows, tags) if with_labels else None
-        return NerExamples(path, features, gold, windows, data.sentences)
+        gold = NerGold(windows, tags) if tags is not None else None
+        return NerExamples(path, features, gold, windows, sentences)
+
+    def prediction_values(self, examples: NerExamples, predictions) -> list[dict]:
+        """{"words", "tags"} per sentence: the `.jsonl` lines `write_predictions` writes."""
+        tags = self.word_tags(examples.rows, predictions["labels"], len(examples.sentences))
+        return [{"words": list(sentence.words), "tags": sentence_tags}
+                for sentence, sentence_tags in zip(examples.sentences, tags)]
 
     def predictions(self, logits, batch):
         return {"labels": np.argmax(logits, axis=-1).astype(np.int32)}  # (B, T) per piece
@@ -195,17 +220,15 @@ class TokenClassificationTask(FineTuningTask):
         """CoNLL: each input line plus the predicted tag; `.jsonl`: words and tags a line."""
         from input_pipeline.tasks.conll import write_conll
 
-        sentences = examples.sentences
-        tags = self.word_tags(examples.rows, predictions["labels"], len(sentences))
+        values = self.prediction_values(examples, predictions)
         if not path.endswith(".jsonl"):
-            write_conll(path, sentences, tags)
+            write_conll(path, examples.sentences, [value["tags"] for value in values])
             return
         temporary = f"{path}.tmp-{os.getpid()}"
         try:
             with open(temporary, "w", encoding="utf-8") as file:
-                for sentence, sentence_tags in zip(sentences, tags):
-                    file.write(json.dumps({"words": list(sentence.words), "tags": sentence_tags},
-                                          ensure_ascii=False) + "\n")
+                for value in values:
+                    file.write(json.dumps(value, ensure_ascii=False) + "\n")
             os.replace(temporary, path)
         finally:
             if os.path.exists(temporary):

@@ -12,6 +12,22 @@ import numpy as np
 from bert_jax.training import batching, distributed
 
 
+def predict_inputs(finetuned: tuple, read_examples, batch_size: int,
+                   max_seq_len: int | None = None, progress: bool = False):
+    """(task, examples, predictions) of a model from `finetune.load_finetuned`.
+
+    `read_examples(task, tokenizer, max_seq_len)` gives the Examples: from a file for
+    `bert-jax predict`, from Python values for the API's `Model.predict`; everything after
+    is this one path, so the two give the same predictions. `max_seq_len` defaults to the
+    training run's.
+    """
+    task, bundle, params, tokenizer, info = finetuned
+    max_seq_len = max_seq_len or info.get("max_seq_len", 128)
+    examples = read_examples(task, tokenizer, max_seq_len)
+    predictions, _ = predict(bundle, params, examples, batch_size, max_seq_len, progress)
+    return task, examples, predictions
+
+
 def predict(bundle, params, examples, batch_size: int, max_seq_len: int,
             progress: bool = False) -> tuple[dict, dict]:
     """({name: per-example predictions, in input order}, {term means and 'loss'}).

@@ -94,10 +94,10 @@ def _check_seed(meta: dict, seed: int, directory, step: int) -> None:
 def _read_init_from(path, model_config):
     """(path, params) of a model directory, refused if its sizes differ from the run's."""
     from bert_jax import model_io
+    from bert_jax.run_config_init_from import ARCHITECTURE
 
     config, params, _ = model_io.load_model(path)
-    for key in ("vocab_size", "hidden_dim", "num_layers", "num_heads", "mlp_dim",
-                "max_positions", "num_segments"):
+    for key in ARCHITECTURE:
         if getattr(config, key) != getattr(model_config, key):
             raise UserError(f"init_from {path}: its {key} is {getattr(config, key)} but the run's "
                             f"model.{key} is {getattr(model_config, key)}")

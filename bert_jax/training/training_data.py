@@ -61,9 +61,51 @@ def _check_shards(run_config, tokenizer, log) -> None:
             "cannot be checked")
 
 
-def prepare_data(run_config, log=print):
-    """Resolves the demo data, the vocabulary and vocab_size; returns the tokenizer or None."""
+# The original phase-1 shards' shapes: what data.demo_dir builds when data.seq_len /
+# data.max_predictions are unset (and what `bert-jax aot` compiles for without shards).
+PHASE_ONE_SHAPES = dict(seq_len=128, max_predictions=20)
+
+
+def resolve_shapes(run_config, log=print) -> None:
+    """Fills data.seq_len / data.max_predictions left unset (None) from the first training
+    shards' manifest.json (the demo's defaults with data.demo_dir); a value that was set stays,
+    and `_check_shards` refuses it if the shards disagree."""
+    from input_pipeline import manifest as manifest_lib
+
     data = run_config.data
+    unset = [key for key in ("seq_len", "max_predictions") if data[key] is None]
+    if not unset:
+        return
+    if data.demo_dir:
+        for key in unset:
+            data[key] = PHASE_ONE_SHAPES[key]
+        return
+    names = " and ".join(f"data.{key}" for key in unset)
+    for pattern in filter(None, data.train_files.split(",")):
+        directory = pattern if files.isdir(pattern) else files.dirname(pattern)
+        if files.exists(files.join(directory, manifest_lib.MANIFEST_NAME)):
+            settings = manifest_lib.read_manifest(directory)["settings"]
+            for key in unset:
+                data[key] = settings["max_seq_len" if key == "seq_len" else key]
+            log(f"{names} from {files.join(directory, manifest_lib.MANIFEST_NAME)}: "
+                + ", ".join(f"{key} {data[key]}" for key in unset))
+            return
+    if data.train_files:
+        from input_pipeline.reader import expand_patterns
+
+        expand_patterns([p for p in data.train_files.split(",") if p])  # no shards: says so
+    where = (f"the shards {data.train_files} have no {manifest_lib.MANIFEST_NAME}"
+             if data.train_files else "data.train_files is not set")
+    raise UserError(f"{names} unset, and {where} to take them from; set "
+                    + " ".join(f"--config.data.{key}=N" for key in unset)
+                    + " (the lengths the shards were made with)")
+
+
+def prepare_data(run_config, log=print):
+    """Resolves the demo data, the shapes, the vocabulary and vocab_size; returns the
+    tokenizer or None."""
+    data = run_config.data
+    resolve_shapes(run_config, log)
     if data.demo_dir:
         from input_pipeline.demo_corpus import prepare_demo_data
 
