@@ -84,7 +84,7 @@ def run(args) -> int:
     settings = Settings(epochs=args.epochs, learning_rate=args.learning_rate,
                         batch_size=args.batch_size, max_seq_len=args.max_seq_len, seed=args.seed)
     if args.print_config:
-        from bert_jax.config_docs import format_config
+        from bert_jax.run_config.docs import format_config
         from bert_jax.training.finetune import run_config_for
 
         config = run_config_for(model_io.load_model(args.model)[0], settings, args.overrides)

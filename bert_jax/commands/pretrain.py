@@ -72,7 +72,7 @@ def default_workdir(config_path: str) -> str:
 
 def print_config(config_spec: str, overrides: list[str]) -> None:
     """`--print-config`: the resolved config, one `key = value  # description` a line."""
-    from bert_jax.config_docs import format_config
+    from bert_jax.run_config.docs import format_config
     from bert_jax.run_config import load_run_config, resolve_config_file
 
     config = load_run_config(config_spec, overrides)

@@ -94,7 +94,7 @@ def _check_seed(meta: dict, seed: int, directory, step: int) -> None:
 def _read_init_from(path, model_config):
     """(path, params) of a model directory, refused if its sizes differ from the run's."""
     from bert_jax import model_io
-    from bert_jax.run_config_init_from import ARCHITECTURE
+    from bert_jax.run_config.init_from import ARCHITECTURE
 
     config, params, _ = model_io.load_model(path)
     for key in ARCHITECTURE:

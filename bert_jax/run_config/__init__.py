@@ -7,7 +7,7 @@ from any directory: `--config demo` is `--config configs/demo.py`.
 calls `get_config()` (or `get_config(arg)` for `configs/NAME.py:arg`, as big_vision does),
 then applies dotted overrides. A key that does not exist fails loudly, naming it and the
 closest existing keys; a value is converted to the type of the value it replaces. With
-`init_from`, the model's architecture comes from that model (run_config_init_from.py).
+`init_from`, the model's architecture comes from that model (init_from.py).
 """
 
 import ast
@@ -19,7 +19,7 @@ import os
 import ml_collections
 
 from bert_jax.errors import UserError
-from bert_jax.run_config_ranges import check_ranges
+from bert_jax.run_config.ranges import check_ranges
 
 OVERRIDE_PREFIX = "--config."
 
@@ -100,7 +100,7 @@ def pod_config(model_preset: str) -> ml_collections.ConfigDict:
     config.peak_flops_per_device = 275e12  # TPU v4 bf16; set for your chip
     return config
 
-SHIPPED_CONFIGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
+SHIPPED_CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 
 
 def shipped_config_names() -> list[str]:
@@ -230,7 +230,7 @@ def load_run_config(path: str, overrides: list[str] | None = None) -> ml_collect
                         "config: --config laptop is a small model)")
     apply_overrides(config, pairs, source=path)
     if config.get("init_from"):
-        from bert_jax.run_config_init_from import adopt_architecture
+        from bert_jax.run_config.init_from import adopt_architecture
 
         adopt_architecture(config, [key for key, _ in pairs], source=path)
     check_ranges(flatten(config), source=path)

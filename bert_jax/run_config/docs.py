@@ -1,7 +1,7 @@
 """`--print-config`: every key of a run config with its value and its one-line comment.
 
 The comments are the ones written beside each field where it is defined: `base_config` in
-run_config.py (`config.data.seq_len = 128  # must match ...`), the model dataclass in
+run_config/__init__.py (`config.data.seq_len = 128  # must match ...`), the model dataclass in
 config.py (`hidden_dim: int = 768  # width of ...`), and, for keys neither defines, the run
 config file itself. Reading them from the source keeps one place to document a key.
 """
