@@ -1,6 +1,11 @@
 """Runs every test on eight simulated CPU devices, so mesh code is exercised without a TPU."""
 
 import os
+import signal
+
+# A suite started in the background by a script inherits SIGINT ignored (shells do that to
+# background jobs); the Ctrl-C tests need Python's own handler, as an interactive run has.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Must happen before JAX is first imported anywhere in the test process.
 os.environ["XLA_FLAGS"] = (
