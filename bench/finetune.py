@@ -6,8 +6,8 @@ eps 1e-6, weight decay 0.01 except LayerNorm parameters and biases), linear warm
 10% of the steps then linear decay, gradient norm clipped at 1, dropout 0.1, max 128 tokens.
 PyTorch gets its best practice: `AutoModelFor...` with `DataCollatorWithPadding` (dynamic
 padding to each batch's longest row, not its pad-to-max default), `torch.optim.AdamW` and
-bert-jax's learning-rate schedule (the original BERT's) through `LambdaLR`. bert-jax runs `bert_jax.training.finetune` (length
-buckets) twice: first compiling, then with its compiled programs from the persistent cache
+bert-jax's own learning-rate schedule through `LambdaLR`. bert-jax runs
+`bert_jax.training.finetune` (length buckets) twice: first compiling, then with its compiled programs from the persistent cache
 (as a repeated `bert-jax finetune` gets them). Reported per run: training wall time,
 examples/s, and the dev score; then the ratio of examples/s.
 
@@ -91,15 +91,16 @@ def bert_jax_classify(model: str, train: str, dev: str, args, workdir: str) -> d
 
 
 def bert_schedule(optimizer, total_steps: int):
-    """bert-jax's learning-rate schedule (the original BERT's) for a torch optimizer: warm-up
-    over 10% of the steps, then a linear decay counted from step 0, so after warm-up the rate
-    is peak * (1 - warmup / total) (HF's `get_linear_schedule_with_warmup` restarts it)."""
+    """bert-jax's learning-rate schedule (`warmup_decay_schedule`, the original BERT's) for a
+    torch optimizer, with fine-tuning's 10% warm-up: the decay is counted from step 0, so
+    after warm-up the rate is peak * (1 - warmup / total), where HF's
+    `get_linear_schedule_with_warmup` would restart it."""
     import torch
 
-    warmup = round(0.1 * total_steps)
-    return torch.optim.lr_scheduler.LambdaLR(
-        optimizer,
-        lambda step: step / max(warmup, 1) if step < warmup else 1 - step / total_steps)
+    from bert_jax.training.optimizer import warmup_decay_schedule
+
+    schedule = warmup_decay_schedule(1.0, int(round(0.1 * total_steps)), total_steps)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: float(schedule(step)))
 
 
 def torch_train(model, rows, collator, args) -> float:
@@ -316,9 +317,10 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     # Before JAX is imported: a fresh cache, so that the first bert-jax run compiles.
-    os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench-finetune-xla-")
-    for name in args.sections.split(","):
-        print("\n".join(SECTIONS[name](args)), flush=True)
+    with tempfile.TemporaryDirectory(prefix="bench-finetune-xla-") as cache:
+        os.environ["JAX_COMPILATION_CACHE_DIR"] = cache
+        for name in args.sections.split(","):
+            print("\n".join(SECTIONS[name](args)), flush=True)
     return 0
 
 
