@@ -1,11 +1,13 @@
 """Fine-tuning's whole train step (loss, gradients, clipping, AdamW, schedule) against PyTorch.
 
-Several optimizer steps of `finetune classify` / `finetune regress` on made-up batches, dropout
+Several optimizer steps of `finetune classify` / `regress` / `ner` on made-up batches, dropout
 off, from the same weights, must give the losses and parameters of Hugging Face's
-`BertForSequenceClassification` trained with `torch.optim.AdamW` and the same recipe (decay
-on all but LayerNorm parameters and biases, clipping at 1, BERT's warm-up/decay schedule).
-Filler rows (weight 0, as a last partial batch has) must count for nothing: PyTorch sees only
-the real rows. Batches change length from step to step, as fine-tuning's length buckets do.
+`BertForSequenceClassification` / `BertForTokenClassification` trained with
+`torch.optim.AdamW` and the same recipe (decay on all but LayerNorm parameters and biases,
+clipping at 1, BERT's warm-up/decay schedule). Filler rows (weight 0, as a last partial batch
+has) must count for nothing: PyTorch sees only the real rows. For `ner` the pieces that carry
+no label (later pieces of a word, padding) are -100 for PyTorch, as HF's token-classification
+example marks them. Batches change length from step to step, as fine-tuning's length buckets do.
 """
 
 import jax
@@ -23,7 +25,7 @@ CONFIG = preset("tiny", vocab_size=37, hidden_dim=32, num_layers=2, num_heads=2,
 BATCH, STEPS, WARMUP, LEARNING_RATE = 8, 4, 1, 1e-3
 
 
-def _batches(num_labels: int, regression: bool):
+def _batches(num_labels: int, task_name: str):
     """STEPS batches of BATCH rows, the last two rows of each filler (weight 0)."""
     rng = np.random.default_rng(3)
     batches = []
@@ -35,14 +37,41 @@ def _batches(num_labels: int, regression: bool):
         weights[-2:] = 0
         mask[-2:] = 0
         mask[-2:, 0] = 1  # as batching.BucketedBatches fills a partial batch
-        labels = (rng.uniform(0, 5, BATCH).astype(np.float32) if regression else
-                  rng.integers(0, num_labels, BATCH).astype(np.int32))
-        batches.append(dict(
-            input_ids=(rng.integers(5, 37, (BATCH, seq_len)) * mask).astype(np.int32),
-            segment_ids=((np.arange(seq_len)[None] >= lengths[:, None] // 2) * mask
-                         ).astype(np.int32),
-            input_mask=mask, labels=labels * (weights > 0), weights=weights))
+        batch = dict(input_ids=(rng.integers(5, 37, (BATCH, seq_len)) * mask).astype(np.int32),
+                     segment_ids=((np.arange(seq_len)[None] >= lengths[:, None] // 2) * mask
+                                  ).astype(np.int32),
+                     input_mask=mask)
+        if task_name == "ner":
+            # About a third of the real pieces are a word's later pieces: no label.
+            labelled = (mask * (rng.uniform(size=mask.shape) < 0.65) * (weights[:, None] > 0))
+            batch.update(labels=(rng.integers(0, num_labels, mask.shape) * labelled
+                                 ).astype(np.int32),
+                         label_weights=labelled.astype(np.int32),
+                         # Each row's own count, as evaluation has: HF's mean over the batch.
+                         token_loss_count=labelled.sum(axis=1).astype(np.float32))
+        else:
+            labels = (rng.uniform(0, 5, BATCH).astype(np.float32) if task_name == "regress"
+                      else rng.integers(0, num_labels, BATCH).astype(np.int32))
+            batch.update(labels=labels * (weights > 0), weights=weights)
+        batches.append(batch)
     return batches
+
+
+def _real_rows(batch: dict) -> np.ndarray:
+    """The rows PyTorch sees: all but the filler rows."""
+    if "weights" in batch:
+        return batch["weights"] > 0
+    return np.arange(len(batch["input_ids"])) < BATCH - 2
+
+
+def _torch_labels(batch: dict, task_name: str, real: np.ndarray):
+    import torch
+
+    if task_name == "ner":
+        return torch.tensor(np.where(batch["label_weights"] > 0, batch["labels"], -100)[real],
+                            dtype=torch.long)
+    target = torch.tensor(batch["labels"][real])
+    return target if task_name == "regress" else target.long()
 
 
 def _bert_schedule(step: int) -> float:
@@ -51,18 +80,28 @@ def _bert_schedule(step: int) -> float:
 
 
 @pytest.mark.parametrize("task_name, labels", [("classify", ["a", "b", "c"]),
-                                               ("regress", ["LABEL_0"])])
+                                               ("regress", ["LABEL_0"]),
+                                               ("ner", ["O", "B-PER", "I-PER", "B-LOC"])])
 def test_fine_tuning_steps_equal_pytorch_adamw_on_hf_model(tmp_path, task_name, labels):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     from bert_jax.tasks.classification import ClassificationTask
     from bert_jax.tasks.regression import RegressionTask
+    from bert_jax.tasks.token_classification import NerSettings, TokenClassificationTask
     from input_pipeline.tasks.columns import ColumnSpec
 
-    regression = task_name == "regress"
-    task = (RegressionTask if regression else ClassificationTask)(labels, ColumnSpec((), "label"))
+    if task_name == "ner":
+        task = TokenClassificationTask(NerSettings(tuple(labels)))
+        auto_model = transformers.AutoModelForTokenClassification
+    else:
+        task_class = RegressionTask if task_name == "regress" else ClassificationTask
+        task = task_class(labels, ColumnSpec((), "label"))
+        auto_model = transformers.AutoModelForSequenceClassification
     rng = np.random.default_rng(1)
     params = {"bert": random_pretraining_params(CONFIG, 1)["bert"]}
+    if task_name == "ner":  # BertForTokenClassification has no pooler
+        params["bert"] = {name: value for name, value in params["bert"].items()
+                          if name != "pooler"}
     params["classifier"] = {
         "kernel": rng.normal(0, 0.3, (CONFIG.hidden_dim, len(labels))).astype(np.float32),
         "bias": rng.normal(0, 0.3, (len(labels),)).astype(np.float32)}
@@ -84,7 +123,7 @@ def test_fine_tuning_steps_equal_pytorch_adamw_on_hf_model(tmp_path, task_name, 
     exported = str(tmp_path / "hf")
     tokenizer = load_tokenizer(write_vocab(tmp_path))
     model_io.export_huggingface(CONFIG, params, tokenizer, exported, head=task.head())
-    model = transformers.AutoModelForSequenceClassification.from_pretrained(
+    model = auto_model.from_pretrained(
         exported, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     model.train()
     no_decay = [p for n, p in model.named_parameters() if "LayerNorm" in n or n.endswith("bias")]
@@ -96,20 +135,19 @@ def test_fine_tuning_steps_equal_pytorch_adamw_on_hf_model(tmp_path, task_name, 
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _bert_schedule)
 
     rng_key, norms = jax.random.PRNGKey(0), []
-    for step, batch in enumerate(_batches(len(labels), regression)):
+    for step, batch in enumerate(_batches(len(labels), task_name)):
         state, metrics = bundle.train_step(
             state, distributed.global_batch(batch, bundle.batch_shardings), rng_key)
-        real = batch["weights"] > 0
-        target = torch.tensor(batch["labels"][real])
+        real = _real_rows(batch)
         loss = model(**torch_inputs({name: value[real] for name, value in batch.items()}),
-                     labels=target if regression else target.long()).loss
+                     labels=_torch_labels(batch, task_name, real)).loss
         optimizer.zero_grad()
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         scheduler.step()
         assert float(metrics["finite"]) == 1.0
-        np.testing.assert_allclose(float(metrics["loss"]), float(loss), rtol=1e-4,
+        np.testing.assert_allclose(float(metrics["loss"]), loss.item(), rtol=1e-4,
                                    err_msg=f"step {step}")
         np.testing.assert_allclose(float(metrics["grad_norm"]), float(norm), rtol=1e-3)
         norms.append(float(norm))
@@ -117,13 +155,13 @@ def test_fine_tuning_steps_equal_pytorch_adamw_on_hf_model(tmp_path, task_name, 
     assert max(norms) > 1.0  # clipping was exercised
 
     # The trained models agree: the same logits on fresh inputs.
-    check = _batches(len(labels), regression)[0]
+    check = _batches(len(labels), task_name)[0]
     ours = np.asarray(task.apply(bundle.model, state.params,
                                  distributed.global_batch(check, bundle.batch_shardings), False))
     model.eval()
     with torch.no_grad():
         theirs = model(**torch_inputs(check)).logits.numpy()
-    real = check["weights"] > 0
+    real = _real_rows(check)
     before = np.asarray(task.apply(bundle.model, params, check, False))
     moved = np.abs(theirs[real] - before[real]).max()
     assert moved > 1e-2  # training changed the model, so agreement below means something
