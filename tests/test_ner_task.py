@@ -38,13 +38,36 @@ def test_token_loss_against_numpy():
     labels = rng.integers(0, 4, size=(2, 5)).astype(np.int32)
     weights = (rng.random((2, 5)) > 0.4).astype(np.int32)
     task = TokenClassificationTask(NerSettings(label_names=("O", "B-X", "I-X", "B-Y")))
-    batch = dict(labels=jnp.asarray(labels), label_weights=jnp.asarray(weights))
+    batch = dict(labels=jnp.asarray(labels), label_weights=jnp.asarray(weights),
+                 token_loss_count=jnp.asarray(weights.sum(axis=1), jnp.float32))
     sums, counts = task.sums(jnp.asarray(logits), batch), task.counts(batch)
     log_probabilities = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     nll = -np.take_along_axis(log_probabilities, labels[..., None], -1)[..., 0]
     np.testing.assert_allclose(sums["token_loss"], (nll * weights).sum(), rtol=1e-5)
     assert float(sums["token_accuracy"]) == ((logits.argmax(-1) == labels) * weights).sum()
     assert float(counts["num_labelled"]) == weights.sum()
+    assert float(counts["token_loss_count"]) == weights.sum()
+
+
+def test_training_batches_divide_the_token_loss_by_the_files_mean_count(tmp_path):
+    """Evaluation divides by each row's own labelled pieces; training by the file's mean per
+    row, so a batch of short sentences does not weigh its tokens more."""
+    from bert_jax.tasks.token_classification import TrainingBatches
+    from bert_jax.training.batching import BucketedBatches, sequence_features
+
+    counts = np.array([1, 2, 9, 12], np.float32)
+    features = dict(input_mask=(np.arange(14)[None] < counts[:, None] + 2).astype(np.int32),
+                    token_loss_count=counts)
+    sequence = {"input_mask"}
+    task = TokenClassificationTask(NerSettings(label_names=("O", "B-X", "I-X")))
+    assert sequence_features(task.batch_schema()) >= {"input_mask", "label_weights"}
+    assert "token_loss_count" not in sequence_features(task.batch_schema())
+    training = TrainingBatches(features, sequence, 2, 16, seed=0)
+    batches = [next(training) for _ in range(2)]
+    assert all(batch["token_loss_count"].tolist() == [6.0, 6.0] for batch in batches)
+    evaluation = BucketedBatches(features, sequence, 2, 16, shuffle=False)
+    assert sorted(np.concatenate([batch["token_loss_count"] for batch in evaluation])
+                  ) == counts.tolist()
 
 
 def test_frozen_encoder_head_reads_the_encoders_hidden_states():
