@@ -174,3 +174,16 @@ def test_command_errors_exit_2_naming_the_path(pretraining_export, tmp_path, cap
         error = capsys.readouterr().err
         assert all(fragment in error for fragment in fragments), (argv, error)
     assert not (tmp_path / "out").exists() and not (tmp_path / "x.npz").exists()
+
+
+def test_length_buckets_training_and_inference_ladders():
+    training = sorted({inference.bucket_length(n, 512) for n in range(1, 513)})
+    assert training == [8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512]
+    serving = sorted({inference.bucket_length(n, 512, per_octave=4) for n in range(1, 513)})
+    assert serving == [8, 12, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192,
+                       224, 256, 320, 384, 448, 512]
+    for per_octave in (2, 4):
+        for length in range(1, 200):  # the smallest bucket that holds the batch, or the cap
+            bucket = inference.bucket_length(length, 150, per_octave)
+            assert bucket == 150 if length >= 150 else length <= bucket <= 150
+    assert inference.bucket_length(5, 6) == 6  # a max_seq_len below 8 caps the first bucket
