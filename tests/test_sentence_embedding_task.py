@@ -110,3 +110,25 @@ def test_an_mnrl_train_step_on_eight_devices_equals_one_device():
 
 def test_the_task_is_registered():
     assert task_module("sentence-embedding").TASK is SentenceEmbeddingTask
+
+
+@pytest.mark.parametrize("loss, has_loss", [("cosent", True), ("mnrl", False)])
+def test_finetune_sentence_embedding_end_to_end_scores_sts(tmp_path, files, loss, has_loss):
+    """The command trains, evaluates on an STS file every epoch and keeps best/. An mnrl model
+    has no loss on an STS file (no pair there carries its objective): none is reported,
+    rather than a 0 that reads as a perfect loss."""
+    from finetune_helpers import tiny_model_directory
+
+    from bert_jax.cli import main
+
+    sts, nli, _ = files
+    workdir = tmp_path / "run"
+    assert main(["finetune", "sentence-embedding", "--loss", loss, "--model",
+                 tiny_model_directory(tmp_path), "--train", sts if loss == "cosent" else nli,
+                 "--eval", sts, "--workdir", str(workdir), "--epochs", "2", "--batch-size", "8",
+                 "--max-seq-len", "16", "--no-progress"]) == 0
+    results = json.loads((workdir / "eval_results.json").read_text())
+    for metrics in (results["final"]["metrics"], results["best"]["metrics"]):
+        assert {"spearman", "pearson"} <= set(metrics)
+        assert ("loss" in metrics) == has_loss
+    assert (workdir / "best" / "task.json").exists()

@@ -29,7 +29,8 @@ def add_arguments(parser) -> None:
 
 def evaluate_file(model: str, task_name: str, path: str, batch_size: int = 64,
                   max_seq_len: int | None = None) -> dict:
-    """{'loss', and the task's metrics} of `model` on the labelled file `path`."""
+    """{'loss' (where the file carries the training objective), and the task's metrics} of
+    `model` on the labelled file `path`."""
     from bert_jax.training import prediction
     from bert_jax.training.finetune import load_finetuned
 
@@ -38,7 +39,7 @@ def evaluate_file(model: str, task_name: str, path: str, batch_size: int = 64,
     examples = task.read_examples(path, tokenizer, max_seq_len)
     predictions, means = prediction.predict(bundle, params, examples, batch_size, max_seq_len,
                                             progress=True)
-    return {"loss": means["loss"], **task.evaluate(predictions, examples.gold)}
+    return prediction.file_metrics(task, predictions, means, examples.gold)
 
 
 def run(args) -> int:

@@ -6,7 +6,8 @@ tokens by default) into u and v. Losses (`--loss`):
   cosent   CoSENT: every pair with a higher gold score should have a higher cosine
   mnrl     multiple negatives ranking: each anchor against every positive of the global
            batch (scale 20), plus each row's hard negative with --hard-negatives; trained on
-           the entailment pairs of an NLI file (hard negative: a contradiction of the premise)
+           the entailment pairs of an NLI file (hard negative: a contradiction of the premise);
+           no batch holds a text twice (`embeddings/distinct_batches.py`)
   softmax  SBERT's NLI classifier on (u, v, |u - v|), cross-entropy over the NLI labels
 Evaluation (every epoch, best/ kept by it): Spearman and Pearson (scipy) of cos(u, v)
 against the gold scores of an STS file.
@@ -123,6 +124,14 @@ class SentenceEmbeddingTask(FineTuningTask):
         self.objective = (_TERMS[loss],)
         self.logged = ("loss", *(("accuracy",) if loss == "softmax" else ()), "grad_norm",
                        "learning_rate")
+
+    @property
+    def training_batches(self):
+        """mnrl's batches never hold a text twice (it would be its own in-batch negative)."""
+        from bert_jax.embeddings.distinct_batches import DistinctTextBatches
+        from bert_jax.training.batching import BucketedBatches
+
+        return DistinctTextBatches if self.loss == "mnrl" else BucketedBatches
 
     # -- the command line ------------------------------------------------------------------
 

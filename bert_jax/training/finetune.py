@@ -103,7 +103,7 @@ class BestModelEvaluator:
         predictions, means = prediction.predict(
             bundle, state.params, self.examples, self.run_config.eval.batch_size,
             self.run_config.data.seq_len)
-        metrics = {"loss": means["loss"], **self.task.evaluate(predictions, self.examples.gold)}
+        metrics = prediction.file_metrics(self.task, predictions, means, self.examples.gold)
         if self.metric not in metrics:
             raise UserError(f"finetune.best_metric {self.metric!r} is not one of this task's "
                             f"metrics {sorted(metrics)}")

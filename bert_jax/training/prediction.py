@@ -32,6 +32,8 @@ def predict(bundle, params, examples, batch_size: int, max_seq_len: int,
             progress: bool = False) -> tuple[dict, dict]:
     """({name: per-example predictions, in input order}, {term means and 'loss'}).
 
+    'loss' is left out when no example carries the training objective (its count is 0).
+
     A prediction array is stacked when every example's has the same shape (labels,
     probabilities); otherwise it is a list (e.g. per-token tags of different lengths).
     """
@@ -63,8 +65,19 @@ def predict(bundle, params, examples, batch_size: int, max_seq_len: int,
             bar.update(len(rows))
     means = task.means({name: np.float64(value) for name, value in sums.items()},
                        {name: np.float64(value) for name, value in counts.items()}, xp=np)
+    if not any(counts[task.terms[term]] for term in task.objective):
+        # Nothing in the file carries the training loss (an STS file scoring an mnrl or
+        # softmax model): no loss, rather than a 0 that reads as a perfect one.
+        del means["loss"]
     return {name: _stacked(column) for name, column in rows_out.items()}, {
         name: float(value) for name, value in means.items()}
+
+
+def file_metrics(task, predictions: dict, means: dict, gold) -> dict:
+    """The loss (where the file carries the training objective) and the task's metrics."""
+    metrics = {name: means[name] for name in ("loss",) if name in means}
+    metrics.update(task.evaluate(predictions, gold))
+    return metrics
 
 
 def _gathered(value, local, processes):
