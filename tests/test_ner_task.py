@@ -49,7 +49,7 @@ def test_token_loss_against_numpy():
     assert float(counts["token_loss_count"]) == weights.sum()
 
 
-def test_training_batches_divide_the_token_loss_by_the_files_mean_count(tmp_path):
+def test_training_batches_divide_the_token_loss_by_the_files_mean_count():
     """Evaluation divides by each row's own labelled pieces; training by the file's mean per
     row, so a batch of short sentences does not weigh its tokens more."""
     from bert_jax.tasks.token_classification import TrainingBatches

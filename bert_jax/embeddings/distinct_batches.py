@@ -9,6 +9,8 @@ other batches, so the number of batches, each batch's size and (nearly) its leng
 stay as they were, and the plan still depends only on (seed, epoch), so resume is exact.
 """
 
+from collections import Counter
+
 import numpy as np
 
 from bert_jax.training.batching import BucketedBatches
@@ -31,7 +33,7 @@ def separate_duplicates(batches: list[np.ndarray], ids: np.ndarray) -> list[np.n
     (a text in more rows than there are batches) stay where they are.
     """
     batches = [np.array(batch) for batch in batches]
-    texts = [_texts(batch, ids) for batch in batches]  # per batch: text id -> count
+    texts = [_texts(batch, ids) for batch in batches]  # per batch: rows holding each text
     for index, batch in enumerate(batches):
         for position in range(len(batch)):
             row = batch[position]
@@ -45,20 +47,16 @@ def separate_duplicates(batches: list[np.ndarray], ids: np.ndarray) -> list[np.n
     return batches
 
 
-def _texts(batch: np.ndarray, ids: np.ndarray) -> dict:
-    counts: dict = {}
-    for row in batch:
-        for text in set(ids[row]):
-            counts[text] = counts.get(text, 0) + 1
-    return counts
+def _texts(batch: np.ndarray, ids: np.ndarray) -> Counter:
+    return Counter(text for row in batch for text in set(ids[row]))
 
 
 def _swappable(batch, batch_texts, clashing_texts, ids, row) -> int | None:
     """A position in `batch` whose row fits the clashing batch, and where `row` fits in."""
-    if any(batch_texts.get(text, 0) for text in set(ids[row])):
+    if any(batch_texts[text] for text in set(ids[row])):
         return None
     for position, candidate in enumerate(batch):
-        if not any(clashing_texts.get(text, 0) for text in set(ids[candidate])):
+        if not any(clashing_texts[text] for text in set(ids[candidate])):
             return position
     return None
 
@@ -67,10 +65,8 @@ def _swap(batches, texts, ids, first, second) -> None:
     (one, one_position), (two, two_position) = first, second
     left, right = batches[one][one_position], batches[two][two_position]
     for batch, removed, added in ((one, left, right), (two, right, left)):
-        for text in set(ids[removed]):
-            texts[batch][text] -= 1
-        for text in set(ids[added]):
-            texts[batch][text] = texts[batch].get(text, 0) + 1
+        texts[batch].subtract(set(ids[removed]))
+        texts[batch].update(set(ids[added]))
     batches[one][one_position], batches[two][two_position] = right, left
 
 

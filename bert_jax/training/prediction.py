@@ -75,9 +75,8 @@ def predict(bundle, params, examples, batch_size: int, max_seq_len: int,
 
 def file_metrics(task, predictions: dict, means: dict, gold) -> dict:
     """The loss (where the file carries the training objective) and the task's metrics."""
-    metrics = {name: means[name] for name in ("loss",) if name in means}
-    metrics.update(task.evaluate(predictions, gold))
-    return metrics
+    loss = {"loss": means["loss"]} if "loss" in means else {}
+    return {**loss, **task.evaluate(predictions, gold)}
 
 
 def _gathered(value, local, processes):
