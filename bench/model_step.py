@@ -63,11 +63,12 @@ def make_batch(batch_size: int, seq_len: int, predictions: int, seed: int = 0) -
 class JaxStep:
     """The project's jitted train step on one CPU device; `__call__` runs one step."""
 
-    def __init__(self, preset_name: str, batch: dict):
+    def __init__(self, preset_name: str, batch: dict, dtype: str = "float32"):
         import jax
         from bert_jax import run_config, sharding
         from bert_jax.training import train_step
         config = run_config.base_config(preset_name)
+        config.precision.dtype = dtype  # compute dtype; parameters stay float32
         config.model.vocab_size = VOCAB_SIZE
         config.batch_size = batch["input_ids"].shape[0]
         config.data.seq_len = batch["input_ids"].shape[1]
@@ -117,14 +118,18 @@ class TorchStep:
     def loss(self):
         return self.model(**self.inputs).loss
 
-    def __call__(self) -> float:
+    def update(self):
+        """One step; returns the loss tensor without waiting for it."""
         import torch
         self.optimizer.zero_grad(set_to_none=True)
         loss = self.loss()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.optimizer.step()
-        return float(loss.detach())
+        return loss
+
+    def __call__(self) -> float:
+        return float(self.update().detach())
 
 
 class TorchGatheredStep(TorchStep):

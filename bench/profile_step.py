@@ -1,7 +1,6 @@
 """Where a CPU train step spends its time: a jax.profiler trace grouped by model part.
 
-Traces a few steps of the real jitted `train_step` (batch 8 x 128, 20 predictions, as
-`bench/model_step.py`), then adds up the time of every XLA operation (fusion) on the
+Traces a few steps of the real jitted `train_step`, then adds up the time of every XLA operation (fusion) on the
 XLA worker threads and files it under the model part its HLO metadata names: attention
 (score and context products, softmax, dropout), the dense matmuls, LayerNorm, GELU,
 dropout random bits, the masked-LM head and vocabulary projection, the loss, and the
@@ -9,7 +8,14 @@ optimizer update. Matmuls (YNNPACK/oneDNN dot fusions) are shown apart from the
 elementwise work in each part. Times are thread-time per step, summed over XLA's
 threads, so they add up to about (threads x wall time) on an idle machine.
 
-Usage: python bench/profile_step.py [--preset base] [--steps 2]
+Two steps can be traced:
+- `--task pretrain` (the default): a pre-training step of `--preset` (batch 8 x 128, 20
+  predictions, as `bench/model_step.py`);
+- `--task qa`: a SQuAD step of `finetune qa` on the MiniLM weights, full windows of
+  `--seq-len` (batch 32 x 256 by default, as `bench/finetune.py --sections squad`).
+
+Usage: python bench/profile_step.py [--task pretrain|qa] [--preset base] [--batch B]
+       [--seq-len T] [--steps 2]
 """
 
 import argparse
@@ -20,6 +26,8 @@ import re
 import sys
 import tempfile
 import time
+
+import numpy as np
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -38,6 +46,7 @@ PARTS = (
     ("hidden-state dropout", r"Dropout"),
     ("MLM head + vocabulary projection", r"mlm_head|word_logits|nsp_head|take_along_axis|"
                                          r"pooler"),
+    ("span head (qa_outputs)", r"qa_outputs|span"),
     ("embeddings", r"embeddings"),
 )
 
@@ -46,7 +55,7 @@ def part_of(op_name: str) -> str:
     for part, pattern in PARTS:
         if re.search(pattern, op_name):
             return part
-    if "BertForPreTraining" in op_name:
+    if re.search(r"BertFor|Bert\b|encoder", op_name):
         return "encoder other (residual adds, masks)"
     if "jvp(" in op_name or "transpose(" in op_name:
         return "loss (log-softmax, NLL)"
@@ -78,14 +87,56 @@ def thread_times(trace_dir: str, steps: int) -> collections.Counter:
     return totals
 
 
+class QuestionAnsweringStep:
+    """`finetune qa`'s jitted train step on MiniLM, full windows of random ids."""
+
+    def __init__(self, batch_size: int, seq_len: int):
+        import jax
+        from finetune import minilm_directory
+        from bert_jax import model_io, sharding
+        from bert_jax.tasks.question_answering import QuestionAnsweringTask
+        from bert_jax.training import finetune, train_step
+        model_config, _, _ = model_io.load_model(minilm_directory())
+        task = QuestionAnsweringTask()
+        config = finetune.run_config_for(
+            model_config, finetune.Settings(epochs=1, batch_size=batch_size, max_seq_len=seq_len))
+        finetune.schedule_steps(config, 100 * batch_size)
+        self.bundle = train_step.build_train_step(
+            config, sharding.make_mesh(devices=jax.devices()[:1]), task=task)
+        self.state = self.bundle.init_state(jax.random.PRNGKey(0))
+        rng = np.random.default_rng(0)
+        batch = {name: np.zeros(shape_of(batch_size, seq_len), dtype)
+                 for name, (dtype, shape_of) in task.batch_schema().items()}
+        batch["input_ids"] = rng.integers(1000, 20000, (batch_size, seq_len)).astype(np.int32)
+        batch["input_mask"] = np.ones((batch_size, seq_len), np.int32)
+        batch["start_positions"] = rng.integers(0, seq_len, batch_size).astype(np.int32)
+        batch["end_positions"] = batch["start_positions"]
+        batch["weights"] = np.ones(batch_size, np.float32)
+        self.batch = jax.device_put(batch, self.bundle.batch_shardings)
+        self.rng = jax.random.PRNGKey(1)
+
+    def __call__(self) -> float:
+        self.state, metrics = self.bundle.train_step(self.state, self.batch, self.rng)
+        return float(metrics["loss"])  # waits for the step
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--preset", default="base")
+    parser.add_argument("--task", choices=("pretrain", "qa"), default="pretrain")
+    parser.add_argument("--preset", default="base", help="the pre-training step's model")
+    parser.add_argument("--batch", type=int, help="rows (default 8 pretrain, 32 qa)")
+    parser.add_argument("--seq-len", type=int, help="tokens per row (default 128 pretrain, "
+                                                    "256 qa)")
     parser.add_argument("--steps", type=int, default=2, help="traced steps (after 2 warm-up)")
     args = parser.parse_args()
     import jax
-    from model_step import JaxStep, make_batch
-    step = JaxStep(args.preset, make_batch(8, 128, 20))
+    if args.task == "qa":
+        step = QuestionAnsweringStep(args.batch or 32, args.seq_len or 256)
+        title = f"qa (MiniLM) {args.batch or 32} x {args.seq_len or 256}"
+    else:
+        from model_step import JaxStep, make_batch
+        step = JaxStep(args.preset, make_batch(args.batch or 8, args.seq_len or 128, 20))
+        title = f"{args.preset} {args.batch or 8} x {args.seq_len or 128}"
     bundle = step.bundle
     hlo = bundle.train_step.lower(step.state, step.batch, step.rng).compile().as_text()
     names = op_names(hlo)
@@ -107,7 +158,7 @@ def main() -> None:
         if re.match(r"(ynn|xnn|onednn)_fusion|dot", name) and "reduce" not in names.get(name, ""):
             matmuls[part] += nanoseconds
     total = sum(parts.values())
-    print(f"{args.preset}: wall {wall * 1e3:.0f} ms/step, process CPU {cpu * 1e3:.0f} ms/step, "
+    print(f"{title}: wall {wall * 1e3:.0f} ms/step, process CPU {cpu * 1e3:.0f} ms/step, "
           f"XLA thread-time {total / 1e6:.0f} ms/step (with profiling on)")
     print(f"{'part':40s} {'ms/step':>9s} {'share':>6s} {'of it matmul':>13s}")
     for part, nanoseconds in parts.most_common():

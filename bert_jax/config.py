@@ -20,12 +20,18 @@ class Precision:
     dtype: str = "float32"  # compute dtype of activations: float32 or bfloat16
     param_dtype: str = "float32"  # storage dtype of parameters (keep float32 to train)
     remat: bool = False  # recompute each layer's activations in the backward pass
+    # Rows per device whose attention scores are computed at once: 0 = the whole batch,
+    # -1 = automatic (2 on a CPU above 128 tokens, else 0; see bert_jax/layers/attention.py).
+    attention_chunk_rows: int = -1
 
     def __post_init__(self):
         for name in ("dtype", "param_dtype"):
             if getattr(self, name) not in DTYPES:
                 raise UserError(f"precision.{name} must be 'float32' or 'bfloat16', "
                                 f"got {getattr(self, name)!r}")
+        if self.attention_chunk_rows < -1:
+            raise UserError(f"precision.attention_chunk_rows must be -1 (automatic), 0 (off) "
+                            f"or a number of rows, got {self.attention_chunk_rows}")
 
     @classmethod
     def from_run_config(cls, run_config) -> "Precision":

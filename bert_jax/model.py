@@ -16,7 +16,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from bert_jax.layers.attention import attend, attention, attention_probabilities
 from bert_jax.config import BertConfig, Precision
+from bert_jax.layers.dropout import Dropout
 
 Array = jax.Array
 
@@ -33,33 +35,6 @@ def _zeros(*axes: str):
 
 def _ones(*axes: str):
     return nn.with_logical_partitioning(nn.initializers.ones_init(), axes)
-
-
-class Dropout(nn.Module):
-    """Inverted dropout drawing 16 random bits per element instead of flax's 32.
-
-    Each 32-bit threefry draw masks two elements (its low and high halves): half the
-    random-number work, which flax's `nn.Dropout` makes one of the largest non-matmul costs
-    of a CPU train step (bench/profile_step.py). Elements are kept with probability
-    round(keep * 2^16) / 2^16 (0.899994 for rate 0.1) and scaled by its inverse, so the
-    layer stays unbiased.
-    """
-    rate: float
-
-    @nn.compact
-    def __call__(self, x: Array, deterministic: bool) -> Array:
-        if deterministic or self.rate == 0.0:
-            return x
-        threshold = round((1.0 - self.rate) * 2**16)
-        if threshold == 0:  # rate 1 (or within 2^-17 of it): drop everything
-            return jnp.zeros_like(x)
-        last = x.shape[-1]
-        # The last axis is never sharded (hidden or key positions), so splitting it is local.
-        bits = jax.random.bits(self.make_rng("dropout"), (*x.shape[:-1], (last + 1) // 2),
-                               jnp.uint32)  # (..., ceil(last / 2))
-        halves = jnp.concatenate([bits & 0xFFFF, bits >> 16], axis=-1)[..., :last]
-        scale = jnp.asarray(2**16 / threshold, x.dtype)
-        return jnp.where(halves < threshold, x * scale, jnp.zeros_like(x))
 
 
 def gelu(x: Array) -> Array:
@@ -151,13 +126,15 @@ class SelfAttention(nn.Module):
         key = project(name="key")(x)  # (B, T, nh, hd)
         value = project(name="value")(x)  # (B, T, nh, hd)
         query = query / jnp.sqrt(config.head_dim).astype(query.dtype)
-        scores = jnp.einsum("bqhd,bkhd->bhqk", query, key)  # (B, nh, T, T)
-        # Softmax in float32: bf16 logits lose the small differences attention depends on.
-        probabilities = jax.nn.softmax(scores.astype(jnp.float32) + attention_bias, axis=-1)
-        self.sow("intermediates", "attention_probabilities", probabilities)
-        probabilities = Dropout(config.attention_dropout_rate)(
-            probabilities, deterministic=not train).astype(self.precision.dtype)
-        context = jnp.einsum("bhqk,bkhd->bqhd", probabilities, value)  # (B, T, nh, hd)
+        rate = config.attention_dropout_rate if train else 0.0
+        dropout_key = self.make_rng("dropout") if rate else None
+        if self.is_mutable_collection("intermediates"):  # attention maps asked for: keep them
+            probabilities = attention_probabilities(query, key, attention_bias)
+            self.sow("intermediates", "attention_probabilities", probabilities)
+            context = attend(probabilities, value, rate, dropout_key, self.precision.dtype)
+        else:
+            context = attention(query, key, value, attention_bias, rate, dropout_key,
+                                self.precision)
         return Dense(config, (config.hidden_dim,), ("heads", "kv"), ("embed",), self.precision,
                      name="output")(context)
 

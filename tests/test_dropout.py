@@ -5,7 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax.model import Dropout
+from bert_jax import sharding
+from bert_jax.layers.dropout import Dropout, dropout, random_quarters
 
 
 def _apply(rate, x, seed=0, deterministic=False):
@@ -24,13 +25,29 @@ def test_keeps_the_expected_fraction_scaled_to_stay_unbiased(rate):
     assert abs(y.mean() - 1.0) < 0.01
 
 
-def test_both_halves_of_each_draw_are_used_independently():
-    # Elements j and j + 64 of a 128-wide row share one 32-bit draw (low and high half).
+def test_the_four_quarters_of_each_block_are_used_independently():
+    # Elements j, j + 32, j + 64 and j + 96 of a 128-wide row share one threefry block.
     y = np.asarray(_apply(0.5, jnp.ones((4096, 128)))) != 0
-    first, second = y[:, :64], y[:, 64:]
-    assert abs(first.mean() - 0.5) < 0.01 and abs(second.mean() - 0.5) < 0.01
-    # Independent halves agree half the time; identical or complementary ones would not.
-    assert abs((first == second).mean() - 0.5) < 0.01
+    quarters = [y[:, 32 * index:32 * (index + 1)] for index in range(4)]
+    for first in range(4):
+        assert abs(quarters[first].mean() - 0.5) < 0.01
+        for second in range(first + 1, 4):
+            # Independent quarters agree half the time; identical or complementary ones
+            # would not.
+            assert abs((quarters[first] == quarters[second]).mean() - 0.5) < 0.01
+    # Rows draw from their own counters.
+    assert abs((y[:-1] == y[1:]).mean() - 0.5) < 0.01
+
+
+def test_the_draw_is_the_same_when_the_batch_is_split_over_devices():
+    mesh = sharding.make_mesh(devices=jax.devices()[:8])
+    x = jnp.ones((16, 12, 40))
+    key = jax.random.PRNGKey(3)
+    draw = jax.jit(lambda x: dropout(x, 0.1, key))
+    split = jax.device_put(x, sharding.batch_sharding(mesh, x.ndim))
+    np.testing.assert_array_equal(np.asarray(draw(split)), np.asarray(draw(x)))
+    # One-dimensional inputs and typed keys work too.
+    assert random_quarters(jax.random.key(0), (5,)).shape == (5,)
 
 
 def test_different_keys_give_different_masks_and_deterministic_is_identity():

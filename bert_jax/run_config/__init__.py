@@ -38,6 +38,8 @@ def base_config(model_preset: str = "base") -> ml_collections.ConfigDict:
     config.precision.dtype = "float32"  # activations: float32 or bfloat16
     config.precision.param_dtype = "float32"  # parameter storage (keep float32 to train)
     config.precision.remat = False  # recompute each layer's activations in the backward pass
+    # Cache-sized chunks of rows for attention on a CPU (bert_jax/layers/attention.py).
+    config.precision.attention_chunk_rows = -1  # rows per device at once (0 = all, -1 = auto)
     config.init_from = ""  # model dir or training workdir to start from; brings its model.* sizes
     config.batch_size = 256  # global sequences per optimizer step, over all processes
     config.grad_accum_steps = 1  # micro-batches per step (batch_size must divide evenly)

@@ -1,0 +1,110 @@
+"""The attention core: softmax(Q K^T + bias) V with dropout on the probabilities.
+
+On a CPU the (batch, heads, T, T) scores of long windows do not fit in cache: at 32 x 256
+tokens with 12 heads each of the core's passes (scores, softmax, dropout, context, and
+their gradients) streams 100 MB through memory, and a MiniLM step spends more time there
+than in its dense layers, which do 10x the arithmetic (bench/profile_step.py --task qa).
+So on a CPU, windows of more than 128 tokens go through the core a few rows at a time
+(`jax.lax.map`), each chunk's scores staying in cache, and the backward pass recomputes a
+chunk's scores instead of storing them (as memory-efficient attention does). Other
+backends, and short windows, keep the plain form: there it is as fast or faster.
+"""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from bert_jax.config import Precision
+from bert_jax.layers.dropout import dropout
+
+Array = jax.Array
+
+# Automatic chunking (`Precision.attention_chunk_rows = -1`): on a CPU, from this many
+# tokens on, this many rows per chunk and device. Forward and backward of one MiniLM
+# layer's core (12 heads, dropout on), batch 32, whole batch -> chunks of 2 rows: 160
+# tokens 108 -> 51 ms, 192 tokens 161 -> 81 ms, 256 tokens 256 -> 151 ms (chunks of 4:
+# 209, of 1: 244), 384 tokens (batch 16) 294 -> 199 ms; at 128 tokens 59 ms whole and
+# 64-100 ms in chunks of 1-16 rows.
+AUTOMATIC_MIN_TOKENS = 160
+AUTOMATIC_ROWS = 2
+
+
+def attention_probabilities(query: Array, key: Array, attention_bias: Array) -> Array:
+    """softmax(Q K^T + bias) in float32, (B, nh, T, T), from (B, T, nh, hd) inputs."""
+    scores = jnp.einsum("bqhd,bkhd->bhqk", query, key)
+    # Softmax in float32: bf16 logits lose the small differences attention depends on.
+    return jax.nn.softmax(scores.astype(jnp.float32) + attention_bias, axis=-1)
+
+
+def attend(probabilities: Array, value: Array, rate: float, dropout_key: Array | None,
+           dtype: str) -> Array:
+    """The context (B, T, nh, hd): dropped-out probabilities times the values."""
+    if dropout_key is not None:
+        probabilities = dropout(probabilities, rate, dropout_key)
+    return jnp.einsum("bhqk,bkhd->bqhd", probabilities.astype(dtype), value)
+
+
+def _core(query, key, value, attention_bias, rate, dropout_key, dtype):
+    return attend(attention_probabilities(query, key, attention_bias), value, rate,
+                  dropout_key, dtype)
+
+
+def _batch_shards() -> int:
+    """How many ways the traced computation splits the batch (1 outside a mesh)."""
+    mesh = jax.sharding.get_abstract_mesh()
+    axes = nn.logical_to_mesh_axes(("batch",))[0] if not mesh.empty else None
+    if axes is None:
+        return 1
+    axes = (axes,) if isinstance(axes, str) else axes
+    return int(np.prod([mesh.shape[axis] for axis in axes]))
+
+
+def traced_platform() -> str:
+    """The platform the step is traced for: the mesh's devices where there is a mesh (an AOT
+    check compiles for a TPU on a CPU host), else the default backend."""
+    mesh = jax.sharding.get_abstract_mesh()
+    device = None if mesh.empty else mesh.abstract_device
+    return device.platform if device is not None else jax.default_backend()
+
+
+def chunk_count(batch_size: int, seq_len: int, chunk_rows: int, platform: str) -> int:
+    """How many sequential chunks each device's rows go through the core in (1 = at once)."""
+    if chunk_rows < 0:  # automatic
+        automatic = platform == "cpu" and seq_len >= AUTOMATIC_MIN_TOKENS
+        chunk_rows = AUTOMATIC_ROWS if automatic else 0
+    shards = _batch_shards()
+    if chunk_rows == 0 or batch_size % shards:
+        return 1
+    local_rows = batch_size // shards
+    chunks = max(1, local_rows // chunk_rows)
+    while local_rows % chunks:  # equal chunks: the largest count that divides the rows
+        chunks -= 1
+    return chunks
+
+
+def attention(query: Array, key: Array, value: Array, attention_bias: Array, rate: float,
+              dropout_key: Array | None, precision: Precision) -> Array:
+    """The context (B, T, nh, hd) of (B, T, nh, hd) queries, keys and values."""
+    batch_size, seq_len = query.shape[:2]
+    chunks = chunk_count(batch_size, seq_len, precision.attention_chunk_rows,
+                         traced_platform())
+    if chunks == 1:
+        return _core(query, key, value, attention_bias, rate, dropout_key, precision.dtype)
+
+    # Chunk i holds rows i, i + chunks, i + 2 chunks, ...: the batch axis stays split over
+    # devices in the same contiguous blocks, so each device loops over its own rows.
+    def split(x):
+        x = x.reshape(batch_size // chunks, chunks, *x.shape[1:])
+        return jnp.swapaxes(x, 0, 1)
+
+    @jax.checkpoint
+    def one_chunk(inputs):
+        *tensors, index = inputs
+        chunk_key = None if dropout_key is None else jax.random.fold_in(dropout_key, index)
+        return _core(*tensors, rate, chunk_key, precision.dtype)
+
+    bias = jnp.broadcast_to(attention_bias, (batch_size, *attention_bias.shape[1:]))
+    context = jax.lax.map(one_chunk, (split(query), split(key), split(value), split(bias),
+                                      jnp.arange(chunks)))
+    return jnp.swapaxes(context, 0, 1).reshape(query.shape)
