@@ -1,7 +1,7 @@
 """Where a CPU train step spends its time: a jax.profiler trace grouped by model part.
 
-Traces a few steps of the real jitted `train_step`, then adds up the time of every XLA operation (fusion) on the
-XLA worker threads and files it under the model part its HLO metadata names: attention
+Traces a few steps of the real jitted `train_step`, then adds up the time of every XLA
+operation (fusion) on the XLA worker threads and files it under the model part its HLO metadata names: attention
 (score and context products, softmax, dropout), the dense matmuls, LayerNorm, GELU,
 dropout random bits, the masked-LM head and vocabulary projection, the loss, and the
 optimizer update. Matmuls (YNNPACK/oneDNN dot fusions) are shown apart from the
@@ -33,17 +33,18 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-# (part, pattern on the HLO op_name), first match wins; op_names carry the flax module path.
+# (part, pattern on the HLO op_name), first match wins; op_names carry the flax module path
+# and named scopes (`dropout` in bert_jax/layers/dropout.py, also inside attention chunks).
 PARTS = (
     ("dropout random bits", r"random_bits|threefry|random_wrap|random_unwrap|_fold_in"),
     ("attention q/k/v/output dense", r"attention/(query|key|value|output)"),
     ("attention scores/context products", r"attention/.*(bqhd,bkhd|bhqk,bkhd)"),
     ("attention softmax", r"attention/.*(softmax|reduce_max|exp|reduce_sum|sub|div)"),
-    ("attention-probability dropout", r"attention/Dropout"),
+    ("attention-probability dropout", r"attention/.*dropout"),
     ("feed-forward dense", r"mlp/(intermediate|output)"),
     ("GELU", r"mlp/|gelu|erf"),
     ("LayerNorm", r"layer_norm"),
-    ("hidden-state dropout", r"Dropout"),
+    ("hidden-state dropout", r"dropout"),
     ("MLM head + vocabulary projection", r"mlm_head|word_logits|nsp_head|take_along_axis|"
                                          r"pooler"),
     ("span head (qa_outputs)", r"qa_outputs|span"),

@@ -21,7 +21,7 @@ class Precision:
     param_dtype: str = "float32"  # storage dtype of parameters (keep float32 to train)
     remat: bool = False  # recompute each layer's activations in the backward pass
     # Rows per device whose attention scores are computed at once: 0 = the whole batch,
-    # -1 = automatic (2 on a CPU above 128 tokens, else 0; see bert_jax/layers/attention.py).
+    # -1 = automatic (2 on a CPU from 160 tokens on, else 0; see bert_jax/layers/attention.py).
     attention_chunk_rows: int = -1
 
     def __post_init__(self):

@@ -16,8 +16,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax.layers.attention import attend, attention, attention_probabilities
 from bert_jax.config import BertConfig, Precision
+from bert_jax.layers.attention import attend, attention, attention_probabilities
 from bert_jax.layers.dropout import Dropout
 
 Array = jax.Array

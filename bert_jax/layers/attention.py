@@ -4,7 +4,7 @@ On a CPU the (batch, heads, T, T) scores of long windows do not fit in cache: at
 tokens with 12 heads each of the core's passes (scores, softmax, dropout, context, and
 their gradients) streams 100 MB through memory, and a MiniLM step spends more time there
 than in its dense layers, which do 10x the arithmetic (bench/profile_step.py --task qa).
-So on a CPU, windows of more than 128 tokens go through the core a few rows at a time
+So on a CPU, windows of 160 tokens or more go through the core a few rows at a time
 (`jax.lax.map`), each chunk's scores staying in cache, and the backward pass recomputes a
 chunk's scores instead of storing them (as memory-efficient attention does). Other
 backends, and short windows, keep the plain form: there it is as fast or faster.

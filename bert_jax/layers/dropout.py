@@ -49,8 +49,9 @@ def dropout(x: Array, rate: float, key: Array) -> Array:
     if threshold == 0:  # rate 1 (or within 2^-17 of it): drop everything
         return jnp.zeros_like(x)
     scale = jnp.asarray(2**16 / threshold, x.dtype)
-    keep = random_quarters(key, x.shape) < threshold
-    return jnp.where(keep, x * scale, jnp.zeros_like(x))
+    with jax.named_scope("dropout"):  # names the ops for profiles (bench/profile_step.py)
+        keep = random_quarters(key, x.shape) < threshold
+        return jnp.where(keep, x * scale, jnp.zeros_like(x))
 
 
 class Dropout(nn.Module):
