@@ -1,13 +1,8 @@
 """Loads a model from any source bert-jax understands; saves it as bert-jax, HF or TF directories.
 
-Sources `load_model` recognises, by the files inside:
-  - a Hugging Face BERT directory: config.json (model_type bert) + model.safetensors;
-  - a bert-jax model directory: model_config.json + params/ (orbax);
-  - an original google-research/bert checkpoint: bert_config.json + *.ckpt.index;
-  - a training work directory: model_config.json + checkpoints/ (the latest step is read);
-  - one step of a training run: checkpoints/<step>/ with params/ inside;
-  - a Hugging Face Hub name (`bert-base-uncased`, `org/name`): its directory in the Hugging
-    Face cache, downloaded when online, safetensors only (interop/hub.py).
+Sources: Hugging Face BERT directories and Hub names, bert-jax model directories, training
+runs (their latest step) and single steps, original google-research/bert checkpoints, told
+apart by `model_sources.source_kind`.
 Writers: bert-jax model directories, Hugging Face directories, original TF checkpoint
 directories and TensorFlow SavedModels. Every path may be local or `gs://` (through
 `bert_jax/files.py`). Every writer builds its output in a temporary directory and publishes
@@ -25,11 +20,10 @@ import numpy as np
 from bert_jax import files
 from bert_jax.config import BertConfig
 from bert_jax.errors import UserError
+from bert_jax.model_sources import (CHECKPOINTS, MODEL_CONFIG, PARAMS, VOCAB,
+                                    latest_step_directory, source_kind, step_run_directory,
+                                    vocab_path)
 
-MODEL_CONFIG = "model_config.json"
-PARAMS = "params"
-CHECKPOINTS = "checkpoints"
-VOCAB = "vocab.txt"
 TOKENIZER_CONFIG = "tokenizer_config.json"
 # What a fine-tuned model was trained for: {"task", "settings", "head", "max_seq_len"}.
 TASK_INFO = "task.json"
@@ -91,63 +85,6 @@ def _check_params(config: BertConfig, params: dict, source: str) -> None:
                         f"{wrong[:5] or 'none'}, missing {missing[:5] or 'none'}")
 
 
-def latest_step_directory(work_directory: str) -> str:
-    """checkpoints/<step> of the highest finished step (orbax's temporary names are not ints)."""
-    root = files.join(work_directory, CHECKPOINTS)
-    steps = [int(name) for name in files.listdir(root)
-             if name.isdigit() and files.isdir(files.join(root, name, PARAMS))]
-    if not steps:
-        raise UserError(f"{root}: this training run has no finished checkpoint yet")
-    return files.join(root, str(max(steps)))
-
-
-def _vocab_or_none(directory: str) -> str | None:
-    path = files.join(directory, VOCAB)
-    return path if files.exists(path) else None
-
-
-def source_kind(path: str) -> str:
-    """'huggingface', 'bert-jax', 'tf-checkpoint', 'training-run' or 'training-step'."""
-    from bert_jax.interop import hub, tf_checkpoint
-
-    path = hub.resolve(path)  # a Hugging Face Hub name: its cached (or downloaded) directory
-    if not files.isdir(path):
-        raise UserError(f"{path}: expected a model directory, not a file" if files.exists(path)
-                        else f"{path}: no such file or directory")
-    names = set(files.listdir(path))
-    has = names.__contains__
-    parent = files.dirname(files.absolute(path))
-    if has("config.json"):
-        return "huggingface"
-    if has(MODEL_CONFIG) and has(PARAMS):
-        return "bert-jax"
-    if has(MODEL_CONFIG) and has(CHECKPOINTS):
-        return "training-run"
-    if has(PARAMS) and files.basename(parent) == CHECKPOINTS:
-        return "training-step"
-    if tf_checkpoint.is_checkpoint_directory(path):
-        return "tf-checkpoint"
-    raise UserError(
-        f"{path}: not a model directory; expected a Hugging Face BERT directory (config.json + "
-        f"model.safetensors), a bert-jax model directory ({MODEL_CONFIG} + {PARAMS}/), a "
-        f"training work directory ({MODEL_CONFIG} + {CHECKPOINTS}/), one of its step "
-        "directories, or an original BERT checkpoint (bert_config.json + *.ckpt.index)")
-
-
-def _step_run_directory(step_directory: str) -> str:
-    """The training work directory of checkpoints/<step>/."""
-    return files.dirname(files.dirname(files.absolute(step_directory)))
-
-
-def vocab_path(path: str) -> str | None:
-    """The vocab.txt that belongs to the model at `path` (any source kind), without loading it."""
-    from bert_jax.interop import hub
-
-    path = hub.resolve(path)
-    kind = source_kind(path)
-    return _vocab_or_none(_step_run_directory(path) if kind == "training-step" else path)
-
-
 def load_model(path: str) -> tuple[BertConfig, dict, str | None]:
     """(config, params as nested numpy dicts, path of vocab.txt or None) from any source.
 
@@ -169,7 +106,7 @@ def load_model(path: str) -> tuple[BertConfig, dict, str | None]:
     elif kind == "training-run":
         run_directory, params_directory = path, files.join(latest_step_directory(path), PARAMS)
     else:
-        run_directory, params_directory = _step_run_directory(path), files.join(path, PARAMS)
+        run_directory, params_directory = step_run_directory(path), files.join(path, PARAMS)
     config = _read_model_config(files.join(run_directory, MODEL_CONFIG))
     params = _restore_params(params_directory)
     _check_params(config, params, params_directory)
@@ -192,7 +129,7 @@ def load_config(path: str) -> BertConfig:
             raise UserError(f"{config_path}: not valid JSON ({error})") from None
         # bert_config.json has an HF config.json's keys, without model_type.
         return huggingface.config_from_hf({"model_type": "bert", **values}, config_path)
-    run_directory = _step_run_directory(path) if kind == "training-step" else path
+    run_directory = step_run_directory(path) if kind == "training-step" else path
     return _read_model_config(files.join(run_directory, MODEL_CONFIG))
 
 
@@ -329,7 +266,7 @@ def load_task_info(path: str) -> dict | None:
         task = _TASK_OF_HEAD[(head["architecture"], problem)]
         settings = dict(label_names=head["label_names"]) if "label_names" in head else {}
         return dict(task=task, settings=settings, head=head)
-    directory = _step_run_directory(path) if kind == "training-step" else path
+    directory = step_run_directory(path) if kind == "training-step" else path
     info_path = files.join(directory, TASK_INFO)
     if not files.exists(info_path):
         return None

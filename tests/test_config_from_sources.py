@@ -67,7 +67,7 @@ def test_unset_lengths_come_from_the_manifest_and_set_ones_must_match(sources):
 
 
 def test_init_from_adopts_the_source_architecture_and_trains_a_step(sources, tmp_path):
-    from bert_jax import model_io
+    from bert_jax import model_io, model_sources
     from bert_jax.training import trainer
 
     source = model_io.load_config(sources["model"])
@@ -81,7 +81,7 @@ def test_init_from_adopts_the_source_architecture_and_trains_a_step(sources, tmp
     result = trainer.train(config, str(tmp_path / "run"), show_progress=False,
                            log=lambda *_: None)
     assert result["step"] == 1
-    with open(tmp_path / "run" / model_io.MODEL_CONFIG) as file:
+    with open(tmp_path / "run" / model_sources.MODEL_CONFIG) as file:
         saved = json.load(file)
     assert (saved["num_layers"], saved["hidden_dim"]) == (source.num_layers, source.hidden_dim)
 

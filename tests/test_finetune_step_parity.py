@@ -1,13 +1,17 @@
 """Fine-tuning's whole train step (loss, gradients, clipping, AdamW, schedule) against PyTorch.
 
-Several optimizer steps of `finetune classify` / `regress` / `ner` on made-up batches, dropout
-off, from the same weights, must give the losses and parameters of Hugging Face's
-`BertForSequenceClassification` / `BertForTokenClassification` trained with
+Several optimizer steps of `finetune classify` / `regress` / `ner` / `qa` on made-up batches,
+dropout off, from the same weights, must give the losses and parameters of Hugging Face's
+`BertForSequenceClassification` / `BertForTokenClassification` /
+`BertForQuestionAnswering` trained with
 `torch.optim.AdamW` and the same recipe (decay on all but LayerNorm parameters and biases,
 clipping at 1, BERT's warm-up/decay schedule). Filler rows (weight 0, as a last partial batch
 has) must count for nothing: PyTorch sees only the real rows. For `ner` the pieces that carry
 no label (later pieces of a word, padding) are -100 for PyTorch, as HF's token-classification
-example marks them. Batches change length from step to step, as fine-tuning's length buckets do.
+example marks them. For `qa` the real rows fill their batch's length: our span loss leaves
+padding positions out of the softmax, HF's does not, so only unpadded windows (most of a
+SQuAD run's) are the same problem on both sides. Batches change length from step to step, as
+fine-tuning's length buckets do.
 """
 
 import jax
@@ -31,7 +35,8 @@ def _batches(num_labels: int, task_name: str):
     batches = []
     for step in range(STEPS):
         seq_len = (16, 8, 16, 12)[step]
-        lengths = rng.integers(3, seq_len + 1, BATCH)
+        lengths = (np.full(BATCH, seq_len) if task_name == "qa"
+                   else rng.integers(3, seq_len + 1, BATCH))
         mask = (np.arange(seq_len)[None] < lengths[:, None]).astype(np.int32)
         weights = np.ones(BATCH, np.float32)
         weights[-2:] = 0
@@ -49,6 +54,11 @@ def _batches(num_labels: int, task_name: str):
                          label_weights=labelled.astype(np.int32),
                          # Each row's own count, as evaluation has: HF's mean over the batch.
                          token_loss_count=labelled.sum(axis=1).astype(np.float32))
+        elif task_name == "qa":  # a span's ends anywhere, [CLS] (0) among them
+            start = rng.integers(0, seq_len, BATCH)
+            end = np.minimum(start + rng.integers(0, 4, BATCH), seq_len - 1)
+            batch.update(start_positions=(start * (weights > 0)).astype(np.int32),
+                         end_positions=(end * (weights > 0)).astype(np.int32), weights=weights)
         else:
             labels = (rng.uniform(0, 5, BATCH).astype(np.float32) if task_name == "regress"
                       else rng.integers(0, num_labels, BATCH).astype(np.int32))
@@ -64,7 +74,16 @@ def _real_rows(batch: dict) -> np.ndarray:
     return np.arange(len(batch["input_ids"])) < BATCH - 2
 
 
-def _torch_labels(batch: dict, task_name: str, real: np.ndarray):
+def _torch_labels(batch: dict, task_name: str, real: np.ndarray) -> dict:
+    import torch
+
+    if task_name == "qa":
+        return {name: torch.tensor(batch[name][real], dtype=torch.long)
+                for name in ("start_positions", "end_positions")}
+    return dict(labels=_torch_label_tensor(batch, task_name, real))
+
+
+def _torch_label_tensor(batch: dict, task_name: str, real: np.ndarray):
     import torch
 
     if task_name == "ner":
@@ -81,11 +100,13 @@ def _bert_schedule(step: int) -> float:
 
 @pytest.mark.parametrize("task_name, labels", [("classify", ["a", "b", "c"]),
                                                ("regress", ["LABEL_0"]),
-                                               ("ner", ["O", "B-PER", "I-PER", "B-LOC"])])
+                                               ("ner", ["O", "B-PER", "I-PER", "B-LOC"]),
+                                               ("qa", ["start", "end"])])
 def test_fine_tuning_steps_equal_pytorch_adamw_on_hf_model(tmp_path, task_name, labels):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     from bert_jax.tasks.classification import ClassificationTask
+    from bert_jax.tasks.question_answering import QuestionAnsweringTask
     from bert_jax.tasks.regression import RegressionTask
     from bert_jax.tasks.token_classification import NerSettings, TokenClassificationTask
     from input_pipeline.tasks.columns import ColumnSpec
@@ -93,16 +114,19 @@ def test_fine_tuning_steps_equal_pytorch_adamw_on_hf_model(tmp_path, task_name, 
     if task_name == "ner":
         task = TokenClassificationTask(NerSettings(tuple(labels)))
         auto_model = transformers.AutoModelForTokenClassification
+    elif task_name == "qa":
+        task = QuestionAnsweringTask()
+        auto_model = transformers.AutoModelForQuestionAnswering
     else:
         task_class = RegressionTask if task_name == "regress" else ClassificationTask
         task = task_class(labels, ColumnSpec((), "label"))
         auto_model = transformers.AutoModelForSequenceClassification
     rng = np.random.default_rng(1)
     params = {"bert": random_pretraining_params(CONFIG, 1)["bert"]}
-    if task_name == "ner":  # BertForTokenClassification has no pooler
+    if task_name in ("ner", "qa"):  # BertFor{Token Classification, Question Answering}: no pooler
         params["bert"] = {name: value for name, value in params["bert"].items()
                           if name != "pooler"}
-    params["classifier"] = {
+    params["qa_outputs" if task_name == "qa" else "classifier"] = {
         "kernel": rng.normal(0, 0.3, (CONFIG.hidden_dim, len(labels))).astype(np.float32),
         "bias": rng.normal(0, 0.3, (len(labels),)).astype(np.float32)}
 
@@ -140,7 +164,7 @@ def test_fine_tuning_steps_equal_pytorch_adamw_on_hf_model(tmp_path, task_name, 
             state, distributed.global_batch(batch, bundle.batch_shardings), rng_key)
         real = _real_rows(batch)
         loss = model(**torch_inputs({name: value[real] for name, value in batch.items()}),
-                     labels=_torch_labels(batch, task_name, real)).loss
+                     **_torch_labels(batch, task_name, real)).loss
         optimizer.zero_grad()
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -156,14 +180,23 @@ def test_fine_tuning_steps_equal_pytorch_adamw_on_hf_model(tmp_path, task_name, 
 
     # The trained models agree: the same logits on fresh inputs.
     check = _batches(len(labels), task_name)[0]
-    ours = np.asarray(task.apply(bundle.model, state.params,
-                                 distributed.global_batch(check, bundle.batch_shardings), False))
+    ours = _logits(task.apply(bundle.model, state.params,
+                              distributed.global_batch(check, bundle.batch_shardings), False))
     model.eval()
     with torch.no_grad():
-        theirs = model(**torch_inputs(check)).logits.numpy()
+        output = model(**torch_inputs(check))
+    theirs = (np.stack([output.start_logits.numpy(), output.end_logits.numpy()], -1)
+              if task_name == "qa" else output.logits.numpy())
     real = _real_rows(check)
-    before = np.asarray(task.apply(bundle.model, params, check, False))
+    before = _logits(task.apply(bundle.model, params, check, False))
     moved = np.abs(theirs[real] - before[real]).max()
     assert moved > 1e-2  # training changed the model, so agreement below means something
     np.testing.assert_allclose(ours[real], theirs[real], atol=2e-4, rtol=0)
 
+
+
+def _logits(outputs) -> np.ndarray:
+    """A head's logits as one array: QA's (start, end) pair stacked on a last axis."""
+    if isinstance(outputs, tuple):
+        return np.stack([np.asarray(part) for part in outputs], -1)
+    return np.asarray(outputs)

@@ -77,9 +77,9 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from bert_jax import model_io
+    from bert_jax import model_io, model_sources
 
-    kind = model_io.source_kind(args.source)
+    kind = model_sources.source_kind(args.source)
     if args.to == "sentence-transformers":
         from bert_jax.interop import sentence_transformers
 

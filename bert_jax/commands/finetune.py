@@ -77,10 +77,10 @@ def run(args) -> int:
     from bert_jax.tasks import task_module
     from bert_jax.training.finetune import Settings, finetune
     from input_pipeline.tokenization import load_tokenizer
-    from bert_jax import model_io
+    from bert_jax import model_io, model_sources
 
     task_class = task_module(args.task).TASK
-    tokenizer = load_tokenizer(model_io.vocab_path(args.model) or args.model)
+    tokenizer = load_tokenizer(model_sources.vocab_path(args.model) or args.model)
     settings = Settings(epochs=args.epochs, learning_rate=args.learning_rate,
                         batch_size=args.batch_size, max_seq_len=args.max_seq_len, seed=args.seed)
     if args.print_config:
