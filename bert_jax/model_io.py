@@ -21,7 +21,7 @@ from bert_jax import files
 from bert_jax.config import BertConfig
 from bert_jax.errors import UserError
 from bert_jax.model_sources import (CHECKPOINTS, MODEL_CONFIG, PARAMS, VOCAB,
-                                    latest_step_directory, source_kind, step_run_directory,
+                                    latest_step_directory, metadata_directory, source_kind,
                                     vocab_path)
 
 TOKENIZER_CONFIG = "tokenizer_config.json"
@@ -100,17 +100,13 @@ def load_model(path: str) -> tuple[BertConfig, dict, str | None]:
         # safetensors and TensorFlow's checkpoint reader open local files only.
         with files.local_copy(path) as local_path:
             config, params = reader.read_directory(local_path)
-        return config, params, vocab_path(path)
-    if kind == "bert-jax":
-        run_directory, params_directory = path, files.join(path, PARAMS)
-    elif kind == "training-run":
-        run_directory, params_directory = path, files.join(latest_step_directory(path), PARAMS)
-    else:
-        run_directory, params_directory = step_run_directory(path), files.join(path, PARAMS)
-    config = _read_model_config(files.join(run_directory, MODEL_CONFIG))
+        return config, params, vocab_path(path, kind)
+    params_directory = files.join(latest_step_directory(path) if kind == "training-run"
+                                  else path, PARAMS)
+    config = _read_model_config(files.join(metadata_directory(path, kind), MODEL_CONFIG))
     params = _restore_params(params_directory)
     _check_params(config, params, params_directory)
-    return config, params, vocab_path(path)
+    return config, params, vocab_path(path, kind)
 
 
 def load_config(path: str) -> BertConfig:
@@ -129,8 +125,7 @@ def load_config(path: str) -> BertConfig:
             raise UserError(f"{config_path}: not valid JSON ({error})") from None
         # bert_config.json has an HF config.json's keys, without model_type.
         return huggingface.config_from_hf({"model_type": "bert", **values}, config_path)
-    run_directory = step_run_directory(path) if kind == "training-step" else path
-    return _read_model_config(files.join(run_directory, MODEL_CONFIG))
+    return _read_model_config(files.join(metadata_directory(path, kind), MODEL_CONFIG))
 
 
 def load_model_and_tokenizer(path: str, vocab: str | None = None):
@@ -266,8 +261,7 @@ def load_task_info(path: str) -> dict | None:
         task = _TASK_OF_HEAD[(head["architecture"], problem)]
         settings = dict(label_names=head["label_names"]) if "label_names" in head else {}
         return dict(task=task, settings=settings, head=head)
-    directory = step_run_directory(path) if kind == "training-step" else path
-    info_path = files.join(directory, TASK_INFO)
+    info_path = files.join(metadata_directory(path, kind), TASK_INFO)
     if not files.exists(info_path):
         return None
     try:

@@ -60,15 +60,22 @@ def source_kind(path: str) -> str:
         "directories, or an original BERT checkpoint (bert_config.json + *.ckpt.index)")
 
 
-def step_run_directory(step_directory: str) -> str:
+def _step_run_directory(step_directory: str) -> str:
     """The training work directory of checkpoints/<step>/."""
     return files.dirname(files.dirname(files.absolute(step_directory)))
 
 
-def vocab_path(path: str) -> str | None:
-    """The vocab.txt that belongs to the model at `path` (any source kind), without loading it."""
+def metadata_directory(path: str, kind: str) -> str:
+    """Where the model at `path` (of source `kind`) keeps its model config, vocab.txt and
+    task.json: its training run's directory for one step of a run, else `path` itself."""
+    return _step_run_directory(path) if kind == "training-step" else path
+
+
+def vocab_path(path: str, kind: str | None = None) -> str | None:
+    """The vocab.txt that belongs to the model at `path` (any source kind), without loading it.
+
+    `kind`: the path's `source_kind`, where the caller has it (saves listing it again)."""
     from bert_jax.interop import hub
 
     path = hub.resolve(path)
-    kind = source_kind(path)
-    return _vocab_or_none(step_run_directory(path) if kind == "training-step" else path)
+    return _vocab_or_none(metadata_directory(path, kind or source_kind(path)))
