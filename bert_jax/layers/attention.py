@@ -70,6 +70,10 @@ def traced_platform() -> str:
 
 def chunk_count(batch_size: int, seq_len: int, chunk_rows: int, platform: str) -> int:
     """How many sequential chunks each device's rows go through the core in (1 = at once)."""
+    if not all(isinstance(dim, (int, np.integer)) for dim in (batch_size, seq_len)):
+        # A symbolic shape (a jax2tf export): comparing it with a threshold is inconclusive,
+        # and the exported program must hold for every length, so it is not chunked.
+        return 1
     if chunk_rows < 0:  # automatic
         automatic = platform == "cpu" and seq_len >= AUTOMATIC_MIN_TOKENS
         chunk_rows = AUTOMATIC_ROWS if automatic else 0
