@@ -10,8 +10,11 @@ DEV := $(VENV)/.dev-installed
 $(PYTHON):
 	python3 -m venv $(VENV)
 
+# seqeval ships only an sdist built with --no-build-isolation (see requirements.txt), so the
+# venv needs setuptools' bdist_wheel command first: a new venv has no `wheel` package, and a
+# machine whose pip cache holds a built seqeval wheel hides that (.ci/run bypasses the cache).
 $(RUNTIME): requirements.txt pyproject.toml | $(PYTHON)
-	$(PIP) setuptools_scm==8.3.1
+	$(PIP) wheel==0.45.1 setuptools_scm==8.3.1
 	$(PIP) --no-build-isolation seqeval==1.2.2
 	$(PIP) -r requirements.txt
 	$(PIP) --no-deps -e .
