@@ -102,22 +102,26 @@ class Embeddings(nn.Module):
         self.layer_norm = layer_norm(config, self.precision)
         self.dropout = Dropout(config.dropout_rate)
 
-    def __call__(self, input_ids: Array, segment_ids: Array, train: bool) -> Array:
-        seq_len = input_ids.shape[1]
-        x = (self.word_embeddings(input_ids)
-             + self.position_embeddings(jnp.arange(seq_len))[None]
+    def __call__(self, input_ids: Array, segment_ids: Array, train: bool,
+                 position_ids: Array | None = None) -> Array:
+        if position_ids is None:  # one instance per row: positions 0..T-1, shared by all rows
+            positions = self.position_embeddings(jnp.arange(input_ids.shape[1]))[None]
+        else:  # packed rows: positions restart at each instance
+            positions = self.position_embeddings(position_ids)
+        x = (self.word_embeddings(input_ids) + positions
              + self.segment_embeddings(segment_ids))
         x = self.layer_norm(x)
         return self.dropout(x, deterministic=not train)
 
 
 class SelfAttention(nn.Module):
-    """Multi-head scaled dot-product self-attention with a key padding mask."""
+    """Multi-head scaled dot-product self-attention within each instance of a row (see
+    `bert_jax.layers.attention` for the mask the instance ids make)."""
     config: BertConfig
     precision: Precision = FLOAT32
 
     @nn.compact
-    def __call__(self, x: Array, attention_bias: Array, train: bool) -> Array:
+    def __call__(self, x: Array, instance_ids: Array, train: bool) -> Array:
         config = self.config
         heads = (config.num_heads, config.head_dim)
         project = functools.partial(Dense, config, heads, ("embed",), ("heads", "kv"),
@@ -129,11 +133,11 @@ class SelfAttention(nn.Module):
         rate = config.attention_dropout_rate if train else 0.0
         dropout_key = self.make_rng("dropout") if rate else None
         if self.is_mutable_collection("intermediates"):  # attention maps asked for: keep them
-            probabilities = attention_probabilities(query, key, attention_bias)
+            probabilities = attention_probabilities(query, key, instance_ids)
             self.sow("intermediates", "attention_probabilities", probabilities)
             context = attend(probabilities, value, rate, dropout_key, self.precision.dtype)
         else:
-            context = attention(query, key, value, attention_bias, rate, dropout_key,
+            context = attention(query, key, value, instance_ids, rate, dropout_key,
                                 self.precision)
         return Dense(config, (config.hidden_dim,), ("heads", "kv"), ("embed",), self.precision,
                      name="output")(context)
@@ -159,11 +163,11 @@ class EncoderLayer(nn.Module):
     precision: Precision = FLOAT32
 
     @nn.compact
-    def __call__(self, x: Array, attention_bias: Array, train: bool) -> Array:
+    def __call__(self, x: Array, instance_ids: Array, train: bool) -> Array:
         config = self.config
         dropout = Dropout(config.dropout_rate)
         precision = self.precision
-        attended = SelfAttention(config, precision, name="attention")(x, attention_bias, train)
+        attended = SelfAttention(config, precision, name="attention")(x, instance_ids, train)
         x = layer_norm(config, precision, name="attention_layer_norm")(
             x + dropout(attended, deterministic=not train))
         transformed = FeedForward(config, precision, name="mlp")(x)
@@ -192,18 +196,27 @@ class BertModel(nn.Module):
                                 precision)
 
     def __call__(self, input_ids: Array, segment_ids: Array, input_mask: Array,
-                 train: bool = False) -> tuple[Array, Array]:
-        # Padding keys get a large negative bias, so their softmax weight is exactly zero.
-        attention_bias = jnp.where(input_mask[:, None, None, :] > 0, 0.0,
-                                   jnp.finfo(jnp.float32).min)  # (B, 1, 1, T)
-        x = self.embeddings(input_ids, segment_ids, train)
+                 train: bool = False, instance_ids: Array | None = None,
+                 position_ids: Array | None = None) -> tuple[Array, Array]:
+        """`instance_ids` (B, T) int32 say which instance of a packed row each token belongs
+        to (0 = padding; default `input_mask`: one instance per row); `position_ids` (B, T)
+        restart at each instance (default 0..T-1). The pooled output reads position 0 only:
+        packed rows pool each instance's [CLS] with `pool`."""
+        if instance_ids is None:
+            instance_ids = input_mask
+        instance_ids = instance_ids.astype(jnp.int32)
+        x = self.embeddings(input_ids, segment_ids, train, position_ids)
         x = nn.with_logical_constraint(x, ("batch", "seq", "embed"))
         self.sow("intermediates", "hidden_states", x)
         for layer in self.layers:
-            x = layer(x, attention_bias, train)
+            x = layer(x, instance_ids, train)
             self.sow("intermediates", "hidden_states", x)
-        pooled = jnp.tanh(self.pooler(x[:, 0])) if self.with_pooler else None
+        pooled = self.pool(x[:, 0]) if self.with_pooler else None
         return x, pooled
+
+    def pool(self, cls_states: Array) -> Array:
+        """The pooler, tanh(dense), over [CLS] states (..., H)."""
+        return jnp.tanh(self.pooler(cls_states))
 
     def word_logits(self, x: Array) -> Array:
         """Scores against the word embeddings: the MLM decoder shares its weights with them."""

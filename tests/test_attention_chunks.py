@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from bert_jax import sharding
-from bert_jax.layers.attention import _core, attention, chunk_count, traced_platform
+from bert_jax.layers.attention import (_core, attention, attention_probabilities, chunk_count,
+                                      traced_platform, visible_keys)
 from bert_jax.config import Precision, preset
 from bert_jax.errors import UserError
 from bert_jax.model import BertModel
@@ -28,10 +29,8 @@ def _inputs(batch=8, seq_len=24, heads=2, head_dim=8, seed=0):
     query, key, value = (jnp.asarray(rng.standard_normal((batch, seq_len, heads, head_dim)),
                                      jnp.float32) for _ in range(3))
     lengths = rng.integers(seq_len // 2, seq_len + 1, batch)  # some rows padded
-    mask = np.arange(seq_len)[None] < lengths[:, None]
-    bias = jnp.asarray(np.where(mask, 0.0, np.finfo(np.float32).min)[:, None, None, :],
-                       jnp.float32)
-    return query, key, value, bias
+    instance_ids = jnp.asarray(np.arange(seq_len)[None] < lengths[:, None], jnp.int32)
+    return query, key, value, instance_ids
 
 
 @pytest.mark.parametrize("batch, seq_len, rows, backend, expected", [
@@ -67,6 +66,25 @@ def test_precision_rejects_a_negative_row_count():
         Precision(attention_chunk_rows=-2)
 
 
+def test_instance_ids_hide_other_instances_and_a_padding_query_sees_every_real_key():
+    visible = np.asarray(visible_keys(jnp.array([[1, 1, 2, 2, 3, 0]], jnp.int32)))[0, 0]
+    expected = np.array([[1, 1, 0, 0, 0, 0],
+                         [1, 1, 0, 0, 0, 0],
+                         [0, 0, 1, 1, 0, 0],
+                         [0, 0, 1, 1, 0, 0],
+                         [0, 0, 0, 0, 1, 0],
+                         [1, 1, 1, 1, 1, 0]], bool)  # the padding query: every real key
+    np.testing.assert_array_equal(visible, expected)
+
+
+def test_an_unpacked_rows_ids_give_the_key_padding_bias_bit_for_bit():
+    query, key, _, input_mask = _inputs()
+    bias = jnp.where(input_mask[:, None, None, :] > 0, 0.0, jnp.finfo(jnp.float32).min)
+    scores = jnp.einsum("bqhd,bkhd->bhqk", query, key)
+    np.testing.assert_array_equal(attention_probabilities(query, key, input_mask),
+                                  jax.nn.softmax(scores + bias, axis=-1))
+
+
 @pytest.mark.parametrize("rows", [1, 2, 3])
 def test_chunks_equal_the_whole_batch_values_and_gradients(rows):
     inputs = _inputs(batch=6)
@@ -84,8 +102,22 @@ def test_chunks_equal_the_whole_batch_values_and_gradients(rows):
         np.testing.assert_allclose(chunk, whole, rtol=1e-5, atol=1e-5)  # float32 sums
 
 
+def test_chunks_carry_packed_rows_instance_ids():
+    query, key, value, input_mask = _inputs(batch=6, seq_len=24)
+    # Two instances per row (the second from token 9 on), padding kept.
+    instance_ids = input_mask * (1 + (jnp.arange(24)[None] >= 9)).astype(jnp.int32)
+    chunked = attention(query, key, value, instance_ids, 0.0, None,
+                        Precision(attention_chunk_rows=2))
+    whole = attention(query, key, value, instance_ids, 0.0, None, WHOLE)
+    np.testing.assert_allclose(chunked, whole, rtol=1e-5, atol=1e-6)
+    # The first instance's context does not depend on the second's keys and values.
+    moved = attention(query, key.at[:, 9:].add(1.0), value.at[:, 9:].add(1.0), instance_ids,
+                      0.0, None, WHOLE)
+    np.testing.assert_array_equal(moved[:, :9], whole[:, :9])
+
+
 def test_dropout_masks_are_per_chunk_and_replayed_in_the_backward_pass():
-    query, key, value, bias = _inputs(batch=6)
+    query, key, value, instance_ids = _inputs(batch=6)
     dropout_key = jax.random.PRNGKey(7)
     chunked = Precision(attention_chunk_rows=2)  # 3 chunks: rows (0, 3), (1, 4), (2, 5)
 
@@ -96,11 +128,11 @@ def test_dropout_masks_are_per_chunk_and_replayed_in_the_backward_pass():
             rows = np.arange(index, 6, 3)
             chunk_key = jax.random.fold_in(dropout_key, index)
             context = context.at[rows].set(
-                _core(query[rows], key[rows], value[rows], bias[rows], 0.5, chunk_key,
+                _core(query[rows], key[rows], value[rows], instance_ids[rows], 0.5, chunk_key,
                       "float32"))
         return context
 
-    chunked_attention = lambda q, k, v: attention(q, k, v, bias, 0.5, dropout_key, chunked)  # noqa: E731
+    chunked_attention = lambda q, k, v: attention(q, k, v, instance_ids, 0.5, dropout_key, chunked)  # noqa: E731
     np.testing.assert_allclose(chunked_attention(query, key, value),
                                reference(query, key, value), rtol=1e-5, atol=1e-6)
     grads = jax.grad(lambda *x: jnp.sum(jnp.sin(chunked_attention(*x))), argnums=(0, 1, 2))
@@ -110,7 +142,8 @@ def test_dropout_masks_are_per_chunk_and_replayed_in_the_backward_pass():
 
     # Identical rows in different chunks are dropped differently.
     same = tuple(jnp.broadcast_to(x[:1], x.shape) for x in (query, key, value))
-    context = np.asarray(attention(*same, bias[:1].repeat(6, 0), 0.5, dropout_key, chunked))
+    context = np.asarray(attention(*same, instance_ids[:1].repeat(6, 0), 0.5, dropout_key,
+                                   chunked))
     assert not np.allclose(context[0], context[1])
 
 

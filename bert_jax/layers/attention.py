@@ -1,4 +1,12 @@
-"""The attention core: softmax(Q K^T + bias) V with dropout on the probabilities.
+"""The attention core: softmax(Q K^T + mask) V with dropout on the probabilities.
+
+The core takes per-token instance ids (B, T) int32 rather than a precomputed bias: 0 is
+padding, 1..N say which instance of a packed row a token belongs to (an unpacked row's ids
+are its input mask). Key k is visible to query q iff ids[k] > 0 and (ids[q] == ids[k] or
+ids[q] == 0): attention never crosses instances, and a padding query attends to every real
+key as it always has, so unpacked outputs (padding positions included) are unchanged. The
+mask is built inside the core from the ids, so a chunk carries (rows, T) ids, not a (T, T)
+bias, and fused kernels take the same ids as segment ids.
 
 On a CPU the (batch, heads, T, T) scores of long windows do not fit in cache: at 32 x 256
 tokens with 12 heads each of the core's passes (scores, softmax, dropout, context, and
@@ -30,11 +38,21 @@ AUTOMATIC_MIN_TOKENS = 160
 AUTOMATIC_ROWS = 2
 
 
-def attention_probabilities(query: Array, key: Array, attention_bias: Array) -> Array:
-    """softmax(Q K^T + bias) in float32, (B, nh, T, T), from (B, T, nh, hd) inputs."""
+def visible_keys(instance_ids: Array) -> Array:
+    """Which keys each query sees, (B, 1, T, T) bool, from (B, T) instance ids."""
+    query_ids = instance_ids[:, None, :, None]  # (B, 1, T, 1)
+    key_ids = instance_ids[:, None, None, :]  # (B, 1, 1, T)
+    return (key_ids > 0) & ((query_ids == key_ids) | (query_ids == 0))
+
+
+def attention_probabilities(query: Array, key: Array, instance_ids: Array) -> Array:
+    """softmax(Q K^T + mask) in float32, (B, nh, T, T), from (B, T, nh, hd) inputs and
+    (B, T) instance ids."""
     scores = jnp.einsum("bqhd,bkhd->bhqk", query, key)
+    # Hidden keys get a large negative bias, so their softmax weight is exactly zero.
+    bias = jnp.where(visible_keys(instance_ids), 0.0, jnp.finfo(jnp.float32).min)
     # Softmax in float32: bf16 logits lose the small differences attention depends on.
-    return jax.nn.softmax(scores.astype(jnp.float32) + attention_bias, axis=-1)
+    return jax.nn.softmax(scores.astype(jnp.float32) + bias, axis=-1)
 
 
 def attend(probabilities: Array, value: Array, rate: float, dropout_key: Array | None,
@@ -45,8 +63,8 @@ def attend(probabilities: Array, value: Array, rate: float, dropout_key: Array |
     return jnp.einsum("bhqk,bkhd->bqhd", probabilities.astype(dtype), value)
 
 
-def _core(query, key, value, attention_bias, rate, dropout_key, dtype):
-    return attend(attention_probabilities(query, key, attention_bias), value, rate,
+def _core(query, key, value, instance_ids, rate, dropout_key, dtype):
+    return attend(attention_probabilities(query, key, instance_ids), value, rate,
                   dropout_key, dtype)
 
 
@@ -87,14 +105,15 @@ def chunk_count(batch_size: int, seq_len: int, chunk_rows: int, platform: str) -
     return chunks
 
 
-def attention(query: Array, key: Array, value: Array, attention_bias: Array, rate: float,
+def attention(query: Array, key: Array, value: Array, instance_ids: Array, rate: float,
               dropout_key: Array | None, precision: Precision) -> Array:
-    """The context (B, T, nh, hd) of (B, T, nh, hd) queries, keys and values."""
+    """The context (B, T, nh, hd) of (B, T, nh, hd) queries, keys and values; `instance_ids`
+    (B, T) int32 say which instance each token belongs to (0 = padding)."""
     batch_size, seq_len = query.shape[:2]
     chunks = chunk_count(batch_size, seq_len, precision.attention_chunk_rows,
                          traced_platform())
     if chunks == 1:
-        return _core(query, key, value, attention_bias, rate, dropout_key, precision.dtype)
+        return _core(query, key, value, instance_ids, rate, dropout_key, precision.dtype)
 
     # Chunk i holds rows i, i + chunks, i + 2 chunks, ...: the batch axis stays split over
     # devices in the same contiguous blocks, so each device loops over its own rows.
@@ -108,7 +127,6 @@ def attention(query: Array, key: Array, value: Array, attention_bias: Array, rat
         chunk_key = None if dropout_key is None else jax.random.fold_in(dropout_key, index)
         return _core(*tensors, rate, chunk_key, precision.dtype)
 
-    bias = jnp.broadcast_to(attention_bias, (batch_size, *attention_bias.shape[1:]))
-    context = jax.lax.map(one_chunk, (split(query), split(key), split(value), split(bias),
-                                      jnp.arange(chunks)))
+    context = jax.lax.map(one_chunk, (split(query), split(key), split(value),
+                                      split(instance_ids), jnp.arange(chunks)))
     return jnp.swapaxes(context, 0, 1).reshape(query.shape)
