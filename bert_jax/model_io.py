@@ -188,14 +188,37 @@ def write_directory_atomically(destination: str, fill: Callable[[str], None],
     _check_destination(destination, overwrite, sources, inside_run)
     # Locally a sibling, so the publishing rename stays on one file system.
     parent = tempfile.gettempdir() if files.is_remote(destination) else files.dirname(destination)
+    created = _missing_directories(parent)
     files.makedirs(parent)
     temporary = tempfile.mkdtemp(prefix=f".{files.basename(destination)}.tmp-", dir=parent)
+    published = False
     try:
         fill(temporary)
         files.apply_umask(temporary)
         files.publish_directory(temporary, destination)
+        published = True
     finally:
         files.rmtree(temporary)
+        if not published:  # the parents made for it go too (serving/bert/ of serving/bert/1)
+            _remove_empty(created)
+
+
+def _missing_directories(path: str) -> list[str]:
+    """`path` and those of its ancestors that do not exist yet, deepest first."""
+    missing = []
+    while not os.path.exists(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    return missing
+
+
+def _remove_empty(directories: list[str]) -> None:
+    """Removes `directories` (deepest first), stopping at the first one that is not empty."""
+    for directory in directories:
+        try:
+            os.rmdir(directory)
+        except OSError:
+            return
 
 
 def _write_tokenizer_files(directory: str, tokenizer, settings: dict | None = None) -> None:

@@ -354,6 +354,32 @@ def test_saved_model_in_a_fresh_process_equals_bert_jax(tiny, tmp_path):
                 assert difference < 1e-5, (key, difference)
 
 
+def test_saved_model_serves_lengths_where_a_cpu_forward_pass_chunks_attention(tmp_path):
+    """A model with 160 positions or more: the CPU's attention chunking starts at 160 tokens
+    (layers/attention.py), a comparison the export's symbolic length cannot decide; the
+    SavedModel must serve lengths on both sides of it."""
+    tokenizer = load_tokenizer(write_vocab(tmp_path))
+    config = preset("tiny", vocab_size=tokenizer.vocab_size, max_positions=192, num_layers=1)
+    params = with_parts(random_pretraining_params(config, seed=4), ("encoder", "pooler"))
+    destination = str(tmp_path / "serving" / "1")
+    assert model_io.export_saved_model(config, params, tokenizer, destination,
+                                       platforms=("cpu",)) == ["serving_default"]
+    serve = tf.saved_model.load(destination).signatures["serving_default"]
+    rng = np.random.default_rng(6)
+    for batch_size, seq_len in ((2, 9), (4, 170), (2, 192)):
+        feed = _inputs(rng, batch_size, seq_len, config.vocab_size)
+        del feed["masked_lm_positions"]
+        outputs = serve(**{name: tf.constant(value) for name, value in feed.items()})
+        expected = bert_jax_outputs(config, params, feed)
+        for name, value in expected.items():
+            np.testing.assert_allclose(outputs[name].numpy(), value, atol=1e-5,
+                                       err_msg=f"{name} {batch_size}x{seq_len}")
+    with pytest.raises(Exception, match="193"):  # past the position table: refused, not read
+        feed = _inputs(rng, 1, 193, config.vocab_size)
+        del feed["masked_lm_positions"]
+        serve(**{name: tf.constant(value) for name, value in feed.items()})
+
+
 def test_exports_refuse_a_full_directory_and_heads_without_a_tf_counterpart(tiny, tmp_path):
     config, params, tokenizer, source = tiny
     full = tmp_path / "full"
@@ -385,6 +411,10 @@ def test_exports_refuse_a_full_directory_and_heads_without_a_tf_counterpart(tiny
             # Nothing half-written: no destination and no temporary directory beside it.
             assert not destination.exists()
             assert not [name for name in os.listdir(tmp_path) if name.startswith(".refused")]
+            # Nor the parent directories made for a nested destination (serving/bert/1).
+            with pytest.raises(UserError, match=message.format(target=target)):
+                export(config, case_params, tokenizer, str(tmp_path / "serving" / "bert" / "1"))
+            assert not (tmp_path / "serving").exists()
     # The sequence classifier that an original run_classifier.py checkpoint imports with is
     # refused by the Hugging Face writer rather than dropped.
     with pytest.raises(UserError, match=r"\['classifier'\] have no counterpart"):

@@ -26,7 +26,7 @@ import tempfile
 
 import numpy as np
 
-from bert_jax.config import BertConfig
+from bert_jax.config import BertConfig, Precision
 from bert_jax.interop import tensor_map
 
 # What jax2tf can lower for; by default every platform TF Serving runs on, so the
@@ -35,6 +35,10 @@ PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
 DEFAULT_PLATFORMS = ("cpu", "cuda", "tpu")
 INPUT_NAMES = ("input_ids", "input_mask", "segment_ids")
 HEAD_PARTS = ("mlm_head", "nsp_head", "classifier")
+# The exported program must hold for every length up to max_positions on every platform, so
+# it takes attention's plain form: the CPU's chunking (layers/attention.py) is a tuning of
+# the host that runs a forward pass, decided from a concrete length the export does not have.
+PORTABLE = Precision(attention_chunk_rows=0)
 
 
 def _encoder_function(config: BertConfig, parts: set[str]):
@@ -50,14 +54,14 @@ def _encoder_function(config: BertConfig, parts: set[str]):
         arguments = (input_ids, segment_ids, input_mask)
         if "classifier" in parts:
             num_labels = params["classifier"]["bias"].shape[0]
-            logits, state = BertForSequenceClassification(config, num_labels).apply(
+            logits, state = BertForSequenceClassification(config, num_labels, PORTABLE).apply(
                 {"params": params}, *arguments,
                 capture_intermediates=lambda module, _: module.name == "bert")  # (B, labels)
             sequence_output, pooled_output = state["intermediates"]["bert"]["__call__"][0]
         else:
             logits = None
             sequence_output, pooled_output = BertModel(
-                config, with_pooler="pooler" in parts).apply(
+                config, PORTABLE, with_pooler="pooler" in parts).apply(
                     {"params": params["bert"]}, *arguments)  # (B, T, H), (B, H) or None
         outputs = dict(sequence_output=sequence_output, pooled_output=pooled_output,
                        logits=logits)
@@ -71,7 +75,7 @@ def _pretraining_function(config: BertConfig, with_nsp: bool):
     from bert_jax.model import BertForPreTraining
 
     def pretraining(params, input_ids, input_mask, segment_ids, masked_lm_positions):
-        mlm_logits, nsp_logits = BertForPreTraining(config).apply(
+        mlm_logits, nsp_logits = BertForPreTraining(config, PORTABLE).apply(
             {"params": params}, input_ids, segment_ids, input_mask,
             masked_lm_positions)  # (B, P, V), (B, 2)
         outputs = dict(mlm_logits=mlm_logits)
