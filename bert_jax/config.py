@@ -12,6 +12,8 @@ BERT_VOCAB_SIZE = 30522
 # Keys that older model_config.json files hold but that now belong to the run (`Precision`).
 RUN_TIME_KEYS = ("dtype", "param_dtype", "remat")
 DTYPES = ("float32", "bfloat16")
+# Precision.attention's choices (bert_jax/layers/attention_kernels.py says what each is).
+ATTENTION_IMPLEMENTATIONS = ("auto", "reference", "xla", "cudnn", "splash")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,8 +25,15 @@ class Precision:
     # Rows per device whose attention scores are computed at once: 0 = the whole batch,
     # -1 = automatic (2 on a CPU from 160 tokens on, else 0; see bert_jax/layers/attention.py).
     attention_chunk_rows: int = -1
+    # The attention kernel: auto (splash on a TPU, cuDNN on a GPU in bf16, when attention
+    # dropout is off), reference, xla, cudnn or splash (bert_jax/layers/attention_kernels.py).
+    attention: str = "auto"
 
     def __post_init__(self):
+        if self.attention not in ATTENTION_IMPLEMENTATIONS:
+            raise UserError(f"precision.attention must be one of "
+                            f"{list(ATTENTION_IMPLEMENTATIONS)}, "
+                            f"got {self.attention!r}")
         for name in ("dtype", "param_dtype"):
             if getattr(self, name) not in DTYPES:
                 raise UserError(f"precision.{name} must be 'float32' or 'bfloat16', "

@@ -38,7 +38,8 @@ HEAD_PARTS = ("mlm_head", "nsp_head", "classifier")
 # The exported program must hold for every length up to max_positions on every platform, so
 # it takes attention's plain form: the CPU's chunking (layers/attention.py) is a tuning of
 # the host that runs a forward pass, decided from a concrete length the export does not have.
-PORTABLE = Precision(attention_chunk_rows=0)
+# The same for the fused kernels (layers/attention_kernels.py): the reference path only.
+PORTABLE = Precision(attention_chunk_rows=0, attention="reference")
 
 
 def _encoder_function(config: BertConfig, parts: set[str]):

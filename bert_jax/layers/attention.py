@@ -24,6 +24,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from bert_jax.config import Precision
+from bert_jax.errors import UserError
+from bert_jax.layers import attention_kernels
 from bert_jax.layers.dropout import dropout
 
 Array = jax.Array
@@ -110,8 +112,17 @@ def attention(query: Array, key: Array, value: Array, instance_ids: Array, rate:
     """The context (B, T, nh, hd) of (B, T, nh, hd) queries, keys and values; `instance_ids`
     (B, T) int32 say which instance each token belongs to (0 = padding)."""
     batch_size, seq_len = query.shape[:2]
-    chunks = chunk_count(batch_size, seq_len, precision.attention_chunk_rows,
-                         traced_platform())
+    platform = traced_platform()
+    implementation = attention_kernels.choose(
+        precision.attention, platform, rate if dropout_key is not None else 0.0, seq_len,
+        precision.dtype)
+    if implementation != "reference":
+        if dropout_key is not None and rate:
+            raise UserError(f"precision.attention={implementation!r} applies no attention "
+                            f"dropout; set model.attention_dropout_rate=0 or "
+                            f"precision.attention='auto'")
+        return attention_kernels.fused_context(implementation, query, key, value, instance_ids)
+    chunks = chunk_count(batch_size, seq_len, precision.attention_chunk_rows, platform)
     if chunks == 1:
         return _core(query, key, value, instance_ids, rate, dropout_key, precision.dtype)
 

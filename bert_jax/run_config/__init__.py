@@ -40,6 +40,9 @@ def base_config(model_preset: str = "base") -> ml_collections.ConfigDict:
     config.precision.remat = False  # recompute each layer's activations in the backward pass
     # Cache-sized chunks of rows for attention on a CPU (bert_jax/layers/attention.py).
     config.precision.attention_chunk_rows = -1  # rows per device at once (0 = all, -1 = auto)
+    # Fused kernel (layers/attention_kernels.py): auto = splash on TPU / cuDNN on GPU (bf16)
+    # when model.attention_dropout_rate is 0; reference, xla, cudnn or splash to force one.
+    config.precision.attention = "auto"
     config.init_from = ""  # model dir or training workdir to start from; brings its model.* sizes
     config.batch_size = 256  # global sequences per optimizer step, over all processes
     config.grad_accum_steps = 1  # micro-batches per step (batch_size must divide evenly)
@@ -54,6 +57,7 @@ def base_config(model_preset: str = "base") -> ml_collections.ConfigDict:
     # equal it (a mismatch is an error naming both). ml_collections takes an int over a None.
     config.data.seq_len = None  # tokens per sequence; None = the shards' manifest (demo: 128)
     config.data.max_predictions = None  # masks per sequence; None = the shards' manifest (demo: 20)
+    config.data.max_sequences_per_row = None  # instances per row (1 = unpacked); None = the manifest
     config.data.shuffle_buffer = 10_000  # examples in the shuffle buffer
     config.data.dynamic_masking = False  # re-mask on the fly (RoBERTa) instead of the shards'
     config.data.demo_dir = ""  # if set: build vocab + shards from the stdlib corpus here
