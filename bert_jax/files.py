@@ -21,6 +21,7 @@ Emulators: gcsfs honours STORAGE_EMULATOR_HOST, tensorstore TENSORSTORE_GCS_HTTP
 
 import contextlib
 import glob as local_glob
+import io
 import os
 import posixpath
 import shutil
@@ -120,9 +121,12 @@ def glob(pattern: str) -> list[str]:
 # -- reading -------------------------------------------------------------------------------
 def open_file(path: str, mode: str = "r", encoding: str | None = None,
               newline: str | None = None):
-    """A file object; text modes default to UTF-8."""
+    """A file object; text modes default to UTF-8, and reading drops a leading byte-order
+    mark (`utf-8-sig`): Excel and several GLUE distributions start their files with one, and
+    it would otherwise become part of the first header name, label or token."""
     if "b" not in mode and encoding is None:
-        encoding = "utf-8"
+        writing = any(flag in mode for flag in "wax+")
+        encoding = "utf-8" if writing else "utf-8-sig"
     if is_remote(path):
         return _filesystem(path).open(path, mode, encoding=encoding, newline=newline)
     return open(path, mode, encoding=encoding, newline=newline)
@@ -134,8 +138,9 @@ def read_text(path: str) -> str:
 
 
 def read_user_text(path: str, what: str, newline: str | None = None) -> str:
-    """The UTF-8 text of a file the user named (`what`: "input", "CoNLL", ...); a missing
-    file, a directory or bytes that are not UTF-8 become one clear error naming the path."""
+    """The UTF-8 text of a file the user named (`what`: "input", "CoNLL", ...), a leading
+    byte-order mark dropped; a missing file, a directory or bytes that are not UTF-8 become
+    one clear error naming the path."""
     try:
         with open_file(path, newline=newline) as file:
             return file.read()
@@ -146,6 +151,12 @@ def read_user_text(path: str, what: str, newline: str | None = None) -> str:
     except UnicodeDecodeError as error:
         raise UserError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})"
                         ) from None
+
+
+def split_lines(text: str) -> list[str]:
+    """The lines of `text`, split at \\n, \\r\\n or \\r only: `str.splitlines` also splits at
+    U+2028, U+0085 and other characters that are text inside a line of a data file."""
+    return [line.rstrip("\r\n") for line in io.StringIO(text, newline="")]
 
 
 def read_bytes(path: str) -> bytes:

@@ -249,3 +249,54 @@ def test_remote_shards_read_as_local_ones_and_a_cut_one_is_named(shards_local_an
         file.write(whole[:len(whole) - 30])
     with pytest.raises(UserError, match="shard-00000-of-00002.tfrecord: truncated shard"):
         batches(data["shards"])
+
+
+def _closed_port_url() -> str:
+    """An endpoint on this machine where nothing listens (connection refused at once)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{probe.getsockname()[1]}"
+
+
+def test_an_unreachable_bucket_fails_in_seconds_naming_it_and_how_to_authenticate(monkeypatch):
+    # gcsfs alone retried the first request six times with back-off (about a minute),
+    # then raised aiohttp's ClientConnectorError through a 186-line traceback.
+    import time
+
+    import gcsfs
+
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", _closed_port_url())
+    gcsfs.GCSFileSystem.clear_instance_cache()
+    start = time.monotonic()
+    try:
+        with pytest.raises(UserError) as raised:
+            files.exists("gs://some-bucket/data/shard-00000-of-00001.tfrecord")
+    finally:
+        gcsfs.GCSFileSystem.clear_instance_cache()
+    assert time.monotonic() - start < 5
+    message = str(raised.value)
+    assert message.startswith("gs://some-bucket: cannot reach Google Cloud Storage at "
+                              "http://127.0.0.1:") and "connection refused" in message
+    assert "gcloud auth application-default login" in message
+    assert "GOOGLE_APPLICATION_CREDENTIALS" in message and "\n" not in message
+
+
+def test_an_unreachable_bucket_is_one_line_from_the_command_line(tmp_path):
+    import subprocess
+    import sys
+
+    environment = {key: value for key, value in os.environ.items()
+                   if key not in ("FSSPEC_GCS_TOKEN", "GOOGLE_APPLICATION_CREDENTIALS")}
+    environment.update(STORAGE_EMULATOR_HOST=_closed_port_url(), NO_GCE_CHECK="true",
+                       CLOUDSDK_CONFIG=str(tmp_path / "gcloud"))
+    result = subprocess.run(
+        [sys.executable, "-m", "bert_jax.cli", "vocab", "--input", "gs://corpora/wiki/*.txt",
+         "--size", "100", "--output", str(tmp_path / "vocab.txt")],
+        env=environment, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(
+        "bert-jax vocab: error: gs://corpora: cannot reach Google Cloud Storage"), lines
+    assert not (tmp_path / "vocab.txt").exists()

@@ -97,3 +97,41 @@ def test_reading_shards_prints_no_onednn_lines(tmp_path):
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "oneDNN" not in result.stderr and result.stderr.strip() == "", result.stderr
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    from finetune_helpers import tiny_model_directory
+
+    return tiny_model_directory(tmp_path_factory.mktemp("settings"))
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--learning-rate=-1e-3"], "finetune: --learning-rate must be at least 0, got -0.001"),
+    (["--batch-size", "0"], "finetune: --batch-size must be at least 1, got 0"),
+    (["--epochs", "0"], "finetune: --epochs must be at least 1, got 0"),
+    (["--config.finetune.warmup_fraction=1.5"],
+     "finetune: --config.finetune.warmup_fraction must be between 0 and 1, got 1.5"),
+    (["--config.batch_size=-2"], "finetune: --config.batch_size must be at least 1, got -2"),
+])
+def test_finetune_settings_go_through_the_run_config_range_check(tiny_model, tmp_path, capsys,
+                                                                 flags, message):
+    # --learning-rate=-1e-3 trained, and --batch-size 0 was a ZeroDivisionError.
+    from finetune_helpers import made_up_sentences, write_tsv
+
+    train = write_tsv(tmp_path / "train.tsv", made_up_sentences(8, seed=0))
+    workdir = tmp_path / "run"
+    assert main(["finetune", "classify", "--model", tiny_model, "--train", train,
+                 "--workdir", str(workdir), "--no-progress", *flags]) == 2
+    error = capsys.readouterr().err
+    assert error.strip() == f"bert-jax finetune: error: {message}", error
+    assert not workdir.exists()
+
+
+def test_predict_and_evaluate_check_their_batch_size_the_same_way():
+    from bert_jax.training.finetune import Settings, run_config_for
+
+    config = preset("tiny", vocab_size=100)
+    with pytest.raises(UserError, match=r"^finetune: --batch-size must be at least 1, got 0$"):
+        run_config_for(config, Settings(batch_size=0))
+    assert run_config_for(config, Settings(batch_size=4)).batch_size == 4

@@ -25,16 +25,21 @@ def add_arguments(parser) -> None:
     parser.add_argument("--batch-size", type=int, default=64, help="examples per batch")
     parser.add_argument("--max-seq-len", type=int, default=None,
                         help="longest input in tokens (default: the training run's)")
+    from input_pipeline.tasks.columns import add_header_argument
+
+    add_header_argument(parser)
 
 
 def evaluate_file(model: str, task_name: str, path: str, batch_size: int = 64,
-                  max_seq_len: int | None = None) -> dict:
+                  max_seq_len: int | None = None, header: bool | None = None) -> dict:
     """{'loss' (where the file carries the training objective), and the task's metrics} of
     `model` on the labelled file `path`."""
+    from bert_jax.tasks.classification import force_header
     from bert_jax.training import prediction
     from bert_jax.training.finetune import load_finetuned
 
     task, bundle, params, tokenizer, info = load_finetuned(model, batch_size, task_name)
+    force_header(task, header)
     max_seq_len = max_seq_len or info.get("max_seq_len", 128)
     examples = task.read_examples(path, tokenizer, max_seq_len)
     predictions, means = prediction.predict(bundle, params, examples, batch_size, max_seq_len,
@@ -53,7 +58,7 @@ def run(args) -> int:
                                progress=True)
     else:
         metrics = evaluate_file(args.model, args.task, args.data, args.batch_size,
-                                args.max_seq_len)
+                                args.max_seq_len, args.header)
     for name, value in metrics.items():
         print(f"{name}: {value:.4f}")
     if args.output:

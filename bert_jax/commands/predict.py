@@ -22,14 +22,20 @@ def add_arguments(parser) -> None:
     parser.add_argument("--batch-size", type=int, default=64, help="examples per batch")
     parser.add_argument("--max-seq-len", type=int, default=None,
                         help="longest input in tokens (default: the training run's)")
+    from input_pipeline.tasks.columns import add_header_argument
+
+    add_header_argument(parser)
 
 
 def run(args) -> int:
+    from bert_jax.tasks.classification import force_header
     from bert_jax.training import prediction
     from bert_jax.training.finetune import load_finetuned
 
+    finetuned = load_finetuned(args.model, args.batch_size)
+    force_header(finetuned[0], args.header)
     task, examples, predictions = prediction.predict_inputs(
-        load_finetuned(args.model, args.batch_size),
+        finetuned,
         lambda task, tokenizer, max_seq_len: task.read_examples(
             args.input, tokenizer, max_seq_len, with_labels=False),
         args.batch_size, args.max_seq_len, progress=True)

@@ -1,9 +1,12 @@
-"""The allowed range of every numeric run-config field, checked when a config is loaded.
+"""The allowed range of every numeric run-config field, checked when a config is built.
 
 A value out of range would otherwise surface late and far away: `batch_size=-4` as a raw
 TypeError inside tf.data, `checkpoint.every_steps=0` as a ZeroDivisionError after the
-first step. Only keys the config has are checked, so a task's config with fewer sections
-passes through the same check.
+first step. Every command that builds a run config checks it here: pre-training when it
+loads a config file, fine-tuning (and predict/evaluate, which build one to run a model)
+from its flags. Only keys the config has are checked, so a task's config with fewer
+sections passes through the same check; `names` lets an error name the flag the user
+typed (`--learning-rate`) instead of the key it set.
 """
 
 from bert_jax.errors import UserError
@@ -45,11 +48,19 @@ RANGES = {
     "log_every_steps": _AT_LEAST_ONE,
     "peak_flops_per_device": (0, None),
 }
+    # Fine-tuning's own section (bert_jax/training/finetune.py).
+    "finetune.epochs": _AT_LEAST_ONE,
+    "finetune.warmup_fraction": (0, 1),
+    "finetune.eval_every_steps": (0, None),  # 0 = once per epoch
+    "finetune.patience": (0, None),  # 0 = never stop early
+    "finetune.length_window": _AT_LEAST_ONE,
 
 
-def check_ranges(values: dict, source: str) -> None:
+def check_ranges(values: dict, source: str, names: dict | None = None) -> None:
     """Raises `UserError` naming the first key of `values` (flattened, dotted keys) that is
-    out of its range; keys without a range, or absent, pass."""
+    out of its range; keys without a range, or absent, pass. `names` maps a key to what the
+    user typed to set it (`{"optimizer.learning_rate": "--learning-rate"}`)."""
+    names = names or {}
     for key, (lowest, highest) in RANGES.items():
         if values.get(key) is None:  # absent, or unset until the data fills it in
             continue
@@ -57,7 +68,7 @@ def check_ranges(values: dict, source: str) -> None:
         if value < lowest or (highest is not None and value > highest):
             wanted = (f"between {lowest} and {highest}" if highest is not None
                       else f"at least {lowest}")
-            raise UserError(f"{source}: {key} must be {wanted}, got {value!r}")
+            raise UserError(f"{source}: {names.get(key, key)} must be {wanted}, got {value!r}")
     if None not in (values.get("data.max_predictions"), values.get("data.seq_len")) and (
             values["data.max_predictions"] > values["data.seq_len"]):
         raise UserError(f"{source}: data.max_predictions ({values['data.max_predictions']}) "

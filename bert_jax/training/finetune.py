@@ -19,7 +19,8 @@ import numpy as np
 
 from bert_jax import files, model_io, sharding
 from bert_jax.errors import UserError
-from bert_jax.run_config import apply_overrides, base_config, parse_overrides
+from bert_jax.run_config import apply_overrides, base_config, flatten, parse_overrides
+from bert_jax.run_config.ranges import check_ranges
 from bert_jax.training import batching, prediction, trainer
 
 EVAL_RESULTS = "eval_results.json"
@@ -37,8 +38,16 @@ class Settings:
     seed: int = 0
 
 
+# The run-config key each Settings field sets, and the flag that sets it on the command line.
+_SETTING_FLAGS = {"finetune.epochs": "--epochs", "optimizer.learning_rate": "--learning-rate",
+                  "batch_size": "--batch-size", "data.seq_len": "--max-seq-len"}
+
+
 def run_config_for(model_config, settings: Settings, overrides=()) -> ml_collections.ConfigDict:
-    """A locked run config for fine-tuning `model_config`; `--config.KEY=VALUE` applied last."""
+    """A locked run config for fine-tuning `model_config`; `--config.KEY=VALUE` applied last.
+
+    Its values go through the same range check as a pre-training config's; an error names
+    the flag (or `--config.KEY`) that set the value."""
     config = base_config()
     config.model = ml_collections.ConfigDict(model_config.to_dict())
     config.seed = settings.seed
@@ -58,7 +67,14 @@ def run_config_for(model_config, settings: Settings, overrides=()) -> ml_collect
     config.finetune.length_window = 50  # batches per length-sorted shuffling window
     config.log_every_steps = 50
     config.lock()
-    apply_overrides(config, parse_overrides(list(overrides)), source="finetune")
+    pairs = parse_overrides(list(overrides))
+    apply_overrides(config, pairs, source="finetune")
+    names = dict(_SETTING_FLAGS, **{key: f"--config.{key}" for key, _ in pairs})
+    values = flatten(config)
+    del values["data.max_predictions"]  # 0: fine-tuning tasks draw no masks from shards
+    if not values["eval.batch_size"]:  # resolved by schedule_steps; checked as what it becomes
+        values["eval.batch_size"] = 2 * values["batch_size"]
+    check_ranges(values, source="finetune", names=names)
     return config
 
 
