@@ -85,19 +85,21 @@ def _decoded_lines(path: str, encoding_errors: str, stats: ReadStats) -> Iterato
                 gzip.GzipFile(fileobj=raw_file) if path.endswith(".gz")
                 else contextlib.nullcontext(raw_file)) as file:
             for number, raw in enumerate(file, start=1):
+                offset += len(raw)
+                stats.bytes_read += len(raw)
+                if number == 1 and raw.startswith(codecs.BOM_UTF8):
+                    raw = raw[len(codecs.BOM_UTF8):]  # a byte-order mark is not text
                 try:
                     line = raw.decode("utf-8")
                 except UnicodeDecodeError as error:
                     if encoding_errors == "strict":
                         raise UserError(
                             f"{path}: line {number}: not UTF-8 ({error.reason}) at byte offset "
-                            f"{offset + error.start}; fix the file or pass "
+                            f"{offset - len(raw) + error.start}; fix the file or pass "
                             "--encoding-errors replace") from None
                     before = _REPLACED[0]
                     line = raw.decode("utf-8", errors=_COUNTING_REPLACE)
                     replaced += _REPLACED[0] - before
-                offset += len(raw)
-                stats.bytes_read += len(raw)
                 yield line
     except FileNotFoundError:
         raise UserError(f"{path}: input file not found") from None

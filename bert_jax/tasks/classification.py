@@ -1,13 +1,29 @@
 """`finetune classify`: one text or a pair -> one of the training file's labels.
 
+With two labels, `f1` is the F1 of the positive label, named in eval_results.json
+(`f1_positive_label` and the rule that chose it): the label the other one negates
+(`entailment` of entailment/not_entailment, `spam` of not_spam/spam), else the second of
+the two in sorted order (`1` of 0/1, `true` of false/true, `pos` of neg/pos), as
+scikit-learn's default pos_label=1 takes it for 0/1 labels. More labels: the macro average.
+
+TSV/CSV files may start with a byte-order mark (Excel's "UTF-8" files). With every column
+given by index, a first row whose label cell is not a label any other row has (or not a
+number where all others are) is taken as a header, said on stderr; `--header/--no-header`
+decides it instead. A label that occurs on one line only of a training file of 100 rows or
+more is reported on stderr with its line.
+
 `SentenceTask` is what classification and regression share: the pooled-[CLS] head
 (`heads.BertForSequenceClassification`), the column reader, the batch schema and the
 prediction files. Labels are the training file's, sorted (numerically when they all are
 numbers), and travel with the model (task.json, and id2label in a Hugging Face export).
 """
 
+import collections
+import dataclasses
 import json
 import os
+import re
+import sys
 
 import jax.numpy as jnp
 import numpy as np
@@ -23,6 +39,7 @@ class SentenceTask(FineTuningTask):
     """A sentence(-pair)-level task over the pooled [CLS] output."""
     label_dtype = np.int32
     problem_type = "single_label_classification"
+    numeric_labels = False  # header detection: are the labels numbers?
 
     def __init__(self, label_names, spec: columns.ColumnSpec):
         self.label_names, self.spec = list(label_names), spec
@@ -68,16 +85,18 @@ class SentenceTask(FineTuningTask):
             "--label-column", default="label", metavar="COLUMN",
             help="the label column: a header name or a 0-based index (JSONL: key); "
                  "default label")
-        parser.add_argument(
-            "--header", choices=("auto", "yes", "no"), default="auto",
-            help="whether a TSV/CSV file's first line is a header (auto: yes exactly when a "
-                 "column is given by name)")
+        columns.add_header_argument(parser)
 
     @classmethod
     def spec_from_arguments(cls, args) -> columns.ColumnSpec:
         return columns.ColumnSpec(columns.parse_columns(args.text_columns),
-                                  columns.parse_column(args.label_column),
-                                  {"auto": None, "yes": True, "no": False}[args.header])
+                                  columns.parse_column(args.label_column), args.header)
+
+    def with_header(self, header: bool | None) -> None:
+        """Forces (True/False) whether the files this task reads start with a header; None
+        keeps the training run's setting."""
+        if header is not None:
+            self.spec = dataclasses.replace(self.spec, header=header)
 
     @classmethod
     def from_settings(cls, settings):
@@ -85,8 +104,8 @@ class SentenceTask(FineTuningTask):
                    columns.ColumnSpec.from_dict(settings.get("columns", {})))
 
     def read_examples(self, path, tokenizer, max_seq_len, with_labels=True):
-        return self._examples(columns.read_rows(path, self.spec, with_labels), path, tokenizer,
-                              max_seq_len, with_labels)
+        rows = columns.read_rows(path, self.spec, with_labels, self.numeric_labels)
+        return self._examples(rows, path, tokenizer, max_seq_len, with_labels)
 
     def examples_from_inputs(self, inputs, tokenizer, max_seq_len):
         """Each input a text or a (text_a, text_b) pair."""
@@ -143,8 +162,14 @@ class ClassificationTask(SentenceTask):
     @classmethod
     def from_arguments(cls, args, tokenizer):
         spec = cls.spec_from_arguments(args)
-        labels = [row.label for row in columns.read_rows(args.train, spec)]
-        return cls(sorted_labels(labels), spec)
+        rows = columns.read_rows(args.train, spec)
+        warn_single_labels(rows, args.train)
+        return cls(sorted_labels([row.label for row in rows]), spec)
+
+    @property
+    def positive_label(self) -> tuple[str, str] | None:
+        """(label, why) of the label whose F1 a two-label task reports; None otherwise."""
+        return positive_label(self.label_names) if self.num_outputs == 2 else None
 
     def label_value(self, label: str, path: str, line: int) -> int:
         if not hasattr(self, "_label_ids"):
@@ -172,15 +197,64 @@ class ClassificationTask(SentenceTask):
                                                 predictions["probabilities"])]
 
     def evaluate(self, predictions, gold):
-        """accuracy, f1 (binary: of the second label; else macro) and matthews_correlation."""
+        """accuracy, f1 (two labels: of the positive label, `positive_label`; else the macro
+        average) and matthews_correlation."""
         from sklearn import metrics
 
         predicted = np.asarray(predictions["label"])
-        f1 = (dict(average="binary") if self.num_outputs == 2 else
+        f1 = (dict(average="binary", pos_label=self.label_names.index(self.positive_label[0]))
+              if self.num_outputs == 2 else
               dict(average="macro", labels=list(range(self.num_outputs))))
         return {"accuracy": float(metrics.accuracy_score(gold, predicted)),
                 "f1": float(metrics.f1_score(gold, predicted, **f1)),
                 "matthews_correlation": float(metrics.matthews_corrcoef(gold, predicted))}
+
+
+    def summary(self, history) -> dict:
+        """eval_results.json's note of which label a binary F1 is of, and why."""
+        if self.positive_label is None:
+            return {}
+        label, why = self.positive_label
+        return {"f1_positive_label": label, "f1_positive_label_rule": why}
+
+
+# `not_entailment`, `non-spam`, `not duplicate`, `NOT_X`: the negation of another label.
+_NEGATION = re.compile(r"(?:not|non|no)[ _-]?(?P<rest>.+)", re.IGNORECASE)
+
+
+def positive_label(label_names) -> tuple[str, str]:
+    """(label, why) of the positive one of two labels, as `finetune --help` documents: the
+    label the other one negates (`entailment` of entailment/not_entailment), else the second
+    in label order (`1` of 0/1, `true` of false/true, `pos` of neg/pos), as scikit-learn's
+    pos_label=1 takes it for 0/1 labels."""
+    first, second = label_names
+    for label, other in ((first, second), (second, first)):
+        match = _NEGATION.fullmatch(other)
+        if match and match["rest"].lower() == label.lower():
+            return label, f"{other!r} is its negation"
+    return second, "the second of the two labels in sorted order (numeric when numbers)"
+
+
+def warn_single_labels(rows, path: str, min_rows: int = 100) -> None:
+    """Says on stderr which labels occur exactly once in a file of `min_rows` or more: in a
+    large file that is more often a stray cell (a header, a typo) than a class."""
+    if len(rows) < min_rows:
+        return
+    counts = collections.Counter(row.label for row in rows)
+    for row in rows:
+        if counts[row.label] == 1:
+            print(f"{path}:{row.line}: warning: label {row.label!r} occurs only on this line "
+                  f"of {len(rows)} rows; it becomes a class of its own", file=sys.stderr)
+
+
+def force_header(task, header: bool | None) -> None:
+    """Applies `--header/--no-header` of evaluate/predict to a loaded task (None: as the
+    training run read its files)."""
+    if header is None:
+        return
+    if not hasattr(task, "with_header"):
+        raise UserError(f"--header/--no-header: task {task.name!r} reads no TSV/CSV columns")
+    task.with_header(header)
 
 
 def sorted_labels(labels) -> list[str]:

@@ -22,6 +22,7 @@ class RegressionTask(SentenceTask):
     best_metric, greater_is_better = "pearson", True
     label_dtype = np.float32
     problem_type = "regression"
+    numeric_labels = True
 
     @classmethod
     def from_arguments(cls, args, tokenizer):

@@ -2,18 +2,26 @@
 
     TSV / CSV   with or without a header; a column is a name from the header or a 0-based
                 index. TSV is read GLUE-style (no quoting: a quote is a character); CSV
-                with standard quoting. Rows may carry extra trailing columns (STS-B).
+                with standard quoting (a quoted field may hold a delimiter or a newline).
     JSONL       one object a line; columns are keys.
     plain text  (`.txt`, for prediction): one text a line, `A<TAB>B` for a pair.
 
-A header is read when `header` is True, or with `header=None` (auto) when any column is
-given by name. Every error names the file and line and says what was expected.
+Every file is read as UTF-8 with a leading byte-order mark dropped, and split into lines at
+newlines only. A header is read when `header` is True; with `header=None` (auto) when any
+column is given by name, or, every column given by index, when the first row's label cell
+says so (`header_reason`; reported on stderr). A row wider than the header, or than the
+first row when the texts are "every column but the label", is an error; without a header
+and every column given by index, rows may carry extra trailing columns (STS-B's source
+columns). Every error names the file and line and says what was expected.
 """
 
+import argparse
 import csv
 import dataclasses
+import io
 import json
 import os
+import sys
 from collections.abc import Sequence
 
 from bert_jax.errors import UserError
@@ -45,6 +53,17 @@ class ColumnSpec:
                    values.get("header"))
 
 
+def add_header_argument(parser) -> None:
+    """`--header/--no-header` (default: detected, see the module docstring), for every command
+    that reads a TSV/CSV file; `args.header` is True, False or None."""
+    parser.add_argument(
+        "--header", action=argparse.BooleanOptionalAction, default=None,
+        help="whether a TSV/CSV file's first line is a header (default: yes when a column is "
+             "given by name; with every column given by index, when the first row's label is "
+             "not a label any other row has, or not a number where every other is; reported "
+             "on stderr)")
+
+
 def parse_column(text: str) -> Column:
     """'3' -> 3 (an index), 'sentence' -> 'sentence' (a name)."""
     text = text.strip()
@@ -67,34 +86,51 @@ def file_format(path: str) -> str:
     return formats[extension]
 
 
-def _read_lines(path: str) -> list[str]:
+def _records(path: str, kind: str) -> list[tuple[int, list[str] | dict]]:
+    """(first line number, cells or object) of every non-blank record.
+
+    TSV/CSV go to the csv module whole, so a quoted CSV field keeps its newline and the line
+    numbers after it stay right; every format splits lines at newlines only (a U+2028 in a
+    text is text).
+    """
     from bert_jax import files
 
-    return files.read_user_text(path, "data", newline="").splitlines()
-
-
-def _records(path: str, kind: str) -> list[tuple[int, list[str] | dict]]:
-    """(line number, cells or object) for every non-blank line."""
-    lines = _read_lines(path)
-    numbered = [(number, line) for number, line in enumerate(lines, start=1) if line.strip()]
-    if kind == "jsonl":
-        records = []
-        for number, line in numbered:
-            try:
-                value = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise UserError(f"{path}:{number}: not valid JSON ({error.msg})") from None
-            if not isinstance(value, dict):
-                raise UserError(f"{path}:{number}: expected a JSON object, got "
-                                f"{type(value).__name__}")
-            records.append((number, value))
-        return records
+    text = files.read_user_text(path, "data", newline="")
+    if kind in ("tsv", "csv"):
+        return _table_records(path, text, kind)
+    numbered = [(number, line) for number, line in enumerate(files.split_lines(text), start=1)
+                if line.strip()]
     if kind == "text":
         return [(number, line.split("\t")) for number, line in numbered]
-    dialect = dict(delimiter="\t", quoting=csv.QUOTE_NONE) if kind == "tsv" else {}
-    return [(number, cells) for number, cells in
-            zip((number for number, _ in numbered),
-                csv.reader([line for _, line in numbered], **dialect))]
+    records = []
+    for number, line in numbered:
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise UserError(f"{path}:{number}: not valid JSON ({error.msg})") from None
+        if not isinstance(value, dict):
+            raise UserError(f"{path}:{number}: expected a JSON object, got "
+                            f"{type(value).__name__}")
+        records.append((number, value))
+    return records
+
+
+def _table_records(path: str, text: str, kind: str) -> list[tuple[int, list[str]]]:
+    # TSV as GLUE ships it: no quoting (its texts hold unbalanced quotes); CSV quoted, and a
+    # stray quote after a closing one is an error rather than a silently joined field.
+    dialect = dict(delimiter="\t", quoting=csv.QUOTE_NONE) if kind == "tsv" else dict(strict=True)
+    reader = csv.reader(io.StringIO(text, newline=""), **dialect)
+    records, first_line = [], 1
+    try:
+        for cells in reader:
+            if any(cell.strip() for cell in cells):
+                records.append((first_line, cells))
+            first_line = reader.line_num + 1
+    except csv.Error as error:
+        raise UserError(f"{path}:{first_line}: not valid {kind.upper()} ({error}); a quoted "
+                        "field must end in a quote followed by the delimiter or the line's "
+                        "end") from None
+    return records
 
 
 def _resolve(column: Column, header: list[str] | None, path: str) -> Column:
@@ -103,7 +139,7 @@ def _resolve(column: Column, header: list[str] | None, path: str) -> Column:
         return column
     if header is None:
         raise UserError(f"{path}: column {column!r} is a name but the file is read without a "
-                        "header; give a 0-based index or --header yes")
+                        "header; give a 0-based index or --header")
     if column not in header:
         raise UserError(f"{path}:1: no column {column!r} in the header {header}")
     return header.index(column)
@@ -122,54 +158,120 @@ def _cell(record, column: Column, path: str, number: int, what: str) -> str:
     return record[column]
 
 
-def read_rows(path: str, spec: ColumnSpec, with_labels: bool = True) -> list[Row]:
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def header_reason(label_cells: Sequence[str], numeric_labels: bool) -> str | None:
+    """Why the first row looks like a header, judged by the label column alone, or None.
+
+    It does when its label is not a number and every other row's is, or (class labels)
+    when its label is not one any other row has while the other rows' labels repeat (a
+    file of distinct labels gives no evidence either way).
+    """
+    first, others = label_cells[0], list(label_cells[1:])
+    if not others:
+        return None
+    if not _is_number(first) and all(_is_number(label) for label in others):
+        return f"its label cell {first!r} is not a number and every other row's is"
+    if numeric_labels or first in set(others) or len(set(others)) == len(others):
+        return None
+    return f"its label cell {first!r} is not a label that any other row has"
+
+
+def _split_header(path: str, records: list, spec: ColumnSpec, label_index: int | None,
+                  numeric_labels: bool) -> list[str] | None:
+    """Removes and returns the header row: as `spec.header` says, or detected (see
+    `header_reason`) when no column is given by name; says so on stderr when detected."""
+    named = any(isinstance(column, str) for column in (*spec.text_columns, spec.label_column))
+    if spec.header is False:
+        return None
+    if spec.header is None and not named:
+        if label_index is None or any(len(cells) <= label_index for _, cells in records):
+            return None
+        reason = header_reason([cells[label_index] for _, cells in records], numeric_labels)
+        if reason is None:
+            return None
+        print(f"{path}: line {records[0][0]} taken as a header ({reason}); pass --no-header "
+              "to read it as data", file=sys.stderr)
+    if not records:
+        raise UserError(f"{path}: the file is empty; expected a header line and rows")
+    return list(records.pop(0)[1])
+
+
+def _check_width(path: str, records: list, header: list[str] | None, fixed_width: bool
+                 ) -> None:
+    """A row with more cells than the header (or, texts defaulted, than the first row) is an
+    error, not a dropped field. Without a header and with every column given by index, rows
+    may carry further trailing columns (STS-B adds source columns to some rows)."""
+    if header is None and not fixed_width:
+        return
+    width = len(header) if header is not None else len(records[0][1])
+    declared = f"the header has {width}" if header is not None else f"the first row has {width}"
+    for number, cells in records:
+        if len(cells) > width:
+            raise UserError(f"{path}:{number}: the row has {len(cells)} columns, {declared}; "
+                            "a text holding the delimiter must be quoted (in a .csv file; a "
+                            ".tsv file is read unquoted, as GLUE ships it)")
+
+
+def read_rows(path: str, spec: ColumnSpec, with_labels: bool = True,
+              numeric_labels: bool = False) -> list[Row]:
     """Every row of `path` as texts (one or two) and, `with_labels`, its raw label cell.
 
     Without labels (prediction), a missing label column is fine; texts default as in
-    training (the columns other than the label).
+    training (the columns other than the label). `numeric_labels` (regression) tells header
+    detection that every label is a number.
     """
     kind = file_format(path)
-    if kind == "text":
-        rows = [_text_row(path, number, cells, with_labels) for number, cells in
-                _records(path, kind)]
-        return _non_empty(rows, path)
     records = _records(path, kind)
-    named = any(isinstance(column, str) for column in (*spec.text_columns, spec.label_column))
-    header = None
-    if kind != "jsonl" and (spec.header if spec.header is not None else named):
-        if not records:
-            raise UserError(f"{path}: the file is empty; expected a header line and rows")
-        header = list(records.pop(0)[1])
+    if kind == "text":
+        return _non_empty([_text_row(path, number, cells, with_labels)
+                           for number, cells in records], path)
+    if kind == "jsonl":
+        return _jsonl_rows(path, records, spec, with_labels)
+    label_index = spec.label_column if isinstance(spec.label_column, int) else None
+    header = _split_header(path, records, spec, label_index, numeric_labels)
+    if not records:
+        raise UserError(f"{path}: the file has no rows")
+    width = len(header) if header is not None else len(records[0][1])
+    has_label = not isinstance(spec.label_column, str) or bool(
+        header and spec.label_column in header)
+    label_index = (_resolve(spec.label_column, header, path)
+                   if with_labels or has_label else None)
+    text_columns = tuple(_resolve(column, header, path) for column in spec.text_columns) or \
+        tuple(index for index in range(width) if index != label_index)
+    _check_text_count(path, text_columns)
+    _check_width(path, records, header, fixed_width=not spec.text_columns)
+    return [Row(tuple(_cell(cells, column, path, number, "text") for column in text_columns),
+                _cell(cells, label_index, path, number, "label")
+                if label_index is not None else None, number)
+            for number, cells in records]
+
+
+def _jsonl_rows(path: str, records: list, spec: ColumnSpec, with_labels: bool) -> list[Row]:
     if not records:
         raise UserError(f"{path}: the file has no rows")
     label_column = spec.label_column
-    text_columns = spec.text_columns
-    if kind == "jsonl":
-        has_label = label_column in records[0][1]
-        if not text_columns:
-            text_columns = tuple(key for key in records[0][1] if key != label_column)
-    else:
-        width = len(header) if header is not None else len(records[0][1])
-        has_label = not isinstance(label_column, str) or (header and label_column in header)
-        if not with_labels and not has_label:
-            label_index = None
-        else:
-            label_index = _resolve(label_column, header, path)
-        if not text_columns:
-            text_columns = tuple(index for index in range(width) if index != label_index)
-        text_columns = tuple(_resolve(column, header, path) for column in text_columns)
-        label_column = label_index
+    has_label = label_column in records[0][1]
+    text_columns = spec.text_columns or tuple(key for key in records[0][1]
+                                              if key != label_column)
+    _check_text_count(path, text_columns)
+    reading_labels = with_labels or has_label
+    return [Row(tuple(_cell(record, column, path, number, "text") for column in text_columns),
+                _cell(record, label_column, path, number, "label") if reading_labels else None,
+                number)
+            for number, record in records]
+
+
+def _check_text_count(path: str, text_columns: tuple) -> None:
     if not 1 <= len(text_columns) <= 2:
         raise UserError(f"{path}: found {len(text_columns)} text column(s) {list(text_columns)}; "
                         "expected one text or a pair: choose them with --text-columns")
-    reading_labels = with_labels or (has_label and label_column is not None)
-    rows = []
-    for number, record in records:
-        texts = tuple(_cell(record, column, path, number, "text") for column in text_columns)
-        label = (_cell(record, label_column, path, number, "label")
-                 if reading_labels and (with_labels or has_label) else None)
-        rows.append(Row(texts, label, number))
-    return rows
 
 
 def _text_row(path: str, number: int, cells: list[str], with_labels: bool) -> Row:

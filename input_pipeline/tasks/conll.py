@@ -79,7 +79,7 @@ def iob1_to_iob2(tags: Sequence[str]) -> list[str]:
 def _read_lines(path: str) -> list[str]:
     from bert_jax import files
 
-    return files.read_user_text(path, "CoNLL").splitlines()
+    return files.split_lines(files.read_user_text(path, "CoNLL"))
 
 
 def _token_blocks(path: str, lines: list[str]) -> list[tuple[int, list[tuple[str, ...]]]]:

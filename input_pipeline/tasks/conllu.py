@@ -54,8 +54,11 @@ def _finish(path: str, first_line: int, sentence_id: str | None,
 
 def read_conllu(path: str) -> Iterator[Sentence]:
     """The sentences of `path`, in order, streamed. Raises UserError at the first bad line."""
+    from bert_jax import files
+
     try:
-        file = open(path, encoding="utf-8")
+        # Iterating the file splits at newlines only; a leading byte-order mark is dropped.
+        file = files.open_file(path, newline="")
     except FileNotFoundError:
         raise UserError(f"{path}: treebank file not found") from None
     with file:
