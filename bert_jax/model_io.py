@@ -100,13 +100,45 @@ def load_model(path: str) -> tuple[BertConfig, dict, str | None]:
         # safetensors and TensorFlow's checkpoint reader open local files only.
         with files.local_copy(path) as local_path:
             config, params = reader.read_directory(local_path)
+            weights = files.join(path, _weight_file_names(local_path, kind))
+        _check_finite(params, weights)
         return config, params, vocab_path(path, kind)
     params_directory = files.join(latest_step_directory(path) if kind == "training-run"
                                   else path, PARAMS)
     config = _read_model_config(files.join(metadata_directory(path, kind), MODEL_CONFIG))
     params = _restore_params(params_directory)
     _check_params(config, params, params_directory)
+    _check_finite(params, params_directory)
     return config, params, vocab_path(path, kind)
+
+
+def _weight_file_names(directory: str, kind: str) -> str:
+    """The weight file(s) of a Hugging Face directory or the prefix of a TF checkpoint."""
+    from bert_jax.interop import huggingface, tf_checkpoint
+
+    if kind == "huggingface":
+        return ",".join(os.path.basename(name) for name in huggingface.weight_files(directory))
+    return os.path.basename(tf_checkpoint.checkpoint_prefix(directory))
+
+
+def _check_finite(params: dict, source: str) -> None:
+    """Refuses weights holding NaN or infinity (a diverged run's, a damaged file's): they
+    load and run without a word, and every output is NaN."""
+    import flax
+
+    bad = []
+    for path, value in flax.traverse_util.flatten_dict(params).items():
+        value = np.asarray(value)
+        if value.dtype.kind in "biu":  # integers cannot hold NaN
+            continue
+        count = value.size - int(np.count_nonzero(np.isfinite(value)))
+        if count:
+            bad.append(f"{'/'.join(path)} ({count} of {value.size} values)")
+    if bad:
+        shown = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+        raise UserError(f"{source}: the weights hold NaN or infinite values: {shown}; the "
+                        "file is damaged or was saved from a run that diverged. Load another "
+                        "checkpoint")
 
 
 def load_config(path: str) -> BertConfig:

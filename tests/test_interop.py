@@ -284,3 +284,43 @@ def test_import_errors_name_the_problem(random_model, tmp_path):
         (directory / "config.json").write_text(json.dumps(case_config))
         with pytest.raises(UserError, match=message):
             model_io.load_model(str(directory))
+
+
+def test_weights_holding_nan_are_refused_naming_the_tensor_and_file(random_model, tmp_path):
+    import re
+    import shutil
+
+    from bert_jax.cli import main
+
+    pytest.importorskip("tensorflow")
+    config, params, tokenizer, _ = random_model
+    damaged = {**params, "bert": {**params["bert"], "embeddings": {
+        **params["bert"]["embeddings"],
+        "word_embeddings": {"embedding": np.full_like(
+            params["bert"]["embeddings"]["word_embeddings"]["embedding"], np.nan)}}}}
+    damaged["nsp_head"] = {**params["nsp_head"], "bias": np.array([np.inf, 0], np.float32)}
+    hf, ours, tf_checkpoint = (str(tmp_path / name) for name in ("hf", "bert-jax", "tf"))
+    model_io.export_huggingface(config, damaged, tokenizer, hf)
+    model_io.save_model(config, damaged, tokenizer, ours)
+    # One step of a training run: the run's model config and vocabulary, the step's params.
+    run = tmp_path / "run"
+    (run / "checkpoints" / "7").mkdir(parents=True)
+    shutil.copytree(os.path.join(ours, "params"), run / "checkpoints" / "7" / "params")
+    for name in ("model_config.json", "vocab.txt"):
+        shutil.copy(os.path.join(ours, name), run / name)
+    size = config.vocab_size * config.hidden_dim
+    words = (rf"bert/embeddings/word_embeddings/embedding \({size} of {size} values\), "
+             r"nsp_head/bias \(1 of 2 values\)")
+    model_io.export_tf_checkpoint(config, damaged, tokenizer, tf_checkpoint)
+    sources = {hf: os.path.join(hf, "model.safetensors"), ours: os.path.join(ours, "params"),
+               str(run): str(run / "checkpoints" / "7" / "params"),
+               tf_checkpoint: os.path.join(tf_checkpoint, "bert_model.ckpt")}
+    for source, weights in sources.items():
+        with pytest.raises(UserError, match=rf"^{re.escape(weights)}: the weights hold NaN or "
+                                            rf"infinite values: {words}"):
+            model_io.load_model(source)
+    # The commands refuse it too (init_from reads through the same load_model).
+    (tmp_path / "in.txt").write_text("the man went to the store\n")
+    assert main(["embed", "--model", ours, "--input", str(tmp_path / "in.txt"),
+                 "--output", str(tmp_path / "out.npy")]) == 2
+    assert not (tmp_path / "out.npy").exists()

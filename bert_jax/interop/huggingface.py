@@ -122,7 +122,7 @@ def config_to_hf(config: BertConfig, architecture: str, pad_id: int,
                 tie_word_embeddings=True, dtype="float32", **values)
 
 
-def _weight_files(directory: str) -> list[str]:
+def weight_files(directory: str) -> list[str]:
     """The safetensors files of a directory: one file, or the shards its index lists."""
     index_path = os.path.join(directory, SAFETENSORS_INDEX)
     if os.path.exists(index_path):
@@ -143,7 +143,7 @@ def _read_tensors(directory: str) -> dict[str, np.ndarray]:
     from safetensors import SafetensorError, safe_open
 
     tensors = {}
-    for path in _weight_files(directory):
+    for path in weight_files(directory):
         try:
             with safe_open(path, framework="numpy") as file:
                 for name in file.keys():
