@@ -47,13 +47,13 @@ RANGES = {
     "eval.batch_size": _AT_LEAST_ONE,
     "log_every_steps": _AT_LEAST_ONE,
     "peak_flops_per_device": (0, None),
-}
     # Fine-tuning's own section (bert_jax/training/finetune.py).
     "finetune.epochs": _AT_LEAST_ONE,
     "finetune.warmup_fraction": (0, 1),
     "finetune.eval_every_steps": (0, None),  # 0 = once per epoch
     "finetune.patience": (0, None),  # 0 = never stop early
     "finetune.length_window": _AT_LEAST_ONE,
+}
 
 
 def check_ranges(values: dict, source: str, names: dict | None = None) -> None:
