@@ -1,10 +1,12 @@
 """`bert-jax`: the one command-line entry point; every subcommand lives in `bert_jax/commands/`.
 
 Each command module defines `HELP` (one line), `add_arguments(parser)` and `run(args)`, and
-imports its heavy dependencies (JAX, TensorFlow, torch) inside `run`, so that `--help` is
-instant and `bert-jax launch` never imports JAX. A module that sets
-`TAKES_OVERRIDES = True` receives unparsed `--config.key=value` arguments in
-`args.overrides`; for every other command an unknown argument is an error.
+imports its heavy dependencies (JAX, TensorFlow, torch) inside `run`. A command's
+arguments are added only when that command is parsed or its help shown (`LazyParser`), so
+`--help` imports no JAX and `bert-jax launch` never does (tests/test_cli_help.py checks
+every command). A module that sets `TAKES_OVERRIDES = True` receives unparsed
+`--config.key=value` arguments in `args.overrides`; for every other command an unknown
+argument is an error that prints that command's usage.
 """
 
 import argparse
@@ -34,11 +36,40 @@ COMMANDS = {
 }
 
 
+class LazyParser(argparse.ArgumentParser):
+    """A subcommand parser whose arguments are added (by `populate(parser)`) only when it is
+    used: parsed, or its usage or help printed. Building every command's arguments imported
+    what their defaults come from (the fine-tuning settings, the tasks: JAX and Flax), which
+    made every `--help` take seconds."""
+
+    def __init__(self, *args, populate=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._populate = populate
+
+    def _ensure_populated(self) -> None:
+        if self._populate is not None:
+            populate, self._populate = self._populate, None
+            populate(self)
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._ensure_populated()
+        return super().parse_known_args(args, namespace)
+
+    def format_usage(self):
+        self._ensure_populated()
+        return super().format_usage()
+
+    def format_help(self):
+        self._ensure_populated()
+        return super().format_help()
+
+
 def build_parser() -> tuple[argparse.ArgumentParser, dict]:
     parser = argparse.ArgumentParser(
         prog="bert-jax",
         description="Pre-train, convert and use BERT in JAX, from a laptop CPU to a TPU pod.")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True,
+                                       parser_class=LazyParser)
     modules = {}
     for name, module_name in COMMANDS.items():
         try:
@@ -48,21 +79,46 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict]:
                 raise
             continue  # a command still being built is simply not offered
         modules[name] = module
-        command_parser = subparsers.add_parser(
+        subparsers.add_parser(
             name, help=module.HELP, description=getattr(module, "DESCRIPTION", module.HELP),
-            formatter_class=argparse.RawDescriptionHelpFormatter)
-        module.add_arguments(command_parser)
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+            populate=module.add_arguments)
     return parser, modules
+
+
+def command_parser(parser: argparse.ArgumentParser, args) -> argparse.ArgumentParser:
+    """The innermost parser `args` went through (e.g. `finetune classify`'s), for its usage."""
+    names = [args.command, getattr(args, "task", None), getattr(args, "action", None)]
+    for name in names:
+        actions = [action for action in parser._actions
+                   if isinstance(action, argparse._SubParsersAction)]
+        if not actions or name not in actions[0].choices:
+            break
+        parser = actions[0].choices[name]
+    return parser
+
+
+def _not_overrides(arguments: list[str]) -> list[str]:
+    """The arguments that are neither `--config.KEY=VALUE` nor `--config.KEY VALUE`."""
+    stray, index = [], 0
+    while index < len(arguments):
+        argument = arguments[index]
+        if argument.startswith("--config."):
+            index += 1 if "=" in argument else 2
+        else:
+            stray.append(argument)
+            index += 1
+    return stray
 
 
 def main(argv: list[str] | None = None) -> int:
     parser, modules = build_parser()
     args, extra = parser.parse_known_args(argv)
     module = modules[args.command]
-    if getattr(module, "TAKES_OVERRIDES", False):
-        args.overrides = extra
-    elif extra:
-        parser.error(f"unrecognized arguments for {args.command}: {' '.join(extra)}")
+    stray = _not_overrides(extra) if getattr(module, "TAKES_OVERRIDES", False) else extra
+    if stray:
+        command_parser(parser, args).error(f"unrecognized arguments: {' '.join(stray)}")
+    args.overrides = extra
     compilation_cache.enable()
     try:
         status = module.run(args)

@@ -59,9 +59,15 @@ def _compile(config_path: str, overrides: list[str], topology: str, chip_config,
     if substituted:
         print(f"(model.vocab_size is 0 in {config_path}: compiling with "
               f"{model_config.vocab_size}, the original English vocabulary)", flush=True)
+    from bert_jax.progress import interruptible
+
     name = topology + (f" ({chip_config})" if chip_config else "")
     print(f"compiling for {name} ...", flush=True)
-    return run_config, aot.compile_train_step(run_config, devices, topology=name)
+    # Minutes for BERT-Large on a pod slice: the time is shown, and Ctrl-C or SIGTERM end
+    # the compile with one line rather than libtpu's stack dump.
+    return run_config, interruptible(
+        lambda: aot.compile_train_step(run_config, devices, topology=name),
+        f"compiling for {name}", "aot")
 
 
 def _write_json(path: str, reports: list, mfu: float, extra: dict) -> None:

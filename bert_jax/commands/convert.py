@@ -1,7 +1,6 @@
 """`bert-jax convert SRC DST`: move weights between bert-jax, Hugging Face and TensorFlow."""
 
 from bert_jax.errors import UserError
-from bert_jax.interop.saved_model import DEFAULT_PLATFORMS, PLATFORMS  # no JAX or TF at import
 
 HELP = ("convert a model between bert-jax, Hugging Face and original TF BERT checkpoints, "
         "or export a TensorFlow SavedModel")
@@ -53,6 +52,8 @@ examples:
 
 
 def add_arguments(parser) -> None:
+    from bert_jax.interop.saved_model import DEFAULT_PLATFORMS  # numpy, but no JAX or TF
+
     parser.add_argument("source", metavar="SRC", help="model directory to read")
     parser.add_argument("destination", metavar="DST", help="directory to write")
     parser.add_argument(
@@ -119,6 +120,8 @@ def run(args) -> int:
 
 
 def _platforms(text: str) -> tuple[str, ...]:
+    from bert_jax.interop.saved_model import PLATFORMS
+
     platforms = tuple(name.strip() for name in text.split(",") if name.strip())
     unknown = sorted(set(platforms) - set(PLATFORMS))
     if unknown or not platforms:

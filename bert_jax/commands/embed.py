@@ -24,6 +24,8 @@ example:
 
 
 def add_arguments(parser) -> None:
+    from bert_jax.commands import add_progress_argument
+
     import argparse
 
     parser.add_argument("--model", required=True,
@@ -31,9 +33,12 @@ def add_arguments(parser) -> None:
                              "(any source `bert-jax convert` reads)")
     parser.add_argument("--input", required=True, help="text file: one text a line")
     parser.add_argument("--output", required=True, help=".npy file to write")
-    parser.add_argument("--pool", choices=("mean", "cls", "max"), default=None,
-                        help="mean over real tokens, the [CLS] vector, or the maximum over "
-                             "real tokens (default: the model directory's pooling, else mean)")
+    from bert_jax.commands import POOLING
+
+    parser.add_argument("--pool", choices=POOLING, default=None,
+                        help="the mean or maximum over real (non-padding) tokens, or the "
+                             "[CLS] vector, as `features --pool` (default: the model "
+                             "directory's pooling, else mean)")
     parser.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
                         help="scale each embedding to unit length (default: as the model "
                              "directory says, i.e. if it lists a Normalize module)")
@@ -43,25 +48,18 @@ def add_arguments(parser) -> None:
                         help="truncate each text to this many tokens incl. [CLS]/[SEP] "
                              "(default: the directory's max_seq_length, else the model's "
                              "positions)")
+    add_progress_argument(parser)
 
 
 def write_npy(path: str, array) -> None:
-    """np.save under a temporary name in the same directory, then an atomic rename."""
-    import os
-    import tempfile
-
+    """np.save, published only when complete, with the user's umask (the file layer's
+    writer; mkstemp's had made it -rw------- where every other output is -rw-r--r--)."""
     import numpy as np
 
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=directory)
-    try:
-        with os.fdopen(handle, "wb") as file:
-            np.save(file, array)
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
+    from bert_jax import files
+
+    with files.atomic_write(path, "wb") as file:
+        np.save(file, array)
 
 
 def run(args) -> int:
@@ -76,7 +74,7 @@ def run(args) -> int:
     model = load_embedding_model(args.model, (args.pool,) if args.pool else None,
                                  args.normalize, args.max_seq_len)
     embeddings = embed_texts(model, texts, args.batch_size,
-                             progress=len(texts) > args.batch_size)
+                             progress=len(texts) > args.batch_size and not args.no_progress)
     write_npy(args.output, embeddings)
     print(f"wrote {args.output}: {embeddings.shape[0]} x {embeddings.shape[1]} float32 "
           f"({model.settings.describe()})")

@@ -31,6 +31,7 @@ TAKES_OVERRIDES = True
 
 
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    from bert_jax.commands import add_progress_argument
     from bert_jax.training.finetune import Settings
 
     defaults = Settings()
@@ -52,25 +53,34 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
                              f"{defaults.max_seq_len})")
     parser.add_argument("--seed", type=int, default=defaults.seed,
                         help="head initialisation, dropout and data order (default 0)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_progress_argument(parser)
     parser.add_argument("--print-config", action="store_true",
                         help="print every config key with its value (after the flags and "
                              "overrides) and its one-line description, then exit")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from bert_jax.tasks import available
+    from bert_jax.cli import LazyParser
+    from bert_jax.tasks import finetuning_task_names, summary
 
-    tasks = parser.add_subparsers(dest="task", metavar="TASK", required=True)
-    for name, module in available().items():
-        task_class = getattr(module, "TASK", None)
-        if task_class is None or not hasattr(task_class, "from_arguments"):
-            continue  # pre-training has its own command
-        doc = (module.__doc__ or name).strip().splitlines()[0]
-        task_parser = tasks.add_parser(name, help=doc, description=module.__doc__,
-                                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    # A task's module (and with it JAX) is imported only when that task is parsed or its
+    # help shown, so `finetune --help` lists the tasks at once.
+    tasks = parser.add_subparsers(dest="task", metavar="TASK", required=True,
+                                  parser_class=LazyParser)
+    for name in finetuning_task_names():
+        tasks.add_parser(name, help=summary(name), populate=_task_arguments(name),
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def _task_arguments(name: str):
+    def populate(task_parser: argparse.ArgumentParser) -> None:
+        from bert_jax.tasks import task_module
+
+        module = task_module(name)
+        task_parser.description = module.__doc__
         add_common_arguments(task_parser)
-        task_class.add_arguments(task_parser)
+        module.TASK.add_arguments(task_parser)
+    return populate
 
 
 def run(args) -> int:

@@ -3,6 +3,7 @@
 import argparse
 import functools
 import os
+import sys
 
 HELP = "pre-train BERT (MLM + NSP) from a run config, resuming where a run left off"
 DESCRIPTION = """\
@@ -45,6 +46,8 @@ TAKES_OVERRIDES = True
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from bert_jax.commands import add_progress_argument
+
     parser.add_argument("--config", required=True, metavar="FILE[:ARG]",
                         help="run config file or shipped config name, e.g. demo, laptop, "
                              "configs/demo.py or configs/bert_large_two_phase.py:2")
@@ -57,8 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="multi-process: how many processes take part")
     parser.add_argument("--process-id", type=int, default=None, metavar="I",
                         help="multi-process: this process's index in [0, N)")
-    parser.add_argument("--no-progress", action="store_true",
-                        help="no progress bar (for logs that are files)")
+    add_progress_argument(parser)
     parser.add_argument("--print-config", action="store_true",
                         help="print every config key with its value (after the overrides) and "
                              "its one-line description, then exit")
@@ -79,6 +81,17 @@ def print_config(config_spec: str, overrides: list[str]) -> None:
     print(format_config(config, resolve_config_file(config_spec.partition(":")[0])))
 
 
+def warmup_warning(run_config) -> str | None:
+    """A warning when the learning rate would still be warming up when the run ends."""
+    warmup, steps = run_config.optimizer.warmup_steps, run_config.num_train_steps
+    if warmup <= steps:
+        return None
+    return (f"warning: optimizer.warmup_steps {warmup} is longer than the run "
+            f"(num_train_steps {steps}): the learning rate ends at {steps / warmup:.0%} of its "
+            f"peak {run_config.optimizer.learning_rate:g}; for a short run, set "
+            f"--config.optimizer.warmup_steps={max(1, steps // 10)} (10% of it) as well")
+
+
 def run(args: argparse.Namespace) -> int:
     if args.print_config:
         print_config(args.config, args.overrides)
@@ -96,6 +109,9 @@ def run(args: argparse.Namespace) -> int:
     chief = jax.process_index() == 0
     # Flushed line by line: on a pod the output is a log file that `launch logs` follows.
     say = functools.partial(print, flush=True) if chief else (lambda *_, **__: None)
+    warning = warmup_warning(run_config)
+    if warning:
+        say(warning, file=sys.stderr)
     result = trainer.train(run_config, workdir, show_progress=not args.no_progress, log=say)
     if result["evaluations"]:
         say("\nevaluation on held-out shards:\n" + trainer.format_evaluations(

@@ -26,6 +26,8 @@ examples:
 
 
 def add_arguments(parser) -> None:
+    from bert_jax.commands import add_progress_argument
+
     parser.add_argument("--model", required=True,
                         help="model directory (as for `bert-jax embed`)")
     parser.add_argument("--corpus", required=True, help="text file: one document a line")
@@ -41,6 +43,7 @@ def add_arguments(parser) -> None:
                              "CORPUS.bert-jax-index.npz)")
     parser.add_argument("--batch-size", type=int, default=32,
                         help="texts per forward pass when embedding (default 32)")
+    add_progress_argument(parser)
 
 
 def _clean(text: str) -> str:
@@ -62,7 +65,7 @@ def run(args) -> int:
     queries = read_lines(args.queries, "query") if args.queries else [args.query]
     model = load_embedding_model(args.model)
     compute = lambda texts: embed_texts(model, texts, args.batch_size,  # noqa: E731
-                                        progress=len(texts) > args.batch_size)
+                                        progress=len(texts) > args.batch_size and not args.no_progress)
     embeddings = search.corpus_embeddings(args.corpus, corpus, model.fingerprint(), compute,
                                           args.index)
     if args.dedupe is not None:

@@ -1,11 +1,20 @@
 """`bert-jax vocab`: train a WordPiece or SentencePiece vocabulary on raw text."""
 
+import sys
+
 HELP = "train a WordPiece or SentencePiece vocabulary on raw text"
 DESCRIPTION = """\
 Train a vocabulary with BERT's special tokens [PAD] [UNK] [CLS] [SEP] [MASK] at ids 0-4.
 wordpiece writes DIR/vocab.txt (BERT's normalisation; Hugging Face `tokenizers`);
 sentencepiece writes DIR/sentencepiece.model and DIR/vocab.txt (its pieces in id order).
-Either directory is accepted by `bert-jax create-data --vocab DIR`."""
+Either directory is accepted by `bert-jax create-data --vocab DIR`. --size is a ceiling:
+training stops earlier when the text runs out of pieces to add, and says so.
+
+examples:
+  bert-jax vocab --size 30522 --input ../shared/data/corpus/war_and_peace.bert.txt --output vocab/
+  bert-jax vocab --type sentencepiece --size 8000 --format prose \
+      --input '../shared/data/corpus/*_works.txt' --output spm/
+"""
 
 
 def add_arguments(parser) -> None:
@@ -44,6 +53,19 @@ def run(args) -> int:
                                               input_format=args.input_format,
                                               encoding_errors=args.encoding_errors)
     from input_pipeline.tokenization import load_tokenizer
-    print(f"wrote {path} ({load_tokenizer(args.output).vocab_size} tokens, "
-          f"{'lower-cased' if lowercase else 'cased'})")
+    size = load_tokenizer(args.output).vocab_size
+    print(f"wrote {path} ({size} tokens, {'lower-cased' if lowercase else 'cased'})")
+    if size < args.size:
+        print(smaller_than_asked(size, args.size, args.type), file=sys.stderr)
     return 0
+
+
+def smaller_than_asked(size: int, asked: int, kind: str) -> str:
+    """Why the vocabulary written has fewer tokens than --size asked for."""
+    why = ("WordPiece training adds the most frequent pair of pieces until --size is reached "
+           "or no pair occurs at least twice (every frequent word is already one token)"
+           if kind == "wordpiece" else
+           "SentencePiece keeps only pieces the text supports (its limit is soft)")
+    return (f"note: the vocabulary has {size:,} tokens, fewer than the {asked:,} asked for: "
+            f"{why}, and this text ran out first. More (or more varied) text gives more "
+            f"tokens; for this text, --size {size} writes the same vocabulary")

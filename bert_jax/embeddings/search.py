@@ -11,7 +11,6 @@ import hashlib
 import json
 import os
 import sys
-import tempfile
 
 import numpy as np
 
@@ -89,20 +88,15 @@ def _read_index(path: str) -> tuple[np.ndarray, dict] | None:
 
 
 def _write_index(path: str, embeddings: np.ndarray, metadata: dict) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
+    """Published only when complete, with the user's umask, as every output is."""
+    from bert_jax import files
+
     try:
-        handle, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.",
-                                             dir=directory)
+        with files.atomic_write(path, "wb") as file:
+            np.savez(file, embeddings=embeddings, metadata=np.array(json.dumps(metadata)))
     except OSError as error:
         raise UserError(f"{path}: cannot write the index there ({error.strerror}); "
                         "choose another place with --index") from None
-    try:
-        with os.fdopen(handle, "wb") as file:
-            np.savez(file, embeddings=embeddings, metadata=np.array(json.dumps(metadata)))
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
 
 
 def corpus_embeddings(corpus_path: str, texts: list[str], model_fingerprint: str, compute,

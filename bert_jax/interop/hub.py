@@ -68,8 +68,8 @@ def resolve(path: str) -> str:
                 f"{path}: not a local directory, and the Hugging Face model {path!r} is not in "
                 f"the cache {cache} and could not be downloaded ({reason}). Give a local model "
                 "directory (Hugging Face, bert-jax, a training run, a TF checkpoint), or "
-                "download it where there is a network (`huggingface-cli download "
-                f"{path}`) into that cache (HF_HOME or HF_HUB_CACHE choose it)")
+                "download it where there is a network (`hf download "
+                f"{path}`, huggingface_hub's command) into that cache (HF_HOME or HF_HUB_CACHE choose it)")
     if not any(name.endswith(".safetensors") for name in os.listdir(directory)):
         raise UserError(f"{path}: the Hugging Face model has no safetensors weights in "
                         f"{directory}; bert-jax does not load pickled weights "

@@ -6,7 +6,10 @@ hook; the training system in `bert_jax/training/` runs any of them. `bert_jax/ta
 states the interface.
 """
 
+import ast
 import importlib
+import importlib.util
+import re
 from types import ModuleType
 
 from bert_jax.errors import UserError
@@ -33,6 +36,20 @@ def available() -> dict[str, ModuleType]:
             if error.name != module_name:
                 raise
     return modules
+
+
+def finetuning_task_names() -> list[str]:
+    """The names `bert-jax finetune` offers, found without importing the task modules (they
+    import JAX; `--help` must not)."""
+    return [name for name, module_name in TASKS.items()
+            if name != "pretraining" and importlib.util.find_spec(module_name) is not None]
+
+
+def summary(name: str) -> str:
+    """The first line of task `name`'s module docstring, read from its source, not imported."""
+    with open(importlib.util.find_spec(TASKS[name]).origin, encoding="utf-8") as file:
+        docstring = ast.get_docstring(ast.parse(file.read())) or name
+    return re.sub(r"^`[^`]*`: ", "", docstring.strip().splitlines()[0])  # the name is shown
 
 
 def task_module(name: str) -> ModuleType:

@@ -23,6 +23,7 @@ class RegressionTask(SentenceTask):
     label_dtype = np.float32
     problem_type = "regression"
     numeric_labels = True
+    head_names = {"classifier": "regression head"}  # a one-output classifier, as in HF
 
     @classmethod
     def from_arguments(cls, args, tokenizer):

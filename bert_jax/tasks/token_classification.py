@@ -1,4 +1,4 @@
-"""`ner`: a label for every word (named entities in CoNLL files), on the task seam.
+"""`ner`: a label for every word (named entities in CoNLL files).
 
 Words become word pieces (`input_pipeline/tasks/word_labels.py`): the first piece of each
 word carries its IOB2 label, the other pieces weigh nothing in the loss (or, with
