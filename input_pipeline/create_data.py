@@ -103,6 +103,9 @@ def validate_settings(settings: Settings, num_shards: int, workers: int) -> None
         problems.append(f"--dupe-factor {settings.dupe_factor}: need at least 1")
     if settings.random_token not in ("uniform", "unigram"):
         problems.append(f"--random-token {settings.random_token!r}: expected uniform|unigram")
+    if settings.max_sequences_per_row < 1:
+        problems.append(f"--max-sequences-per-row {settings.max_sequences_per_row}: need at "
+                        "least 1")
     if num_shards < 1 or workers < 1:
         problems.append(f"--num-shards {num_shards} / --workers {workers}: need at least 1")
     if problems:
@@ -176,15 +179,19 @@ def create_pretraining_data(input_patterns: list[str], vocab_path: str, output_d
                             seed: int = 12345, workers: int = 1, show_progress: bool = True,
                             input_format: str = "bert", encoding_errors: str = "strict",
                             lowercase: bool | None = None, tfds_data_dir: str | None = None,
-                            tfds_feature: str = "text", unit_bytes: int = UNIT_BYTES) -> dict:
+                            tfds_feature: str = "text", unit_bytes: int = UNIT_BYTES,
+                            max_sequences_per_row: int = 1) -> dict:
     """Writes `num_shards` TFRecord shards and `manifest.json` to `output_dir`.
 
     Returns the manifest (see `manifest.read_manifest`).
 
     `vocab_path` is a `vocab.txt`, a SentencePiece `.model` or a directory holding one.
+    `max_sequences_per_row` > 1 packs up to that many instances into each record
+    (`packing.py`); 1 writes the original format, one instance per record.
     """
     settings = Settings(max_seq_len, max_predictions, masked_lm_prob, dupe_factor,
-                        short_seq_prob, random_token, whole_word_mask, seed)
+                        short_seq_prob, random_token, whole_word_mask, seed,
+                        max_sequences_per_row)
     validate_settings(settings, num_shards, workers)
     tokenizer = load_tokenizer(vocab_path, lowercase)  # checks the vocabulary up front
     inputs = sources.expand_inputs(input_patterns)
@@ -218,11 +225,17 @@ def create_pretraining_data(input_patterns: list[str], vocab_path: str, output_d
 def build_manifest(shard_counts: list[int], totals: dict, settings: Settings,
                    input_format: str, encoding_errors: str, inputs: list[str],
                    replaced_bytes: dict, tokenizer) -> dict:
-    """The manifest of a complete run (both writers: local and Beam)."""
+    """The manifest of a complete run (both writers: local and Beam). A shard's count is of
+    records (`num_records`; unpacked shards also say `num_instances`, as before packing)."""
     num_shards = len(shard_counts)
+    packed = settings.max_sequences_per_row > 1
+    shards = [dict(file=name, num_records=count) if packed
+              else dict(file=name, num_records=count, num_instances=count)
+              for name, count in zip(shard_names(num_shards), shard_counts)]
     return dict(
-        shards=[dict(file=name, num_instances=count)
-                for name, count in zip(shard_names(num_shards), shard_counts)],
+        shards=shards, packed=packed, num_records=totals["records"],
+        real_token_fraction=round(
+            totals["real_tokens"] / max(1, totals["records"] * settings.max_seq_len), 6),
         num_instances=totals["instances"], num_documents=totals["documents"],
         num_sentences=totals["sentences"], num_tokens=totals["tokens"],
         num_masked_tokens=totals["masked_tokens"],
@@ -243,7 +256,8 @@ def unit_totals(result: UnitResult) -> collections.Counter:
     """A unit's contribution to the manifest's counts."""
     return collections.Counter(documents=result.num_documents, sentences=result.num_sentences,
                                tokens=result.num_tokens, masked_tokens=result.masked_tokens,
-                               instances=len(result.offsets) - 1,
+                               records=len(result.offsets) - 1, instances=result.num_instances,
+                               real_tokens=result.real_tokens,
                                long_sentences=result.long_sentences,
                                dropped_tokens=result.dropped_tokens)
 
@@ -256,7 +270,8 @@ def _write_all(results, shards: _ShardSet, progress) -> collections.Counter:
             shards.write(result)
             totals.update(unit_totals(result))
             progress.update(bytes_read - progress.n)
-            progress.set_postfix(instances=totals["instances"], refresh=False)
+            progress.set_postfix(instances=totals["instances"], records=totals["records"],
+                                 refresh=False)
     return totals
 
 

@@ -119,11 +119,13 @@ def serialize_examples(features: dict[str, np.ndarray]) -> tuple[np.ndarray, np.
     """Serialized Examples of a batch: (buffer uint8, row offsets (N + 1,)).
 
     `features` holds every name of `schema.FEATURES` as (N, L) arrays (next_sentence_labels
-    may be (N,)); int64 features must be non-negative.
+    may be (N,)), or of `schema.PACKED_FEATURES` for packed rows (told apart by
+    `instance_ids`); int64 features must be non-negative.
     """
+    kinds = schema.PACKED_FEATURES if "instance_ids" in features else schema.FEATURES
     payloads, payload_lengths = {}, {}
     rows = len(features["input_ids"])
-    for name, (kind, _) in schema.FEATURES.items():
+    for name, (kind, _) in kinds.items():
         values = np.asarray(features[name]).reshape(rows, -1)
         if kind == "float":
             payloads[name] = values.astype("<f4").view(np.uint8)  # (N, 4L), little-endian
@@ -134,7 +136,7 @@ def serialize_examples(features: dict[str, np.ndarray]) -> tuple[np.ndarray, np.
                                      else lengths.sum(axis=1))
     # Length prefixes, innermost first: list <- Feature <- map entry <- Features.
     sizes = {}
-    for name, (kind, _) in schema.FEATURES.items():
+    for name, (kind, _) in kinds.items():
         list_len = 1 + _varint_length(payload_lengths[name]) + payload_lengths[name]
         feature_len = 1 + _varint_length(list_len) + list_len
         entry_len = 2 + len(name) + 1 + _varint_length(feature_len) + feature_len
@@ -144,7 +146,7 @@ def serialize_examples(features: dict[str, np.ndarray]) -> tuple[np.ndarray, np.
     pieces = _Pieces(rows)
     pieces.constant(b"\x0a")  # Example.features (field 1, length-delimited)
     pieces.varint(features_len)
-    for name, (kind, _) in schema.FEATURES.items():
+    for name, (kind, _) in kinds.items():
         list_len, feature_len, entry_len = sizes[name]
         pieces.constant(b"\x0a")  # Features.feature map entry
         pieces.varint(entry_len)

@@ -3,6 +3,10 @@
 Training reads it to refuse shards made with another vocabulary (`check_vocabulary`), and
 the reader takes per-shard instance counts from it. Shards made by the original
 `create_pretraining_data.py` have no manifest; they are still readable, just unchecked.
+
+Packed shards (`create-data --pack`) are written as manifest version 2, unpacked ones as
+version 1: a bert-jax from before packing refuses packed shards by their manifest's
+version instead of reading their rows as single instances.
 """
 
 import json
@@ -12,14 +16,16 @@ from bert_jax.errors import UserError
 
 MANIFEST_NAME = "manifest.json"
 FORMAT = "bert-jax-pretraining-shards"
-VERSION = 1
+VERSION = 1  # unpacked shards
+PACKED_VERSION = 2  # packed shards: rows of several instances
 
 
 def write_manifest(directory: str, manifest: dict) -> str:
     """Writes `manifest.json` atomically (temp name, then rename); returns its path."""
     path = files.join(directory, MANIFEST_NAME)
     with files.atomic_write(path) as file:
-        json.dump(dict(manifest, format=FORMAT, version=VERSION), file, indent=1, sort_keys=True)
+        version = PACKED_VERSION if manifest.get("packed") else VERSION
+        json.dump(dict(manifest, format=FORMAT, version=version), file, indent=1, sort_keys=True)
         file.write("\n")
     return path
 
@@ -27,8 +33,9 @@ def write_manifest(directory: str, manifest: dict) -> str:
 def read_manifest(directory: str) -> dict:
     """The manifest of a shard directory (or the path of a manifest.json itself).
 
-    Keys: `shards` (list of {file, num_instances}), `num_instances`, `settings` (every
-    create-data setting), `vocabulary` ({hash, size, lowercase}), `format`, `version`.
+    Keys: `shards` (list of {file, num_records}), `num_instances`, `settings` (every
+    create-data setting), `vocabulary` ({hash, size, lowercase}), `format`, `version`;
+    from packing on also `packed`, `num_records` and `real_token_fraction`.
     """
     path = directory if directory.endswith(".json") else files.join(directory, MANIFEST_NAME)
     if not files.exists(path):
@@ -41,9 +48,9 @@ def read_manifest(directory: str) -> dict:
         raise UserError(f"{path}: manifest is not valid JSON ({error})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise UserError(f"{path}: not a bert-jax shard manifest (expected format {FORMAT!r})")
-    if manifest.get("version") != VERSION:
+    if manifest.get("version") not in (VERSION, PACKED_VERSION):
         raise UserError(f"{path}: manifest version {manifest.get('version')!r}; this bert-jax "
-                        f"reads version {VERSION}")
+                        f"reads versions {VERSION} and {PACKED_VERSION}")
     for key in ("shards", "settings", "vocabulary", "num_instances"):
         if key not in manifest:
             raise UserError(f"{path}: manifest lacks the key {key!r}")
@@ -74,11 +81,25 @@ def check_vocabulary(manifest: dict, tokenizer_hash: str, source: str) -> None:
             "`bert-jax create-data` with the model's vocab.txt")
 
 
-def check_settings(manifest: dict, seq_len: int, max_predictions: int, source: str) -> None:
-    """Raises `UserError` if the shards were made for another length or prediction count."""
-    settings = manifest["settings"]
+def records_in_shard(shard: dict) -> int:
+    """A manifest shard entry's record count (before packing, manifests said num_instances)."""
+    return shard["num_records"] if "num_records" in shard else shard["num_instances"]
+
+
+def sequences_per_row(manifest: dict) -> int:
+    """How many instances a record holds at most (1: unpacked, as before packing)."""
+    return int(manifest["settings"].get("max_sequences_per_row", 1))
+
+
+def check_settings(manifest: dict, seq_len: int, max_predictions: int, source: str,
+                   max_sequences_per_row: int = 1) -> None:
+    """Raises `UserError` if the shards were made for another length, prediction count or
+    packing."""
+    settings = dict(manifest["settings"], max_sequences_per_row=sequences_per_row(manifest))
     for key, wanted, config_key in (("max_seq_len", seq_len, "seq_len"),
-                                    ("max_predictions", max_predictions, "max_predictions")):
+                                    ("max_predictions", max_predictions, "max_predictions"),
+                                    ("max_sequences_per_row", max_sequences_per_row,
+                                     "max_sequences_per_row")):
         if settings.get(key) != wanted:
             raise UserError(f"{source}: shards were made with {key}={settings.get(key)}, "
                             f"but {wanted} was asked for (data.{config_key}; leave it unset "

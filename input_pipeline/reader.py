@@ -8,8 +8,10 @@ records already seen *before* they are parsed (only raw bytes pass the shuffle b
 a resumed run sees exactly the batch an uninterrupted one would have seen next. Batches
 span epoch boundaries as in the original `run_pretraining.py` (repeat, then batch).
 
-Reads shards of either tool (the schema in `schema.py`); a missing file, a schema mismatch
-or a truncated shard raises `UserError` naming the file.
+Reads shards of either tool (the schema in `schema.py`), and packed shards (rows of up to
+`max_sequences_per_row` instances, `packing.py`) when told so; a missing file, a schema
+mismatch (packed shards read as unpacked, or the reverse) or a truncated shard raises
+`UserError` naming the file.
 """
 
 import numpy as np
@@ -45,7 +47,8 @@ def expand_patterns(file_patterns: list[str]) -> list[str]:
     return sorted(set(files))
 
 
-def check_schema(path: str, seq_len: int, max_predictions: int) -> bool:
+def check_schema(path: str, seq_len: int, max_predictions: int,
+                 max_sequences_per_row: int = 1) -> bool:
     """Parses a shard's first record and checks every feature's kind and length.
 
     Returns False for a shard without records (valid: more shards than instances).
@@ -58,8 +61,18 @@ def check_schema(path: str, seq_len: int, max_predictions: int) -> bool:
     except Exception as error:  # protobuf raises its own DecodeError
         raise UserError(f"{path}: first record is not a tf.train.Example ({error})") from None
     features = example.features.feature
-    lengths = schema.feature_lengths(seq_len, max_predictions)
-    for name, (kind, _) in schema.FEATURES.items():
+    packed = "instance_ids" in features
+    if packed != (max_sequences_per_row > 1):
+        raise UserError(
+            f"{path}: wrong schema: the shard holds " + (
+                "packed rows (create-data --pack) but unpacked rows were asked for; set "
+                "data.max_sequences_per_row to the shards' value, or leave it unset to take it "
+                "from their manifest" if packed else
+                f"unpacked rows but rows packed {max_sequences_per_row} to a row were asked "
+                "for (data.max_sequences_per_row); leave it unset or make the shards with "
+                "--pack"))
+    lengths = schema.feature_lengths(seq_len, max_predictions, max_sequences_per_row)
+    for name, (kind, _) in schema.features(max_sequences_per_row).items():
         if name not in features:
             raise UserError(f"{path}: wrong schema: no feature {name!r} (has "
                             f"{sorted(features)}); expected BERT pre-training shards")
@@ -71,7 +84,8 @@ def check_schema(path: str, seq_len: int, max_predictions: int) -> bool:
         if count != lengths[name]:
             raise UserError(f"{path}: wrong schema: feature {name!r} has {count} values, "
                             f"expected {lengths[name]} (seq_len={seq_len}, "
-                            f"max_predictions={max_predictions})")
+                            f"max_predictions={max_predictions}, "
+                            f"max_sequences_per_row={max_sequences_per_row})")
     return True
 
 
@@ -83,8 +97,8 @@ def _manifest_counts(paths: list[str]) -> dict[str, int] | None:
         directory = file_lib.dirname(path)
         if directory not in manifests:
             manifest_path = file_lib.join(directory, manifest_lib.MANIFEST_NAME)
-            manifests[directory] = ({shard["file"]: shard["num_instances"] for shard in
-                                     manifest_lib.read_manifest(directory)["shards"]}
+            manifests[directory] = ({shard["file"]: manifest_lib.records_in_shard(shard)
+                                     for shard in manifest_lib.read_manifest(directory)["shards"]}
                                     if file_lib.exists(manifest_path) else {})
         listed = manifests[directory].get(file_lib.basename(path))
         if listed is None:
@@ -98,6 +112,9 @@ class PretrainingDataset:
 
     Yields input_ids/input_mask/segment_ids (B, T) int32, masked_lm_positions/masked_lm_ids
     (B, P) int32, masked_lm_weights (B, P) float32, next_sentence_labels (B,) int32.
+    With `max_sequences_per_row` N > 1 (packed shards) a batch is B rows: P is N x
+    max_predictions, and it adds instance_ids/position_ids (B, T) int32, instance_starts
+    and next_sentence_labels (B, N) int32, next_sentence_weights (B, N) float32.
     With `dynamic_masking`, the stored masks are undone and new ones drawn per epoch in
     tf.data (RoBERTa style); it needs `vocab_size`, `mask_id` and `special_ids` (at least
     [PAD], [CLS] and [SEP], which are never masked).
@@ -111,7 +128,8 @@ class PretrainingDataset:
                  process_index: int | None = None, process_count: int | None = None,
                  dynamic_masking: bool = False, vocab_size: int | None = None,
                  mask_id: int | None = None, special_ids: tuple[int, ...] = (),
-                 masked_lm_prob: float = 0.15, cycle_length: int = 4):
+                 masked_lm_prob: float = 0.15, cycle_length: int = 4,
+                 max_sequences_per_row: int = 1):
         if process_index is None or process_count is None:
             import jax
             process_index = jax.process_index() if process_index is None else process_index
@@ -121,10 +139,16 @@ class PretrainingDataset:
         if not self.files:
             raise UserError(f"{file_patterns}: {len(all_files)} shard file(s) cannot be split "
                             f"across {process_count} hosts; write at least one per host")
-        if not [path for path in self.files if check_schema(path, seq_len, max_predictions)]:
+        if not [path for path in self.files
+                if check_schema(path, seq_len, max_predictions, max_sequences_per_row)]:
             raise UserError(f"{self.files}: these shards hold no records")
         if dynamic_masking and (vocab_size is None or mask_id is None):
             raise ValueError("dynamic_masking needs vocab_size and mask_id")
+        if dynamic_masking and max_sequences_per_row > 1:
+            raise UserError(f"{file_patterns}: dynamic masking draws one instance's masks per "
+                            "row and cannot mask packed rows; use the shards' masks or "
+                            "unpacked shards")
+        self.max_sequences_per_row = max_sequences_per_row
         self.batch_size, self.seq_len, self.max_predictions = batch_size, seq_len, max_predictions
         self.seed, self.shuffle_buffer, self.repeat = seed, shuffle_buffer, repeat
         self.deterministic, self.cycle_length = deterministic, cycle_length
@@ -225,14 +249,16 @@ class PretrainingDataset:
         records = epochs.flat_map(lambda e: self._epoch_records(
             e, tf.constant(epoch, tf.int64), tf.constant(records_in_epoch, tf.int64)))
         batches = records.batch(self.batch_size, drop_remainder=True)
-        spec = schema.parsing_spec(self.seq_len, self.max_predictions)
+        spec = schema.parsing_spec(self.seq_len, self.max_predictions,
+                                   self.max_sequences_per_row)
         seed = self.seed
 
         def parse(epoch_tags, indices, serialized):
             features = tf.io.parse_example(serialized, spec)
             batch = {name: tf.cast(value, tf.float32 if value.dtype == tf.float32 else tf.int32)
                      for name, value in features.items()}
-            batch["next_sentence_labels"] = tf.reshape(batch["next_sentence_labels"], [-1])
+            if self.max_sequences_per_row == 1:  # (B, 1) -> (B,); packed rows keep (B, N)
+                batch["next_sentence_labels"] = tf.reshape(batch["next_sentence_labels"], [-1])
             if self.masking:
                 # A batch's masks depend on where it starts, so they survive a restore.
                 mask_seed = tf.stack([epoch_tags[0] + seed * _EPOCH_MULTIPLIER, indices[0]])

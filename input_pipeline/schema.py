@@ -1,7 +1,10 @@
 """The pre-training TFRecord schema: google-research/bert's feature names, kinds and shapes.
 
 Shards written by `create_data` and by the original `create_pretraining_data.py` share it,
-so either tool's shards read in the other. Importing this module does not import TensorFlow.
+so either tool's shards read in the other. Packed shards (`create-data --pack`, see
+`packing.py`) have a schema of their own, `PACKED_FEATURES`: a reader that does not know
+it fails on the first record (an extra feature, or predictions and NSP labels of another
+length) instead of reading wrong rows. Importing this module does not import TensorFlow.
 """
 
 # name -> (kind, length key): kind is the tf.train.Feature list that holds the values;
@@ -17,21 +20,47 @@ FEATURES = {
     "next_sentence_labels": ("int64", "one"),
 }
 
+# Packed rows (up to N instances each): per token, which instance (1..N, 0 = padding) and
+# the position within it; per instance slot (N), its [CLS] position, NSP label and weight
+# (1 = the slot holds an instance); each instance's predictions in its own slot of N x P.
+PACKED_FEATURES = {
+    "input_ids": ("int64", "seq_len"),
+    "input_mask": ("int64", "seq_len"),
+    "segment_ids": ("int64", "seq_len"),
+    "instance_ids": ("int64", "seq_len"),
+    "position_ids": ("int64", "seq_len"),
+    "masked_lm_positions": ("int64", "max_predictions"),
+    "masked_lm_ids": ("int64", "max_predictions"),
+    "masked_lm_weights": ("float", "max_predictions"),
+    "instance_starts": ("int64", "sequences"),
+    "next_sentence_labels": ("int64", "sequences"),
+    "next_sentence_weights": ("float", "sequences"),
+}
+
 # The dtypes a batch has once it crosses into JAX (TFRecord only stores int64 and float32).
 BATCH_DTYPES = {name: ("float32" if kind == "float" else "int32")
-                for name, (kind, _) in FEATURES.items()}
+                for name, (kind, _) in PACKED_FEATURES.items()}
 
 
-def feature_lengths(seq_len: int, max_predictions: int) -> dict[str, int]:
-    """The fixed length of each feature for these settings."""
-    sizes = {"seq_len": seq_len, "max_predictions": max_predictions, "one": 1}
-    return {name: sizes[length] for name, (_, length) in FEATURES.items()}
+def features(max_sequences_per_row: int = 1) -> dict:
+    """The schema of rows of this many instances (1: the original, unpacked)."""
+    return FEATURES if max_sequences_per_row == 1 else PACKED_FEATURES
 
 
-def parsing_spec(seq_len: int, max_predictions: int) -> dict:
+def feature_lengths(seq_len: int, max_predictions: int,
+                    max_sequences_per_row: int = 1) -> dict[str, int]:
+    """The fixed length of each feature for these settings (`max_predictions` per instance:
+    a packed row holds N x that many)."""
+    sizes = {"seq_len": seq_len, "max_predictions": max_predictions * max_sequences_per_row,
+             "one": 1, "sequences": max_sequences_per_row}
+    return {name: sizes[length]
+            for name, (_, length) in features(max_sequences_per_row).items()}
+
+
+def parsing_spec(seq_len: int, max_predictions: int, max_sequences_per_row: int = 1) -> dict:
     """The `tf.io.parse_example` spec, as the original `run_pretraining.py` builds it."""
     import tensorflow as tf
-    lengths = feature_lengths(seq_len, max_predictions)
+    lengths = feature_lengths(seq_len, max_predictions, max_sequences_per_row)
     return {name: tf.io.FixedLenFeature([lengths[name]],
                                         tf.float32 if kind == "float" else tf.int64)
-            for name, (kind, _) in FEATURES.items()}
+            for name, (kind, _) in features(max_sequences_per_row).items()}

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from input_pipeline import example_codec, instances, masking
+from input_pipeline import example_codec, instances, masking, packing
 
 _BATCH_ROWS = 2048  # instances assembled, masked and serialized together
 
@@ -26,6 +26,7 @@ class Settings:
     random_token: str = "uniform"  # 10% replacements: "uniform" (as the code) or "unigram"
     whole_word_mask: bool = False  # mask all pieces of a word together
     seed: int = 12345  # the output is a function of this and the inputs only
+    max_sequences_per_row: int = 1  # instances packed into a row (1: unpacked, the original)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -43,6 +44,8 @@ class UnitResult:
     masked_tokens: int
     long_sentences: int = 0  # sentences longer than an instance's token budget
     dropped_tokens: int = 0  # their tokens beyond that budget: no instance can hold them
+    num_instances: int = 0  # instances in the records (more than records when packed)
+    real_tokens: int = 0  # tokens of the records that are not padding
 
 
 def _spans_for_all_dupes(corpus, settings: Settings, unit_index: int) -> instances.Spans:
@@ -100,14 +103,22 @@ def process_unit(unit_index: int, documents: list[list[str]], tokenizer,
     replacement = (masking.unigram_cdf(corpus.tokens, tokenizer.vocab_size, special)
                    if settings.random_token == "unigram" else tokenizer.vocab_size)
     continuation = tokenizer.continuation_ids() if settings.whole_word_mask else None
-    buffers, offsets, masked = [], [np.zeros(1, np.int64)], 0
-    for start in range(0, len(spans.a_len), _BATCH_ROWS):
-        part = spans.take(slice(start, start + _BATCH_ROWS))
-        features = _features(corpus, part, tokenizer, settings, replacement, continuation, rng)
+    rows = [_features(corpus, spans.take(slice(start, start + _BATCH_ROWS)), tokenizer,
+                      settings, replacement, continuation, rng)
+            for start in range(0, len(spans.a_len), _BATCH_ROWS)]
+    if settings.max_sequences_per_row > 1:
+        unit = {name: np.concatenate([part[name] for part in rows]) for name in rows[0]}
+        unit = packing.pack_unit(unit, settings.max_seq_len, settings.max_sequences_per_row,
+                                 rng)
+        rows = [{name: value[start:start + _BATCH_ROWS] for name, value in unit.items()}
+                for start in range(0, len(unit["input_ids"]), _BATCH_ROWS)]
+    buffers, offsets, masked, real_tokens = [], [np.zeros(1, np.int64)], 0, 0
+    for features in rows:
         masked += int(features["masked_lm_weights"].sum())
+        real_tokens += int(features["input_mask"].sum())
         buffer, row_offsets = example_codec.serialize_examples(features)
         offsets.append(row_offsets[1:] + sum(len(b) for b in buffers))
         buffers.append(buffer)
     return UnitResult(unit_index, np.concatenate(buffers), np.concatenate(offsets),
                       corpus.num_documents, len(corpus.sentence_starts) - 1, len(tokens), masked,
-                      **overflow)
+                      **overflow, num_instances=len(spans.a_len), real_tokens=real_tokens)

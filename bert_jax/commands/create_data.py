@@ -43,6 +43,13 @@ def add_arguments(parser) -> None:
                         help="the 10%% random replacements: uniform over the vocabulary (as "
                              "the original code) or from the corpus unigram distribution "
                              "(default: uniform)")
+    parser.add_argument("--pack", action="store_true",
+                        help="pack up to --max-sequences-per-row instances into each "
+                             "--max-seq-len row (shortest-pack-first), so few tokens are "
+                             "padding; train on them with data.max_sequences_per_row unset "
+                             "or equal")
+    parser.add_argument("--max-sequences-per-row", type=int, default=3,
+                        help="with --pack: instances per row at most (default: 3, as MLPerf)")
     parser.add_argument("--whole-word-mask", action="store_true",
                         help="mask every piece of a word together")
     parser.add_argument("--seed", type=int, default=12345,
@@ -89,6 +96,10 @@ def warn_if_prose(inputs, input_format) -> None:
 
 
 def run(args) -> int:
+    if args.pack and args.max_sequences_per_row < 2:
+        from bert_jax.errors import UserError
+        raise UserError(f"--max-sequences-per-row {args.max_sequences_per_row}: --pack needs "
+                        "at least 2 (1 is the unpacked format: leave out --pack)")
     warn_if_prose(args.input, args.input_format)
     if args.runner == "beam":
         from input_pipeline.beam import create_pretraining_data_beam as create
@@ -104,11 +115,16 @@ def run(args) -> int:
         whole_word_mask=args.whole_word_mask, seed=args.seed, workers=args.workers,
         input_format=args.input_format,
         encoding_errors=args.encoding_errors, lowercase=args.lowercase,
-        tfds_data_dir=args.tfds_data_dir, tfds_feature=args.tfds_feature, **engine)
+        tfds_data_dir=args.tfds_data_dir, tfds_feature=args.tfds_feature,
+        max_sequences_per_row=args.max_sequences_per_row if args.pack else 1, **engine)
     replaced = sum(manifest["replaced_bytes"].values())
-    print(f"wrote {manifest['num_instances']} instances from {manifest['num_documents']} "
-          f"documents to {len(manifest['shards'])} shards in {args.output_dir}"
-          + (f" ({replaced} non-UTF-8 bytes replaced)" if replaced else ""))
+    rows = (f" packed into {manifest['num_records']} rows of up to "
+            f"{args.max_sequences_per_row}" if manifest["packed"] else "")
+    print(f"wrote {manifest['num_instances']} instances{rows} from "
+          f"{manifest['num_documents']} documents to {len(manifest['shards'])} shards in "
+          f"{args.output_dir}" + (f" ({replaced} non-UTF-8 bytes replaced)" if replaced else ""))
+    print(f"real-token fraction {manifest['real_token_fraction']:.3f} (tokens that are not "
+          f"padding, of {manifest['num_records']} x {args.max_seq_len})")
     if manifest["num_long_sentences"]:
         budget = args.max_seq_len - 3
         print(f"warning: {manifest['num_long_sentences']} sentence(s) (lines, in the bert "
