@@ -114,10 +114,11 @@ class Model:
                 "run's best/ directory, or use features() / embed() / fill_mask() on this one")
         if not items:
             return []
-        if batch_size not in self._finetuned:
-            self._finetuned[batch_size] = load_finetuned(path, batch_size)
+        key = (batch_size, max_seq_len)  # the length is checked against the model there
+        if key not in self._finetuned:
+            self._finetuned[key] = load_finetuned(path, batch_size, max_seq_len=max_seq_len)
         task, examples, predictions = prediction.predict_inputs(
-            self._finetuned[batch_size],
+            self._finetuned[key],
             lambda task, tokenizer, length: task.examples_from_inputs(items, tokenizer, length),
             batch_size, max_seq_len, progress=len(items) > batch_size)
         values = task.prediction_values(examples, predictions)

@@ -73,6 +73,18 @@ class BertConfig:
     def head_dim(self) -> int:
         return self.hidden_dim // self.num_heads
 
+    def check_seq_len(self, seq_len: int, what: str = "--max-seq-len") -> None:
+        """Refuses a length longer than the position table (`what` names where it was set).
+
+        Every command that runs this model at a length asks here first: positions past the
+        table have no embedding, and reading past it gives NaN outputs with no error.
+        """
+        if seq_len > self.max_positions:
+            raise UserError(f"{what} {seq_len} is longer than the model's position table of "
+                            f"{self.max_positions} (model.max_positions, HF "
+                            "max_position_embeddings): use a length of at most "
+                            f"{self.max_positions}, or a model with more positions")
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 

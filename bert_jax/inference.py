@@ -169,6 +169,7 @@ def extract_features(config: BertConfig, params: dict, encoded: dict[str, np.nda
     """
     from tqdm import tqdm
 
+    config.check_seq_len(max_seq_len, "max_seq_len")
     count, total_len = encoded["input_mask"].shape
     bert_params = runnable_params(config, params)["bert"]
     batch_size = min(batch_size, count)  # a short input need not pay for a full batch

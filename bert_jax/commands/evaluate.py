@@ -38,7 +38,8 @@ def evaluate_file(model: str, task_name: str, path: str, batch_size: int = 64,
     from bert_jax.training import prediction
     from bert_jax.training.finetune import load_finetuned
 
-    task, bundle, params, tokenizer, info = load_finetuned(model, batch_size, task_name)
+    task, bundle, params, tokenizer, info = load_finetuned(model, batch_size, task_name,
+                                                           max_seq_len)
     force_header(task, header)
     max_seq_len = max_seq_len or info.get("max_seq_len", 128)
     examples = task.read_examples(path, tokenizer, max_seq_len)

@@ -77,9 +77,10 @@ def load_text_model(path: str, max_seq_len: int | None):
     from bert_jax.errors import UserError
 
     config, params, tokenizer, _ = model_io.load_model_and_tokenizer(path)
-    if max_seq_len is not None and not 2 < max_seq_len <= config.max_positions:
-        raise UserError(f"--max-seq-len must be in 3..{config.max_positions} for this model, "
-                        f"got {max_seq_len}")
+    if max_seq_len is not None:
+        if max_seq_len < 3:  # [CLS], one piece, [SEP]
+            raise UserError(f"--max-seq-len must be at least 3, got {max_seq_len}")
+        config.check_seq_len(max_seq_len)
     return config, params, tokenizer
 
 

@@ -32,7 +32,7 @@ def run(args) -> int:
     from bert_jax.training import prediction
     from bert_jax.training.finetune import load_finetuned
 
-    finetuned = load_finetuned(args.model, args.batch_size)
+    finetuned = load_finetuned(args.model, args.batch_size, max_seq_len=args.max_seq_len)
     force_header(finetuned[0], args.header)
     task, examples, predictions = prediction.predict_inputs(
         finetuned,

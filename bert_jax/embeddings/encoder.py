@@ -72,9 +72,9 @@ def embedding_model(config: BertConfig, params: dict, tokenizer, settings: Embed
     """A loaded model pooling as its directory's `settings` say, each overridden where not
     None; shared by `bert-jax embed` and the Python API's `Model.embed`."""
     max_seq_len = max_seq_len or settings.max_seq_len or config.max_positions
-    if not 2 < max_seq_len <= config.max_positions:
-        raise UserError(f"max sequence length must be in 3..{config.max_positions} for this "
-                        f"model, got {max_seq_len}")
+    if max_seq_len < 3:  # [CLS], one piece, [SEP]
+        raise UserError(f"--max-seq-len must be at least 3, got {max_seq_len}")
+    config.check_seq_len(max_seq_len)
     unknown = [mode for mode in pooling or () if mode not in pooling_functions.POOLING_MODES]
     if unknown:
         raise UserError(f"pooling {unknown} is not supported; expected "

@@ -75,6 +75,7 @@ def run_config_for(model_config, settings: Settings, overrides=()) -> ml_collect
     if not values["eval.batch_size"]:  # resolved by schedule_steps; checked as what it becomes
         values["eval.batch_size"] = 2 * values["batch_size"]
     check_ranges(values, source="finetune", names=names)
+    model_config.check_seq_len(config.data.seq_len, names["data.seq_len"])
     return config
 
 
@@ -219,8 +220,12 @@ def _write_results(task, run_config, workdir, settings, evaluator, evaluation, r
     return results
 
 
-def load_finetuned(model_path: str, batch_size: int, task_name: str | None = None):
-    """(task, bundle, params placed on the mesh, tokenizer, task info) of a fine-tuned model."""
+def load_finetuned(model_path: str, batch_size: int, task_name: str | None = None,
+                   max_seq_len: int | None = None):
+    """(task, bundle, params placed on the mesh, tokenizer, task info) of a fine-tuned model.
+
+    `max_seq_len` (default: the training run's; else 128, or the model's positions if fewer)
+    is checked against the model's positions and comes back as the info's "max_seq_len"."""
     from bert_jax.tasks import task_module
     from bert_jax.training import train_step
     from input_pipeline.tokenization import load_tokenizer
@@ -236,7 +241,10 @@ def load_finetuned(model_path: str, batch_size: int, task_name: str | None = Non
     model_config, params, vocab = model_io.load_model(model_path)
     if vocab is None:
         raise UserError(f"{model_path}: no vocab.txt beside the weights")
-    run_config = run_config_for(model_config, Settings(batch_size=batch_size))
+    max_seq_len = (max_seq_len or info.get("max_seq_len")
+                   or min(Settings.max_seq_len, model_config.max_positions))
+    run_config = run_config_for(model_config, Settings(batch_size=batch_size,
+                                                       max_seq_len=max_seq_len))
     mesh = sharding.mesh_from_config(run_config.mesh)
     bundle = train_step.build_train_step(run_config, mesh, task=task)
     expected = bundle.abstract_state.params
@@ -246,4 +254,4 @@ def load_finetuned(model_path: str, batch_size: int, task_name: str | None = Non
     placed = jax.tree.map(lambda value, spec: jax.device_put(
         np.asarray(value, spec.dtype), spec.sharding), {key: params[key] for key in expected},
         expected)
-    return task, bundle, placed, load_tokenizer(vocab), info
+    return task, bundle, placed, load_tokenizer(vocab), dict(info, max_seq_len=max_seq_len)

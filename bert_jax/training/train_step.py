@@ -170,6 +170,7 @@ def build_train_step(run_config, mesh, model_config: BertConfig | None = None,
     """
     task = task or default_task(run_config)
     model_config = model_config or model_config_of(run_config)
+    model_config.check_seq_len(run_config.data.seq_len, "data.seq_len")
     model = task.build_model(model_config, Precision.from_run_config(run_config))
     total_steps = run_config.schedule_steps or run_config.num_train_steps
     tx, schedule = optimizer.make_optimizer(run_config.optimizer, total_steps, task.trainable())
