@@ -79,6 +79,21 @@ def test_a_quoted_newline_stays_and_later_line_numbers_are_right(tmp_path):
         (("line one\nline two",), "pos", 2), (("x",), "neg", 4)]
 
 
+def test_a_tsv_quoted_as_excel_writes_it_and_a_glue_tsv_with_stray_quotes(tmp_path):
+    excel = tmp_path / "excel.tsv"
+    excel.write_text('label\tsentence\npos\t"He said ""hi""\tthen"\nneg\t"two\nlines"\n'
+                     'pos\tplain\n')
+    assert _cells(read_rows(str(excel), ColumnSpec())) == [
+        (('He said "hi"\tthen',), "pos", 2), (("two\nlines",), "neg", 3),
+        (("plain",), "pos", 5)]
+    glue = tmp_path / "glue.tsv"  # STS-B's texts: not valid under Excel's quoting
+    glue.write_text('0.8\t"Then the captain was gone.\tThen he came back.\n'
+                    '1.2\t"Fairies don\'t exist" - fine.\t"Satyrs" too.\n')
+    assert [row.texts for row in read_rows(str(glue), ColumnSpec((1, 2), 0))] == [
+        ('"Then the captain was gone.', "Then he came back."),
+        ('"Fairies don\'t exist" - fine.', '"Satyrs" too.')]
+
+
 @pytest.mark.parametrize("name, content", [
     ("u.tsv", "label\tsentence\npos\tone\u2028two\nneg\tthree\n"),
     ("u.csv", "label,sentence\npos,one\u2028two\nneg,three\n"),

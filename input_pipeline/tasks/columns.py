@@ -1,8 +1,10 @@
 """Labelled rows from TSV, CSV or JSONL files: texts and a label, by column name or index.
 
     TSV / CSV   with or without a header; a column is a name from the header or a 0-based
-                index. TSV is read GLUE-style (no quoting: a quote is a character); CSV
-                with standard quoting (a quoted field may hold a delimiter or a newline).
+                index. CSV with standard quoting (a quoted field may hold a delimiter or a
+                newline). TSV as GLUE ships it (no quoting: a quote is a character), unless
+                a field starts with a quote and the whole file is valid as Excel and pandas
+                quote a TSV (`"a ""b"" c"`): then read so.
     JSONL       one object a line; columns are keys.
     plain text  (`.txt`, for prediction): one text a line, `A<TAB>B` for a pair.
 
@@ -21,6 +23,7 @@ import dataclasses
 import io
 import json
 import os
+import re
 import sys
 from collections.abc import Sequence
 
@@ -116,9 +119,25 @@ def _records(path: str, kind: str) -> list[tuple[int, list[str] | dict]]:
 
 
 def _table_records(path: str, text: str, kind: str) -> list[tuple[int, list[str]]]:
-    # TSV as GLUE ships it: no quoting (its texts hold unbalanced quotes); CSV quoted, and a
-    # stray quote after a closing one is an error rather than a silently joined field.
-    dialect = dict(delimiter="\t", quoting=csv.QUOTE_NONE) if kind == "tsv" else dict(strict=True)
+    if kind == "csv":
+        # A stray quote after a closing one is an error, not a silently joined field.
+        return _parsed(path, text, dict(strict=True))
+    if _QUOTED_FIELD.search(text):
+        # Excel and pandas quote a TSV field holding a quote, tab or newline; GLUE's TSVs
+        # hold unbalanced quotes and are not valid under that quoting (STS-B, MNLI).
+        try:
+            return _parsed(path, text, dict(dialect="excel-tab", strict=True), raise_csv=True)
+        except csv.Error:
+            pass
+    return _parsed(path, text, dict(delimiter="\t", quoting=csv.QUOTE_NONE))
+
+
+_QUOTED_FIELD = re.compile(r'(?:^|\t)"', re.MULTILINE)
+
+
+def _parsed(path: str, text: str, dialect: dict, raise_csv: bool = False
+            ) -> list[tuple[int, list[str]]]:
+    """(first line number, cells) of every record with a non-blank cell."""
     reader = csv.reader(io.StringIO(text, newline=""), **dialect)
     records, first_line = [], 1
     try:
@@ -127,9 +146,10 @@ def _table_records(path: str, text: str, kind: str) -> list[tuple[int, list[str]
                 records.append((first_line, cells))
             first_line = reader.line_num + 1
     except csv.Error as error:
-        raise UserError(f"{path}:{first_line}: not valid {kind.upper()} ({error}); a quoted "
-                        "field must end in a quote followed by the delimiter or the line's "
-                        "end") from None
+        if raise_csv:
+            raise
+        raise UserError(f"{path}:{first_line}: not valid CSV ({error}); a quoted field must "
+                        "end in a quote followed by the delimiter or the line's end") from None
     return records
 
 
@@ -183,6 +203,9 @@ def header_reason(label_cells: Sequence[str], numeric_labels: bool) -> str | Non
     return f"its label cell {first!r} is not a label that any other row has"
 
 
+_ANNOUNCED_HEADERS: set[str] = set()  # files whose detected header was reported
+
+
 def _split_header(path: str, records: list, spec: ColumnSpec, label_index: int | None,
                   numeric_labels: bool) -> list[str] | None:
     """Removes and returns the header row: as `spec.header` says, or detected (see
@@ -196,8 +219,10 @@ def _split_header(path: str, records: list, spec: ColumnSpec, label_index: int |
         reason = header_reason([cells[label_index] for _, cells in records], numeric_labels)
         if reason is None:
             return None
-        print(f"{path}: line {records[0][0]} taken as a header ({reason}); pass --no-header "
-              "to read it as data", file=sys.stderr)
+        if path not in _ANNOUNCED_HEADERS:  # a file is read more than once in a run
+            _ANNOUNCED_HEADERS.add(path)
+            print(f"{path}: line {records[0][0]} taken as a header ({reason}); pass "
+                  "--no-header to read it as data", file=sys.stderr)
     if not records:
         raise UserError(f"{path}: the file is empty; expected a header line and rows")
     return list(records.pop(0)[1])
