@@ -26,6 +26,7 @@ Wikipedia (google-research/bert#117, #1270, #89). Here the corpus streams throug
 """
 
 import collections
+import contextlib
 import multiprocessing
 import os
 import re
@@ -34,6 +35,7 @@ import tempfile
 
 from bert_jax import files
 from bert_jax.errors import UserError
+from bert_jax.storage_errors import reported
 from input_pipeline import manifest as manifest_lib, sources
 from input_pipeline.tokenization import load_tokenizer
 from input_pipeline.work_unit import Settings, UnitResult, process_unit
@@ -133,16 +135,20 @@ class _ShardSet:
     """Shards under temporary names, filled round-robin; renamed only by `commit`."""
 
     def __init__(self, output_dir: str, num_shards: int):
-        import tensorflow as tf
         self.paths = [files.join(output_dir, name) for name in shard_names(num_shards)]
         # Remote shards are written locally and uploaded whole at commit (see bert_jax/files).
         self.staging = tempfile.mkdtemp(prefix="bert-jax-shards-") \
             if files.is_remote(output_dir) else output_dir
         self.temporary = [os.path.join(self.staging, f"{name}.tmp-{os.getpid()}")
                           for name in shard_names(num_shards)]
-        self.writers = [tf.io.TFRecordWriter(path) for path in self.temporary]
+        self.writers = []  # opened by `open`, inside the caller's cleanup
         self.counts = [0] * num_shards
         self.next_shard = 0
+
+    def open(self) -> None:
+        import tensorflow as tf
+        for path in self.temporary:
+            self.writers.append(tf.io.TFRecordWriter(path))
 
     def write(self, result: UnitResult) -> None:
         data, offsets = result.buffer.tobytes(), result.offsets.tolist()
@@ -160,9 +166,13 @@ class _ShardSet:
         self._remove_staging()
 
     def abandon(self) -> None:
-        for writer, temporary in zip(self.writers, self.temporary):
-            writer.close()
-            if os.path.exists(temporary):
+        """Removes every temporary shard. It runs after a failure, often a storage fault
+        that also fails a writer's close (its last flush): nothing here may stop it."""
+        for writer in self.writers:
+            with contextlib.suppress(Exception):
+                writer.close()
+        for temporary in self.temporary:
+            with contextlib.suppress(FileNotFoundError):
                 os.remove(temporary)
         self._remove_staging()
 
@@ -196,7 +206,8 @@ def create_pretraining_data(input_patterns: list[str], vocab_path: str, output_d
     tokenizer = load_tokenizer(vocab_path, lowercase)  # checks the vocabulary up front
     inputs = sources.expand_inputs(input_patterns)
     created_output_dir = not files.exists(output_dir)
-    files.makedirs(output_dir)
+    with _storage_faults(output_dir):
+        files.makedirs(output_dir)
     stats = sources.ReadStats()
     documents = sources.read_documents(inputs, input_format, encoding_errors, tfds_data_dir,
                                        tfds_feature, stats)
@@ -207,10 +218,12 @@ def create_pretraining_data(input_patterns: list[str], vocab_path: str, output_d
     total_bytes = sum(files.size(path) for path in inputs) if plain else None
     shards = _ShardSet(output_dir, num_shards)
     try:
-        totals = _write_all(results, shards, _progress(show_progress, total_bytes))
-        if not totals["instances"]:
-            raise no_instances_error(input_patterns)
-        shards.commit()
+        with _storage_faults(output_dir):
+            shards.open()
+            totals = _write_all(results, shards, _progress(show_progress, total_bytes))
+            if not totals["instances"]:
+                raise no_instances_error(input_patterns)
+            shards.commit()
     except BaseException:
         shards.abandon()
         if created_output_dir and files.isdir(output_dir) and not files.listdir(output_dir):
@@ -218,8 +231,15 @@ def create_pretraining_data(input_patterns: list[str], vocab_path: str, output_d
         raise
     manifest = build_manifest(shards.counts, totals, settings, input_format, encoding_errors,
                               inputs, stats.replaced_bytes, tokenizer)
-    manifest_lib.write_manifest(output_dir, manifest)
+    with reported(output_dir, "writing manifest.json", "make room and run again"):
+        manifest_lib.write_manifest(output_dir, manifest)
     return manifest_lib.read_manifest(output_dir)
+
+
+def _storage_faults(output_dir: str):
+    """A full disk, a file-size limit or a read-only directory: one line naming it."""
+    return reported(output_dir, "writing the shards", "nothing was left behind; fix that or "
+                    "use another --output-dir")
 
 
 def build_manifest(shard_counts: list[int], totals: dict, settings: Settings,

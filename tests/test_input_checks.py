@@ -122,7 +122,7 @@ def test_finetune_settings_go_through_the_run_config_range_check(tiny_model, tmp
     train = write_tsv(tmp_path / "train.tsv", made_up_sentences(8, seed=0))
     workdir = tmp_path / "run"
     assert main(["finetune", "classify", "--model", tiny_model, "--train", train,
-                 "--workdir", str(workdir), "--no-progress", *flags]) == 2
+                 "--workdir", str(workdir), "--max-seq-len", "32", "--no-progress", *flags]) == 2
     error = capsys.readouterr().err
     assert error.strip() == f"bert-jax finetune: error: {message}", error
     assert not workdir.exists()

@@ -9,7 +9,6 @@ only whole checkpoints; saves run in the background while training goes on.
 """
 
 import contextlib
-import errno
 import logging
 import os
 import shutil
@@ -21,6 +20,7 @@ from etils import epath
 
 from bert_jax import files  # also routes orbax's epath through the one file layer
 from bert_jax.errors import UserError
+from bert_jax.storage_errors import storage_failure
 
 ITEMS = ("params", "opt_state", "meta")
 
@@ -71,19 +71,20 @@ class Checkpoints:
 
     @contextlib.contextmanager
     def _storage_errors(self, step: int | None):
-        """One clear error for a full disk or failing storage, not a traceback per thread."""
+        """One clear error for a full disk, a file-size limit or a read-only directory
+        (bert_jax/storage_errors.py), not a traceback per thread."""
         try:
             yield
         except Exception as error:  # orbax re-raises background-thread errors, wrapped
-            reason = _storage_failure(error)
+            reason = storage_failure(error)
             if reason is None:
                 raise
             size = f" (a checkpoint needs about {_gib(self._needed)})" if self._needed else ""
             raise UserError(
                 f"{self.directory}: saving checkpoint{'' if step is None else f' {step}'} "
                 f"failed: {reason}{size}. Earlier checkpoints are intact (each is written under "
-                "a temporary name first); free space or use another --workdir, then rerun to "
-                "resume") from None
+                "a temporary name first); make room (or lift the limit) or use another "
+                "--workdir, then rerun to resume") from None
 
     def restore(self, step: int, abstract_params: Any, abstract_opt_state: Any
                 ) -> tuple[Any, Any, dict]:
@@ -121,28 +122,14 @@ def restore_params(path: str, abstract_params: Any | None = None) -> Any:
         checkpointer.close()
 
 
-def _storage_failure(error: BaseException) -> str | None:
-    """"no space left on device" (or the OS's words) if `error` or one of its causes is a
-    failed write; None for any other error. Tensorstore reports ENOSPC as a ValueError."""
-    seen = error
-    while seen is not None:
-        if isinstance(seen, OSError):
-            return "no space left on device" if seen.errno == errno.ENOSPC else str(seen)
-        if "No space left on device" in str(seen):
-            return "no space left on device"
-        seen = seen.__cause__ or seen.__context__
-    return None
-
-
 class _QuietStorageFailures(logging.Filter):
     """Orbax logs a failed background write once per thread with its traceback (hundreds of
     lines for one full disk); the trainer reports it once, as a UserError."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        text = record.getMessage()
-        if record.exc_info and record.exc_info[1] is not None:
-            text += str(record.exc_info[1])
-        return "No space left on device" not in text
+        error = record.exc_info[1] if record.exc_info else None
+        return storage_failure(Exception(record.getMessage())) is None and (
+            error is None or storage_failure(error) is None)
 
 
 logging.getLogger("absl").addFilter(_QuietStorageFailures())

@@ -21,6 +21,7 @@ from bert_jax import files, model_io, sharding
 from bert_jax.errors import UserError
 from bert_jax.run_config import apply_overrides, base_config, flatten, parse_overrides
 from bert_jax.run_config.ranges import check_ranges
+from bert_jax.storage_errors import reported
 from bert_jax.training import batching, prediction, trainer
 
 EVAL_RESULTS = "eval_results.json"
@@ -178,9 +179,10 @@ def finetune(task, model_path: str, train_path: str, eval_path: str | None, work
         if eval_path else None
     schedule_steps(run_config, len(train.rows))
     info = task_info(task, run_config.data.seq_len)
-    if jax.process_index() == 0:
-        os.makedirs(workdir, exist_ok=True)
-        model_io.write_task_info(workdir, info)
+    if jax.process_index() == 0:  # the run's first write: a read-only --workdir is named here
+        with reported(workdir, "writing task.json", "use a writable --workdir"):
+            os.makedirs(workdir, exist_ok=True)
+            model_io.write_task_info(workdir, info)
     sequence = batching.sequence_features(task.batch_schema())
 
     # A task may draw its batches anew each epoch (masked LM's dynamic masks).

@@ -23,6 +23,7 @@ import uuid
 
 from bert_jax import files
 from bert_jax.errors import UserError
+from bert_jax.storage_errors import reported
 
 LOCK_NAME = ".run_lock"
 LEASE_NAME = "run_lease.json"
@@ -59,9 +60,11 @@ class RunLock:
 
     # -- a local directory: flock --------------------------------------------------------
     def _acquire_local(self) -> None:
-        os.makedirs(self.workdir, exist_ok=True)
         path = os.path.join(self.workdir, LOCK_NAME)
-        descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        # The run's first write into the work directory: a read-only or full one is named here.
+        with reported(path, "taking the run lock", "use a writable --workdir"):
+            os.makedirs(self.workdir, exist_ok=True)
+            descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -69,8 +72,13 @@ class RunLock:
                 text = file.read()
             raise _refusal(self.workdir, json.loads(text) if text.strip() else {}, path) \
                 from None
-        os.ftruncate(descriptor, 0)
-        os.write(descriptor, json.dumps(self._holder).encode())
+        try:
+            with reported(path, "taking the run lock", "use a writable --workdir"):
+                os.ftruncate(descriptor, 0)
+                os.write(descriptor, json.dumps(self._holder).encode())
+        except BaseException:
+            os.close(descriptor)  # lets go of the lock: __exit__ does not run
+            raise
         self._file = descriptor
 
     # -- object storage: a renewed lease -------------------------------------------------
