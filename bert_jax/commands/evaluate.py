@@ -49,8 +49,9 @@ def evaluate_file(model: str, task_name: str, path: str, batch_size: int = 64,
 
 
 def run(args) -> int:
-    import json
     import os
+
+    from bert_jax import json_values
 
     if args.task == "sts":
         from bert_jax.embeddings.similarity import evaluate_sts
@@ -64,6 +65,7 @@ def run(args) -> int:
         print(f"{name}: {value:.4f}")
     if args.output:
         with open(args.output + ".tmp", "w", encoding="utf-8") as file:
-            json.dump(dict(model=args.model, data=args.data, metrics=metrics), file, indent=2)
+            json_values.dump(dict(model=args.model, data=args.data, metrics=metrics), file,
+                             indent=2)
         os.replace(args.output + ".tmp", args.output)
     return 0

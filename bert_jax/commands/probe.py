@@ -49,10 +49,9 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    import json
     import os
 
-    from bert_jax import model_io
+    from bert_jax import json_values, model_io
     from bert_jax.analysis import figures
     from bert_jax.analysis.probe_report import report_dict, report_markdown
     from bert_jax.analysis.treebank import probe_treebank
@@ -82,7 +81,7 @@ def run(args) -> int:
 
     def fill(directory: str) -> None:
         with open(os.path.join(directory, "report.json"), "w", encoding="utf-8") as file:
-            json.dump(report, file, indent=1)
+            json_values.dump(report, file, indent=1)
         with open(os.path.join(directory, "report.md"), "w", encoding="utf-8") as file:
             file.write(report_markdown(report, probe.statistics))
         figures.save(figures.probe_figure(probe.result, shown),

@@ -20,7 +20,6 @@ numbers), and travel with the model (task.json, and id2label in a Hugging Face e
 
 import collections
 import dataclasses
-import json
 import os
 import re
 import sys
@@ -28,7 +27,7 @@ import sys
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax import files, losses
+from bert_jax import files, json_values, losses
 from bert_jax.errors import UserError
 from bert_jax.heads import BertForSequenceClassification
 from bert_jax.tasks.base import Examples, FineTuningTask
@@ -140,7 +139,7 @@ class SentenceTask(FineTuningTask):
         with files.atomic_write(path) as file:
             if kind == ".jsonl":
                 for row, record in zip(examples.rows, records):
-                    file.write(json.dumps(dict(texts=list(row.texts), **record)) + "\n")
+                    file.write(json_values.dumps(dict(texts=list(row.texts), **record)) + "\n")
             else:
                 width = max(len(row.texts) for row in examples.rows)
                 file.write("\t".join([f"text_{index}" for index in range(width)]

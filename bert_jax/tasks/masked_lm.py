@@ -11,13 +11,12 @@ the result exports as a Hugging Face BertForMaskedLM (`convert --to hf`) that `f
 and transformers' fill-mask pipeline use.
 """
 
-import json
 import math
 
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax import files, losses
+from bert_jax import files, json_values, losses
 from bert_jax.heads import BertForMaskedLM
 from bert_jax.tasks.base import Examples, FineTuningTask
 from bert_jax.training.batching import BucketedBatches
@@ -156,8 +155,8 @@ class MaskedLMTask(FineTuningTask):
         with files.atomic_write(path) as file:
             for index, (masked, correct, nll) in enumerate(zip(
                     predictions["masked"], predictions["correct"], predictions["nll"])):
-                file.write(json.dumps(dict(block=index, masked=int(masked),
-                                           correct=int(correct), nll=float(nll))) + "\n")
+                file.write(json_values.dumps(dict(block=index, masked=int(masked),
+                                                  correct=int(correct), nll=float(nll))) + "\n")
 
 
 TASK = MaskedLMTask

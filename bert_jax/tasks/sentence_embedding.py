@@ -23,7 +23,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax import files
+from bert_jax import files, json_values
 from bert_jax.config import BertConfig, Precision
 from bert_jax.embeddings import losses
 from bert_jax.embeddings.pooling import pool
@@ -280,8 +280,8 @@ class SentenceEmbeddingTask(FineTuningTask):
     def write_predictions(self, path, examples, predictions):
         with files.atomic_write(path) as file:
             for row, cosine in zip(examples.rows, predictions["cosine"]):
-                file.write(json.dumps(dict(text_a=row[0], text_b=row[1],
-                                           cosine=round(float(cosine), 6))) + "\n")
+                file.write(json_values.dumps(dict(text_a=row[0], text_b=row[1],
+                                                  cosine=round(float(cosine), 6))) + "\n")
 
 
 TASK = SentenceEmbeddingTask

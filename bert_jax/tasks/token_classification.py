@@ -28,7 +28,7 @@ import os
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax import losses
+from bert_jax import json_values, losses
 from bert_jax.config import BertConfig, Precision
 from bert_jax.errors import UserError
 from bert_jax.tasks.base import Examples, FineTuningTask
@@ -254,7 +254,7 @@ class TokenClassificationTask(FineTuningTask):
         try:
             with open(temporary, "w", encoding="utf-8") as file:
                 for value in values:
-                    file.write(json.dumps(value, ensure_ascii=False) + "\n")
+                    file.write(json_values.dumps(value, ensure_ascii=False) + "\n")
             os.replace(temporary, path)
         finally:
             if os.path.exists(temporary):

@@ -10,14 +10,13 @@ evaluation). `load_finetuned(...)` gives `predict` and `evaluate` a task, params
 """
 
 import dataclasses
-import json
 import os
 
 import jax
 import ml_collections
 import numpy as np
 
-from bert_jax import files, model_io, sharding
+from bert_jax import files, json_values, model_io, sharding
 from bert_jax.errors import UserError
 from bert_jax.run_config import apply_overrides, base_config, flatten, parse_overrides
 from bert_jax.run_config.ranges import check_ranges
@@ -215,7 +214,7 @@ def _write_results(task, run_config, workdir, settings, evaluator, evaluation, r
             results.update(task.summary(evaluator.history))
     if jax.process_index() == 0 and not result["preempted"]:
         with files.atomic_write(files.join(workdir, EVAL_RESULTS)) as file:
-            json.dump(results, file, indent=2, default=float)
+            json_values.dump(results, file, indent=2)
         if evaluator is not None and evaluator.last_predictions is not None:
             task.write_predictions(files.join(workdir, EVAL_PREDICTIONS), evaluation,
                                    evaluator.last_predictions)

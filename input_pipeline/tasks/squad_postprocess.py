@@ -16,12 +16,12 @@ predicted "" (the original writes the nonce text "empty" in v1.1 and fails in v2
 odds `NO_SPAN_ODDS`.
 """
 
-import json
 import math
 import os
 
 import numpy as np
 
+from bert_jax import json_values
 from input_pipeline.tasks.squad import Question
 from input_pipeline.tasks.squad_windows import Windows
 
@@ -138,7 +138,7 @@ def write_json(path: str, value) -> None:
     from bert_jax import files
 
     with files.atomic_write(path) as file:
-        json.dump(value, file, indent=2, ensure_ascii=False)
+        json_values.dump(value, file, indent=2, ensure_ascii=False)
         file.write("\n")
 
 
