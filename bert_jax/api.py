@@ -24,7 +24,7 @@ from bert_jax.config import BertConfig
 from bert_jax.errors import UserError
 
 FORMATS = ("bert-jax", "hf", "tf-checkpoint", "saved-model")
-POOLING = ("none", "cls", "mean")
+POOLING = ("none", "mean", "cls", "max")  # as `features --pool`
 
 
 def _as_list(texts) -> tuple[list, bool]:
@@ -50,7 +50,7 @@ class Model:
         """Hidden states of `layers` (0 = embeddings, -1 = last) for each text.
 
         One layer: (N, T, H) with T the longest input in tokens, zero at padding (pool
-        'none'), or (N, H) pooled by 'cls' or 'mean'; several layers: {layer: array}. A
+        'none'), or (N, H) pooled by 'mean', 'cls' or 'max'; several layers: {layer: array}. A
         single text (not a list) gives its own array without the N axis.
         """
         from bert_jax import inference
@@ -124,21 +124,39 @@ class Model:
         values = task.prediction_values(examples, predictions)
         return values[0] if single else values
 
-    def fill_mask(self, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
-        """For each [MASK] in `text`, the `top_k` (token, probability) pairs, most likely first.
-        Needs a model with its masked-LM head (pre-trained here, or BertForPreTraining/MaskedLM)."""
+    def fill_mask(self, texts, top_k: int = 5) -> list:
+        """For each [MASK] in a text, the `top_k` (token, probability) pairs, most likely first:
+        [[(token, p), ...] per mask] for one text, a list of those for a list of texts. Every
+        text is checked before any is answered. Needs a model with its masked-LM head
+        (pre-trained here, or BertForPreTraining/MaskedLM)."""
         from bert_jax import inference
 
-        return inference.fill_mask(self.config, self.params, self.tokenizer, text, top_k)
+        items, single = _as_list(texts)
+        for text in items:
+            inference.masked_input(self.tokenizer, text, self.config.max_positions)
+        results = [inference.fill_mask(self.config, self.params, self.tokenizer, text, top_k)
+                   for text in items]
+        return results[0] if single else results
 
-    def attention(self, text: str, text_b: str | None = None,
-                  max_seq_len: int | None = None) -> dict:
-        """{'tokens': [CLS] pieces... [SEP], 'attention': (layers, heads, T, T) float32}."""
+    def attention(self, texts, text_b: str | None = None,
+                  max_seq_len: int | None = None):
+        """{'tokens': [CLS] pieces... [SEP], 'attention': (layers, heads, T, T) float32} for a
+        text (with `text_b`, of the pair), or a list of those for a list of texts (each a
+        string or a (text_a, text_b) tuple)."""
         from bert_jax.analysis.attention_maps import text_attention
 
-        result = text_attention(self.config, self.params, self.tokenizer, text, text_b,
-                                max_seq_len)
-        return dict(tokens=list(result.tokens), attention=np.asarray(result.attention))
+        if text_b is not None and not isinstance(texts, str):
+            raise UserError("text_b pairs with one text; for a list, give (text_a, text_b) "
+                            "tuples")
+        items, single = _as_list(texts if text_b is None else (texts, text_b))
+        results = []
+        for item in items:
+            first, second = item if isinstance(item, tuple) else (item, None)
+            result = text_attention(self.config, self.params, self.tokenizer, first, second,
+                                    max_seq_len)
+            results.append(dict(tokens=list(result.tokens),
+                                attention=np.asarray(result.attention)))
+        return results[0] if single else results
 
     def save(self, directory: str, format: str = "bert-jax", overwrite: bool = False) -> str:
         """Writes the model (and its vocabulary) as `format`; returns `directory`.

@@ -106,12 +106,15 @@ def bucket_length(length: int, max_seq_len: int, per_octave: int = 2) -> int:
 
 
 def pool(hidden: np.ndarray, input_mask: np.ndarray, mode: str) -> np.ndarray:
-    """(N, T, H) -> (N, H): the [CLS] vector or the mean over real tokens; 'none' keeps it."""
+    """(N, T, H) -> (N, H): the [CLS] vector, or the mean or maximum over real tokens (the
+    names and meanings of `embed --pool`); 'none' keeps it."""
     if mode == "cls":
         return hidden[:, 0]
     if mode == "mean":
         weights = input_mask[..., None].astype(hidden.dtype)  # (N, T, 1)
         return (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1.0)
+    if mode == "max":
+        return np.where(input_mask[..., None] > 0, hidden, -np.inf).max(axis=1)
     return hidden
 
 

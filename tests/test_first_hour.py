@@ -247,3 +247,95 @@ def test_finetune_print_config_after_flags_and_overrides(tmp_path, capsys):
     assert shown["finetune.patience"] == "2" and shown["optimizer.learning_rate"] == "3e-05"
     assert shown["model.hidden_dim"] == str(config.hidden_dim)
     assert not (tmp_path / "run").exists()  # printing starts nothing
+
+
+def test_every_api_method_takes_a_string_or_a_list(tmp_path):
+    import numpy as np
+    from interop_helpers import random_pretraining_params, write_vocab
+
+    import bert_jax
+    from bert_jax import model_io
+    from bert_jax.config import preset
+    from input_pipeline.tokenization import load_tokenizer
+
+    tokenizer = load_tokenizer(write_vocab(tmp_path))
+    config = preset("tiny", vocab_size=tokenizer.vocab_size, max_positions=32)
+    model_io.save_model(config, random_pretraining_params(config, seed=3), tokenizer,
+                        str(tmp_path / "model"))
+    model = bert_jax.load(str(tmp_path / "model"))
+    texts = ["the house on the [MASK]", "a [MASK] on the hill"]
+    # fill_mask raised AttributeError ('list' object has no attribute 'split') on a list.
+    assert model.fill_mask(texts) == [model.fill_mask(text) for text in texts]
+    maps = model.attention(texts)
+    assert [item["tokens"] for item in maps] == [model.attention(t)["tokens"] for t in texts]
+    np.testing.assert_array_equal(maps[1]["attention"], model.attention(texts[1])["attention"])
+    pair = model.attention([("a question", "an answer")])[0]
+    assert pair["tokens"] == model.attention("a question", "an answer")["tokens"]
+    for method in (model.features, model.embed):
+        both = method(texts)
+        np.testing.assert_allclose(method(texts[0]), both[0], atol=1e-5)
+    pooled = {name: model.features(texts, pool=name) for name in ("mean", "cls", "max")}
+    hidden = model.features(texts)  # (2, T, H), zero at padding
+    mask = tokenizer.encode_for_model(texts, 32)["input_mask"].astype(bool)
+    np.testing.assert_allclose(pooled["max"][0], hidden[0][mask[0]].max(axis=0), atol=1e-6)
+    np.testing.assert_allclose(pooled["cls"], hidden[:, 0], atol=1e-6)
+
+
+def test_outputs_keep_the_users_umask(tmp_path, monkeypatch):
+    import numpy as np
+
+    from bert_jax.commands.embed import write_npy
+    from bert_jax.embeddings.search import _write_index
+
+    previous = os.umask(0o022)
+    try:
+        write_npy(str(tmp_path / "embeddings.npy"), np.zeros((2, 3), np.float32))
+        _write_index(str(tmp_path / "index.npz"), np.zeros((2, 3), np.float32), {"a": 1})
+        (tmp_path / "reference.txt").write_text("x")
+    finally:
+        os.umask(previous)
+    modes = {path.name: oct(path.stat().st_mode & 0o777) for path in tmp_path.iterdir()}
+    assert set(modes.values()) == {"0o644"}, modes  # mkstemp had written -rw-------
+
+
+def test_vocab_smaller_than_asked_says_so_and_why(tmp_path, capsys):
+    from bert_jax import cli
+
+    corpus = _write_lines(tmp_path / "small.txt", "The house stood on the hill.\n"
+                          "Nobody knew who built it.\n", 20)
+    assert cli.main(["vocab", "--input", corpus, "--output", str(tmp_path / "vocab"),
+                     "--size", "30522"]) == 0
+    captured = capsys.readouterr()
+    size = len(open(tmp_path / "vocab" / "vocab.txt").read().splitlines())
+    assert f"({size} tokens" in captured.out and size < 1000
+    assert f"note: the vocabulary has {size:,} tokens, fewer than the 30,522 asked for" in \
+        captured.err
+    assert "no pair occurs at least twice" in captured.err
+
+
+def test_warmup_longer_than_the_run_is_warned_about():
+    from bert_jax.commands.pretrain import warmup_warning
+    from bert_jax.run_config import load_run_config
+
+    short = load_run_config("laptop", ["--config.num_train_steps=30"])
+    warning = warmup_warning(short)
+    assert warning.startswith("warning: optimizer.warmup_steps 200 is longer than the run "
+                              "(num_train_steps 30): the learning rate ends at 15% of its peak")
+    assert "--config.optimizer.warmup_steps=3" in warning
+    assert warmup_warning(load_run_config("laptop")) is None
+
+
+def test_offline_hub_error_names_the_current_download_command(tmp_path, monkeypatch):
+    import pytest
+
+    from bert_jax import model_io
+    from bert_jax.errors import UserError
+
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError) as error:
+        model_io.load_model("bert-base-uncased")
+    assert "`hf download bert-base-uncased`" in str(error.value)
+    assert "huggingface-cli" not in str(error.value)

@@ -1,19 +1,44 @@
-"""The README's "Using a model" commands and "From Python" code run as written, in a
-directory where `runs/demo` is a tiny model (what `make pretrain` leaves, made small)."""
+"""The README's commands run as written, each ```bash block in a new shell.
 
+"Using a model" and "From Python" run here on every suite run, in a directory where
+`runs/demo` is a tiny model (what `make pretrain` leaves, made small): the bash block in a
+new shell, the Python block in this process.
+
+A reader pastes one block into a new terminal, so a block may use only what it defines: a
+block that reads `$M` from an earlier block fails. Two checks:
+
+  - fast, always: every variable a block uses is defined in that block (or is one every
+    shell has), and every block has a plan below (a new block must say how it is tested);
+  - run: each block in a new `bash -euo pipefail` (an undefined variable is an error), from
+    a directory beside ../shared (the reference data), with the plan's substitutions making
+    it small. "ci" blocks always run ("Using a model", below); "slow" blocks take minutes
+    on a CPU and need ../shared/data, so they run only with BERT_JAX_README_BLOCKS=all (or
+    a comma-separated list of section names), e.g.
+        BERT_JAX_README_BLOCKS=all python -m pytest -q tests/test_readme.py
+    "skip" blocks need what a test cannot have (gcloud, docker, hours), named in the plan.
+
+A substitution is (text in the block, what runs instead); each must occur in its block, so
+a README edit that removes it fails here rather than silently running the full size.
+A `prologue` runs first, in the same shell: it makes the small copies that substitutions
+point at, never a variable the block uses.
+"""
+
+import dataclasses
 import os
 import re
-import shlex
 import subprocess
+import sys
 
 import numpy as np
+import pytest
 from interop_helpers import random_pretraining_params, write_vocab
 
-from bert_jax import cli, model_io
+from bert_jax import model_io
 from bert_jax.config import preset
 from input_pipeline.tokenization import load_tokenizer
 
-README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+README = os.path.join(REPOSITORY, "README.md")
 # Sections whose blocks are cheap enough to run here; the others need data, a pod or a server.
 RUN_SECTIONS = ("Using a model", "From Python")
 
@@ -25,20 +50,8 @@ def readme_blocks(section: str) -> list[tuple[str, str]]:
     return re.findall(r"^```(\w+)\n(.*?)^```", body, flags=re.MULTILINE | re.DOTALL)
 
 
-def run_bash_block(code: str) -> None:
-    """`bert-jax ...` lines through the CLI in this process (one JAX start-up for all), the
-    rest through bash."""
-    for line in code.replace("\\\n", " ").splitlines():
-        argv = shlex.split(line, comments=True)
-        if not argv:
-            continue
-        if argv[0] == "bert-jax":
-            assert cli.main(argv[1:]) == 0, line
-        else:
-            subprocess.run(["bash", "-c", line], check=True)
-
-
 def test_readme_using_a_model_runs_as_written(tmp_path, monkeypatch, capsys):
+    """The bash block in a new shell (four `bert-jax` processes), the Python one here."""
     monkeypatch.chdir(tmp_path)
     tokenizer = load_tokenizer(write_vocab(tmp_path))
     config = preset("tiny", vocab_size=tokenizer.vocab_size)  # as configs/demo.py
@@ -46,14 +59,223 @@ def test_readme_using_a_model_runs_as_written(tmp_path, monkeypatch, capsys):
                         "runs/demo")
     blocks = [block for section in RUN_SECTIONS for block in readme_blocks(section)]
     assert [language for language, _ in blocks] == ["bash", "python"]
-    run_bash_block(blocks[0][1])
+    result = run_block(blocks[0][1], str(tmp_path), PLANS["Using a model"][0])
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     features = np.load("features.npz")["features"]
     assert features.shape == (2, 2 * config.hidden_dim)  # two sentences, two layers joined
     assert np.load("layers.npz")["attention_layer_-1"].shape[:2] == (2, config.num_heads)
-    assert "[MASK] 1:" in capsys.readouterr().out
+    assert "[MASK] 1:" in result.stdout
     assert os.path.exists("runs/demo_hf/model.safetensors")
     exec(compile(blocks[1][1], "README.md", "exec"), {})
     printed = capsys.readouterr().out
     assert printed.startswith(f"(2, {config.hidden_dim}) (2, {config.hidden_dim}) [(")
     reloaded, params, _ = model_io.load_model("runs/demo_model")
     assert reloaded == config
+
+
+SHARED = os.path.join(os.path.dirname(REPOSITORY), "shared")
+# Variables every shell has; anything else a block uses, it must define.
+ENVIRONMENT = {"PWD", "HOME", "PATH", "USER"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    mode: str  # "ci", "slow" or "skip"
+    reason: str = ""  # why a block is slow or skipped
+    substitutions: tuple[tuple[str, str], ...] = ()
+    prologue: str = ""
+
+
+def _skip(reason: str) -> Plan:
+    return Plan("skip", reason)
+
+
+_MINILM = "$M"  # the real all-MiniLM-L6-v2 the blocks fine-tune; small data keeps it quick
+_SMALL_TASKS = ("mkdir -p small && T=../shared/data/tasks && "
+                "head -41 $T/sst2/dev.tsv > small/sst2_dev.tsv && "
+                "head -41 $T/stsb/sts-train.tsv > small/sts-train.tsv && "
+                "head -41 $T/stsb/sts-dev.tsv > small/sts-dev.tsv && "
+                "head -40 $T/nli/snli_dev.jsonl > small/snli_dev.jsonl && "
+                "head -40 $T/nli/mnli_dev_matched.jsonl > small/mnli_dev_matched.jsonl")
+
+# Section heading -> the plan of each of its bash blocks, in order.
+PLANS = {
+    "bert-jax": [_skip("`make pretrain` builds .venv and trains for minutes; `make test` is "
+                       "this suite")],
+    "From raw text to a pre-trained model": [Plan(
+        "slow", "a vocabulary and shards of War and Peace, then two pre-training steps",
+        substitutions=(
+            ("--num-shards 16", "--num-shards 2"), ("--dupe-factor 10", "--dupe-factor 1"),
+            ("--config configs/bert_base.py", "--config laptop --config.num_train_steps=2 "
+             "--config.batch_size=8 --config.optimizer.warmup_steps=1 "
+             "--config.checkpoint.every_steps=2"),
+        ))],
+    "Using a model": [Plan("ci", "test_readme_using_a_model_runs_as_written, on a tiny "
+                                 "runs/demo")],
+    "Fine-tuning": [Plan(
+        "slow", "fine-tunes all-MiniLM-L6-v2 three times",
+        substitutions=(("head -2001", "head -41"), ("--eval $T/sst2/dev.tsv",
+                                                    "--eval small/sst2_dev.tsv"),
+                       ("--data $T/sst2/dev.tsv", "--data small/sst2_dev.tsv"),
+                       ("--train $T/stsb/sts-train.tsv", "--train small/sts-train.tsv"),
+                       ("--eval $T/stsb/sts-dev.tsv", "--eval small/sts-dev.tsv"),
+                       ("--train $T/nli/snli_dev.jsonl", "--train small/snli_dev.jsonl"),
+                       ("--eval $T/nli/mnli_dev_matched.jsonl",
+                        "--eval small/mnli_dev_matched.jsonl")),
+        prologue=_SMALL_TASKS)],
+    "Named entities: `finetune ner`": [Plan(
+        "slow", "fine-tunes all-MiniLM-L6-v2 twice on CoNLL-2003",
+        substitutions=(("++n <= 500", "++n <= 20"), ("--eval $D/valid.txt", "--eval small/ner.txt"),
+                       ("--data $D/test.txt", "--data small/ner.txt"),
+                       ("--input $D/test.txt", "--input small/ner.txt")),
+        prologue="mkdir -p small && awk 'BEGIN {RS = \"\"; ORS = \"\\n\\n\"} !/^-DOCSTART-/ "
+                 "&& ++n <= 10' ../shared/data/tasks/conll2003/valid.txt > small/ner.txt")],
+    "Question answering (SQuAD v1.1 / v2.0)": [Plan(
+        "slow", "fine-tunes all-MiniLM-L6-v2 on SQuAD windows",
+        substitutions=(("--train $S/train-v1.1.subset.json", "--train small/squad.json"),
+                       ("--eval $S/dev-v1.1.xquad-en.json", "--eval small/squad.json"),
+                       ("--input $S/dev-v1.1.xquad-en.json", "--input small/squad.json"),
+                       ("--data $S/dev-v1.1.xquad-en.json", "--data small/squad.json"),
+                       ("--max-seq-len 256", "--max-seq-len 128 --epochs 1")),
+        prologue="mkdir -p small && python -c 'import json; d = json.load(open(\"../shared/"
+                 "data/tasks/squad/dev-v1.1.xquad-en.json\")); d[\"data\"] = d[\"data\"][:1]; "
+                 "d[\"data\"][0][\"paragraphs\"] = d[\"data\"][0][\"paragraphs\"][:2]; "
+                 "json.dump(d, open(\"small/squad.json\", \"w\"))'")],
+    "Domain-adaptive masked-LM training": [Plan(
+        "slow", "a masked-LM epoch of all-MiniLM-L6-v2",
+        substitutions=(("head -n 8000", "head -n 60"), ("tail -n +8001", "sed -n 8001,8040p"),
+                       ("--workdir runs/poe", "--workdir runs/poe --max-seq-len 64")))],
+    "Sentence embeddings and semantic search": [
+        Plan("slow", "all-MiniLM-L6-v2 embeds and searches six sentences (a minute: three "
+                     "model loads and compiles)"),
+        Plan("slow", "fine-tunes all-MiniLM-L6-v2 twice",
+             substitutions=(("--train $D/stsb/sts-train.tsv", "--train small/sts-train.tsv"),
+                            ("--eval $D/stsb/sts-dev.tsv", "--eval small/sts-dev.tsv"),
+                            ("--data $D/stsb/sts-dev.tsv", "--data small/sts-dev.tsv"),
+                            ("--train $D/nli/snli_dev.jsonl", "--train small/snli_dev.jsonl")),
+             prologue=_SMALL_TASKS)],
+    "What does BERT look at? Attention maps and the syntactic probe": [Plan(
+        "slow", "the probe parses a treebank with all-MiniLM-L6-v2",
+        substitutions=(("--treebank ../shared/data/tasks/ud_ewt/en_ewt-ud-test.conllu",
+                        "--treebank small/ewt.conllu"),),
+        prologue="mkdir -p small && awk 'BEGIN {RS = \"\"; ORS = \"\\n\\n\"} ++n <= 20' "
+                 "../shared/data/tasks/ud_ewt/en_ewt-ud-test.conllu > small/ewt.conllu")],
+    "Serving with TensorFlow Serving": [_skip("docker and a tensorflow/serving image; "
+                                              "tests/test_tf_export.py loads the SavedModel")],
+    "Creating shards at Wikipedia scale": [_skip(
+        "Dataflow needs a Google Cloud project; tests/test_create_data_beam.py runs the "
+        "DirectRunner")],
+    "1. The project (once)": [_skip("gcloud and a Google Cloud project")] * 2,
+    "2. Data": [_skip("a gs:// bucket; tests/test_gcs_paths.py runs create-data on an "
+                      "emulator")] * 2,
+    "3. Before renting: does it fit, how long will it take?": [_skip(
+        "compiles BERT-Large for TPU slices: many minutes; tests/test_aot.py compiles a tiny "
+        "config")],
+    "4. Rehearse the multi-host run locally": [_skip(
+        "two multi-process pre-training runs: minutes; tests/test_launch_local.py runs them")],
+    "5. The job file": [_skip("gs:// data; tests/test_launch_check.py runs it against a GCS "
+                              "emulator")],
+    "6. Create, install, run, watch": [_skip("rents a TPU slice")],
+    "7. Preemption": [_skip("a TPU slice")],
+    "8. Phase 2, cost control, clean-up": [_skip("a TPU slice")],
+    "9. Export the weights": [_skip("a gs:// bucket")],
+    "Tests and benchmarks": [_skip("the test suite and benchmarks themselves: hours")],
+}
+
+
+def shell_blocks() -> list[tuple[str, int, str]]:
+    """(section heading, index within the section, code) of each ```bash block."""
+    blocks, heading, index = [], None, 0
+    lines = open(README, encoding="utf-8").read().split("\n")
+    inside, code = None, []
+    for line in lines:
+        if inside is None and line.startswith("#") and " " in line:
+            heading, index = line.split(" ", 1)[1].strip(), 0
+        elif inside is None and line.startswith("```"):
+            inside, code = line[3:].strip(), []
+        elif inside is not None and line.startswith("```"):
+            if inside == "bash":
+                blocks.append((heading, index, "\n".join(code) + "\n"))
+                index += 1
+            inside = None
+        elif inside is not None:
+            code.append(line)
+    return blocks
+
+
+def used_and_defined(code: str) -> tuple[set[str], set[str]]:
+    """Shell variables a block expands, and those it assigns."""
+    joined = code.replace("\\\n", " ")
+    unquoted = re.sub(r"'[^']*'", "''", joined)  # nothing expands inside single quotes
+    uncommented = re.sub(r"(^|\s)#.*$", "", unquoted, flags=re.MULTILINE)
+    used = set(re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", uncommented))
+    defined = set(re.findall(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=", uncommented,
+                             flags=re.MULTILINE))
+    return used, defined
+
+
+def test_every_block_defines_the_variables_it_uses():
+    blocks = shell_blocks()
+    assert len(blocks) > 20
+    undefined = {f"{heading} #{index + 1}": sorted(used - defined - ENVIRONMENT)
+                 for heading, index, code in blocks
+                 for used, defined in [used_and_defined(code)] if used - defined - ENVIRONMENT}
+    assert not undefined, f"blocks using variables from another block: {undefined}"
+
+
+def test_the_check_finds_a_variable_from_an_earlier_block():
+    used, defined = used_and_defined("D=x\nbert-jax finetune mlm --model $M --train $D/a \\\n"
+                                     "    --workdir '$NOT' # $COMMENT\n")
+    assert used - defined == {"M"}
+
+
+def test_every_block_has_a_plan():
+    found = {}
+    for heading, index, _ in shell_blocks():
+        found[heading] = index + 1
+    assert found == {heading: len(plans) for heading, plans in PLANS.items()}
+
+
+def fresh_shell_environment() -> dict[str, str]:
+    """A new login's environment, plus the venv on PATH and the suite's offline settings."""
+    keep = ("HOME", "USER", "LANG", "TMPDIR", "BERT_JAX_COMPILATION_CACHE", "JAX_PLATFORMS",
+            "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TF_CPP_MIN_LOG_LEVEL",
+            "TPU_SKIP_MDS_QUERY")
+    env = {name: os.environ[name] for name in keep if name in os.environ}
+    env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), "/usr/bin", "/bin"])
+    return env
+
+
+def run_block(code: str, directory: str, plan: Plan, timeout: float = 1800):
+    """The block (after the plan's substitutions) in a new `bash -euo pipefail`."""
+    for old, new in plan.substitutions:
+        assert old in code, f"substitution {old!r} no longer in the block"
+        code = code.replace(old, new)
+    script = (plan.prologue + "\n" if plan.prologue else "") + code
+    return subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=directory,
+                          env=fresh_shell_environment(), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _selected(heading: str) -> bool:
+    chosen = os.environ.get("BERT_JAX_README_BLOCKS", "")
+    return chosen == "all" or heading in {name.strip() for name in chosen.split(",")}
+
+
+SLOW = [(heading, index, code) for heading, index, code in shell_blocks()
+        if PLANS.get(heading, [Plan("skip")] * (index + 1))[index].mode == "slow"]
+
+
+@pytest.mark.parametrize("heading, index, code", SLOW,
+                         ids=[f"{heading}#{index + 1}" for heading, index, _ in SLOW])
+def test_slow_block_runs_in_a_new_shell(heading, index, code, tmp_path):
+    plan = PLANS[heading][index]
+    if not _selected(heading):
+        pytest.skip(f"{plan.reason}: minutes on a CPU; BERT_JAX_README_BLOCKS=all runs it")
+    if not os.path.isdir(os.path.join(SHARED, "data")):
+        pytest.skip("../shared/data is absent (reference data, not in the repository)")
+    directory = tmp_path / "bert-jax"
+    directory.mkdir()
+    (tmp_path / "shared").symlink_to(SHARED)
+    result = run_block(code, str(directory), plan)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

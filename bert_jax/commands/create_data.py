@@ -13,10 +13,19 @@ and uses --workers processes; the output depends only on the inputs and --seed.
 Input: files in BERT format (one sentence per line, a blank line between documents),
 plain prose (--format prose), .gz files, globs, or a prepared TFDS dataset as
 tfds:NAME[:SPLIT] (with --tfds-data-dir). Inputs, the vocabulary and the output directory
-may be gs:// paths."""
+may be gs:// paths.
+
+examples:
+  bert-jax create-data --input ../shared/data/corpus/war_and_peace.bert.txt --vocab vocab/ \
+      --output-dir shards/train --num-shards 16 --max-seq-len 128 --dupe-factor 10
+  bert-jax create-data --input 'gs://bucket/text/*.txt' --vocab gs://bucket/vocab/vocab.txt \
+      --output-dir gs://bucket/shards --num-shards 1024
+"""
 
 
 def add_arguments(parser) -> None:
+    from bert_jax.commands import add_progress_argument
+
     parser.add_argument("--input", nargs="+", required=True, metavar="PATTERN",
                         help="input files, globs (quote them) or tfds:NAME[:SPLIT] specs")
     parser.add_argument("--vocab", required=True,
@@ -84,7 +93,7 @@ def add_arguments(parser) -> None:
                              "\"--runner=DataflowRunner --project P --region R "
                              "--temp_location gs://B/tmp\" (default: the DirectRunner, one "
                              "process per --workers)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_progress_argument(parser)
 
 
 def warn_if_prose(inputs, input_format) -> None:
@@ -106,7 +115,7 @@ def run(args) -> int:
         engine = dict(beam_options=args.beam_options)
     else:
         from input_pipeline.create_data import create_pretraining_data as create
-        engine = dict(show_progress=not args.quiet)
+        engine = dict(show_progress=not args.no_progress)
     manifest = create(
         args.input, args.vocab, args.output_dir, num_shards=args.num_shards,
         max_seq_len=args.max_seq_len, max_predictions=args.max_predictions,
@@ -131,5 +140,5 @@ def run(args) -> int:
               f"format) were longer than the {budget} tokens an instance holds; "
               f"{manifest['num_dropped_tokens']} of the corpus's {manifest['num_tokens']} tokens "
               "were dropped (a sentence is never split across instances). Put one sentence "
-              "per line, or use --input-format prose", file=sys.stderr)
+              "per line, or use --format prose", file=sys.stderr)
     return 0

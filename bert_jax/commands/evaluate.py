@@ -18,20 +18,30 @@ examples:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("task", metavar="TASK", help="the task the model was fine-tuned for")
+    from bert_jax.commands import add_progress_argument
+
+    from bert_jax.tasks import finetuning_task_names  # reads no task module: no JAX
+
+    tasks = [*finetuning_task_names(), "sts"]
+    parser.add_argument("task", metavar="TASK", choices=tasks,
+                        help="the task the model was fine-tuned for: " + ", ".join(tasks)
+                             + " (sts: any embedding model on a scored pair file)")
     parser.add_argument("--model", required=True, help="a fine-tuned model (e.g. WORKDIR/best)")
     parser.add_argument("--data", required=True, metavar="FILE", help="labelled examples")
     parser.add_argument("--output", default=None, metavar="FILE", help="write metrics JSON here")
-    parser.add_argument("--batch-size", type=int, default=64, help="examples per batch")
+    parser.add_argument("--batch-size", type=int, default=64,
+                        help="examples per batch (default 64)")
     parser.add_argument("--max-seq-len", type=int, default=None,
                         help="longest input in tokens (default: the training run's)")
     from input_pipeline.tasks.columns import add_header_argument
 
     add_header_argument(parser)
+    add_progress_argument(parser)
 
 
 def evaluate_file(model: str, task_name: str, path: str, batch_size: int = 64,
-                  max_seq_len: int | None = None, header: bool | None = None) -> dict:
+                  max_seq_len: int | None = None, header: bool | None = None,
+                  progress: bool = True) -> dict:
     """{'loss' (where the file carries the training objective), and the task's metrics} of
     `model` on the labelled file `path`."""
     from bert_jax.tasks.classification import force_header
@@ -44,7 +54,7 @@ def evaluate_file(model: str, task_name: str, path: str, batch_size: int = 64,
     max_seq_len = max_seq_len or info.get("max_seq_len", 128)
     examples = task.read_examples(path, tokenizer, max_seq_len)
     predictions, means = prediction.predict(bundle, params, examples, batch_size, max_seq_len,
-                                            progress=True)
+                                            progress=progress)
     return prediction.file_metrics(task, predictions, means, examples.gold)
 
 
@@ -57,10 +67,11 @@ def run(args) -> int:
         from bert_jax.embeddings.similarity import evaluate_sts
 
         metrics = evaluate_sts(args.model, args.data, args.batch_size, args.max_seq_len,
-                               progress=True)
+                               progress=not args.no_progress)
     else:
         metrics = evaluate_file(args.model, args.task, args.data, args.batch_size,
-                                args.max_seq_len, args.header)
+                                args.max_seq_len, args.header,
+                                progress=not args.no_progress)
     for name, value in metrics.items():
         print(f"{name}: {value:.4f}")
     if args.output:

@@ -6,7 +6,7 @@ Reads --input (UTF-8, one text per line, or `sentence A<TAB>sentence B` for a pa
 encoder and writes --output, an .npz holding:
   layer_L            (lines, seq_len, hidden) for each L in --layers, as written there
                      (0 = embedding output, 1..N = encoder layers, -1 = last layer);
-                     zero at padding positions; (lines, hidden) with --pool cls|mean
+                     zero at padding positions; (lines, hidden) with --pool mean|cls|max
   features           with --combine concat|sum: the layers joined into one array instead of
                      the layer_L arrays (the feature-based approach of the BERT paper, Table 7)
   attention_layer_L  with --attention: (lines, heads, seq_len, seq_len) for layers L >= 1
@@ -20,6 +20,8 @@ example:
 
 
 def add_arguments(parser) -> None:
+    from bert_jax.commands import add_progress_argument
+
     parser.add_argument("--model", required=True,
                         help="model directory (any source `bert-jax convert` reads)")
     parser.add_argument("--input", required=True, help="text file: one text (or A<TAB>B) a line")
@@ -32,14 +34,18 @@ def add_arguments(parser) -> None:
                              "(default 128)")
     parser.add_argument("--batch-size", type=int, default=32,
                         help="texts per forward pass (default 32)")
-    parser.add_argument("--pool", choices=("none", "cls", "mean"), default="none",
-                        help="reduce over tokens: the [CLS] vector, or the mean over real "
-                             "(non-padding) tokens (default none: keep every token)")
+    from bert_jax.commands import POOLING
+
+    parser.add_argument("--pool", choices=("none", *POOLING), default="none",
+                        help="reduce over tokens as `embed --pool` does: the mean or maximum "
+                             "over real (non-padding) tokens, or the [CLS] vector (default "
+                             "none: keep every token)")
     parser.add_argument("--combine", choices=("none", "concat", "sum"), default="none",
                         help="join the requested layers into one `features` array by "
                              "concatenating their feature axes or summing them (default none)")
     parser.add_argument("--attention", action="store_true",
                         help="also save attention probabilities of each requested layer >= 1")
+    add_progress_argument(parser)
 
 
 def read_texts(path: str) -> list[str | tuple[str, str]]:
@@ -47,7 +53,7 @@ def read_texts(path: str) -> list[str | tuple[str, str]]:
     from bert_jax import files
     from bert_jax.errors import UserError
 
-    lines = files.read_user_text(path, "input").splitlines()
+    lines = files.split_lines(files.read_user_text(path, "input"))  # not at U+2028
     texts = []
     for number, line in enumerate(lines, start=1):
         parts = line.split("\t")
@@ -97,7 +103,7 @@ def run(args) -> int:
     encoded = tokenizer.encode_for_model(texts, args.max_seq_len)
     results = inference.extract_features(
         config, params, encoded, layers, args.max_seq_len, args.pool, args.batch_size,
-        args.attention, progress=len(texts) > args.batch_size)
+        args.attention, progress=len(texts) > args.batch_size and not args.no_progress)
     arrays = dict(input_ids=encoded["input_ids"], attention_mask=encoded["input_mask"])
     if args.combine == "none":
         arrays.update({f"layer_{name}": results["hidden"][layer]

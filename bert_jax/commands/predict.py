@@ -14,17 +14,21 @@ example:
 
 
 def add_arguments(parser) -> None:
+    from bert_jax.commands import add_progress_argument
+
     parser.add_argument("--model", required=True,
                         help="a fine-tuned model: WORKDIR/best, a fine-tuning run, or a Hugging "
                              "Face BertForSequenceClassification/TokenClassification directory")
     parser.add_argument("--input", required=True, metavar="FILE", help="texts to predict")
     parser.add_argument("--output", required=True, metavar="FILE", help=".jsonl or .tsv")
-    parser.add_argument("--batch-size", type=int, default=64, help="examples per batch")
+    parser.add_argument("--batch-size", type=int, default=64,
+                        help="examples per batch (default 64)")
     parser.add_argument("--max-seq-len", type=int, default=None,
                         help="longest input in tokens (default: the training run's)")
     from input_pipeline.tasks.columns import add_header_argument
 
     add_header_argument(parser)
+    add_progress_argument(parser)
 
 
 def run(args) -> int:
@@ -38,7 +42,7 @@ def run(args) -> int:
         finetuned,
         lambda task, tokenizer, max_seq_len: task.read_examples(
             args.input, tokenizer, max_seq_len, with_labels=False),
-        args.batch_size, args.max_seq_len, progress=True)
+        args.batch_size, args.max_seq_len, progress=not args.no_progress)
     task.write_predictions(args.output, examples, predictions)
     print(f"wrote {len(examples.rows)} predictions to {args.output}")
     return 0

@@ -67,5 +67,5 @@ def smaller_than_asked(size: int, asked: int, kind: str) -> str:
            if kind == "wordpiece" else
            "SentencePiece keeps only pieces the text supports (its limit is soft)")
     return (f"note: the vocabulary has {size:,} tokens, fewer than the {asked:,} asked for: "
-            f"{why}, and this text ran out first. More (or more varied) text gives more "
-            f"tokens; for this text, --size {size} writes the same vocabulary")
+            f"{why}, and this text ran out first; more (or more varied) text gives more "
+            "tokens")

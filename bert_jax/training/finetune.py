@@ -104,6 +104,7 @@ def _host_params(params):
 class BestModelEvaluator:
     """Evaluates on the eval file, keeps WORKDIR/best/, stops after `patience` (trainer protocol)."""
     baseline = False  # a task may ask for an evaluation before the first step
+    show_progress = False  # set by the training loop when the run shows a bar
 
     def __init__(self, task, examples, run_config, workdir, tokenizer, task_info, log):
         self.task, self.examples, self.run_config = task, examples, run_config
@@ -119,7 +120,7 @@ class BestModelEvaluator:
     def __call__(self, bundle, state, step) -> dict:
         predictions, means = prediction.predict(
             bundle, state.params, self.examples, self.run_config.eval.batch_size,
-            self.run_config.data.seq_len)
+            self.run_config.data.seq_len, progress=self.show_progress)
         metrics = prediction.file_metrics(self.task, predictions, means, self.examples.gold)
         if self.metric not in metrics:
             raise UserError(f"finetune.best_metric {self.metric!r} is not one of this task's "

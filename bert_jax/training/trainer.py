@@ -72,7 +72,8 @@ def _initial_state(run_config, bundle, checkpoints, log, init_source=None):
     state = bundle.init_state(jax.random.PRNGKey(run_config.seed))
     if run_config.init_from:
         path, params = init_source or _read_init_from(run_config.init_from, bundle.model_config)
-        state = _load_init_from(path, params, state, log)
+        state = _load_init_from(path, params, state, log,
+                                getattr(bundle.task, "head_names", {}))
     return state, None
 
 
@@ -104,13 +105,16 @@ def _read_init_from(path, model_config):
     return path, params
 
 
-def _load_init_from(path, params, state, log):
-    """`state` with the parameters of a model directory in place of the random ones."""
+def _load_init_from(path, params, state, log, head_names=None):
+    """`state` with the parameters of a model directory in place of the random ones;
+    `head_names` says what the task calls a fresh parameter group (regress: its one-output
+    `classifier` is a regression head)."""
     merged = _merge_params(state.params, params)
     placed = jax.tree.map(lambda value, target: jax.device_put(value.astype(target.dtype),
                                                                target.sharding),
                           merged, state.params)
-    missing = sorted(set(state.params) - set(params))
+    names = head_names or {}
+    missing = sorted(names.get(name, name) for name in set(state.params) - set(params))
     log(f"initialised from {path}" + (f" (fresh {', '.join(missing)})" if missing else ""))
     return state.replace(params=placed)
 
@@ -124,21 +128,28 @@ def _merge_params(initial, loaded):
     return {key: _merge_params(value, (loaded or {}).get(key)) for key, value in initial.items()}
 
 
-def evaluate(bundle, params, dataset, num_batches: int | None = None) -> dict:
+def evaluate(bundle, params, dataset, num_batches: int | None = None,
+             progress: bool = False) -> dict:
     """Each term's exact mean over `num_batches` batches (None: all), and the loss.
 
     Sums and counts are added over batches before dividing, so a mean does not depend on
     how the data falls into batches.
     """
+    from tqdm import tqdm
+
     task, sums, counts, batches = bundle.task, None, None, 0
-    for local in (dataset if num_batches is None else
-                  (batch for _, batch in zip(range(num_batches), dataset))):
-        values = jax.device_get(bundle.eval_step(
-            params, distributed.global_batch(local, bundle.batch_shardings)))
-        sums = values["sums"] if sums is None else jax.tree.map(np.add, sums, values["sums"])
-        counts = (values["counts"] if counts is None
-                  else jax.tree.map(np.add, counts, values["counts"]))
-        batches += 1
+    with tqdm(total=num_batches, unit="batch", desc="evaluate", disable=not progress,
+              leave=False) as bar:
+        for local in (dataset if num_batches is None else
+                      (batch for _, batch in zip(range(num_batches), dataset))):
+            values = jax.device_get(bundle.eval_step(  # device_get: the bar counts done work
+                params, distributed.global_batch(local, bundle.batch_shardings)))
+            sums = values["sums"] if sums is None else jax.tree.map(np.add, sums,
+                                                                     values["sums"])
+            counts = (values["counts"] if counts is None
+                      else jax.tree.map(np.add, counts, values["counts"]))
+            batches += 1
+            bar.update(1)
     if not batches:
         raise UserError("evaluation data gave no batches; check data.eval_files")
     means = task.means({name: np.float64(value) for name, value in sums.items()},
@@ -202,7 +213,8 @@ class TermEvaluator:
 
     The interface every evaluator has: `every_steps` (and at the last step), `baseline`
     (also at step 0), `__call__(bundle, state, step) -> metrics`, `stop` (end the run
-    now, e.g. early stopping), and `state()` / `restore(state)` for checkpoints.
+    now, e.g. early stopping), `state()` / `restore(state)` for checkpoints, and
+    `show_progress` (set by the loop: whether an evaluation shows its own bar).
     """
     baseline = True
     stop = False
@@ -215,10 +227,12 @@ class TermEvaluator:
         processes, index = jax.process_count(), jax.process_index()
         dataset = self.dataset_factory("eval", self.run_config.eval.batch_size // processes,
                                        index, processes)
-        return evaluate(bundle, state.params, dataset, self.run_config.eval.num_batches)
+        return evaluate(bundle, state.params, dataset, self.run_config.eval.num_batches,
+                        self.show_progress)
 
     def state(self):
         return None
+    show_progress = False  # set by the training loop: its own bar, if the run shows one
 
     def restore(self, state) -> None:
         pass
@@ -269,7 +283,7 @@ def train(run_config, workdir: str, *, task=None, dataset_factory=None, evaluato
 
 def _loop(run_config, bundle, state, meta, checkpoints, writer, dataset_factory, evaluator,
           show_progress, log) -> dict:
-    from tqdm import tqdm
+    from bert_jax.progress import StepProgress, elapsed
 
     processes, index = jax.process_count(), jax.process_index()
     dataset = dataset_factory("train", run_config.batch_size // processes, index, processes)
@@ -284,23 +298,28 @@ def _loop(run_config, bundle, state, meta, checkpoints, writer, dataset_factory,
         log(f"the run is complete: step {step} of {total} is saved in {checkpoints.directory}; "
             "raise --config.num_train_steps to train further")
         return result
-    # The bar starts after the first step has compiled, so its rate and ETA are the steps'.
+    # The bar starts after the first step has compiled and run, so its rate and ETA are the
+    # steps'; it counts a step once the step's metrics exist (StepProgress), not when queued.
     progress = None
-    if show_progress:
-        log(f"compiling the training step (the progress bar starts after step {start + 1})")
+    if evaluator is not None:
+        evaluator.show_progress = show_progress  # evaluations show their own bar
     if evaluator is not None and evaluator.baseline and step == 0:  # the untrained baseline
         _run_evaluation(evaluator, bundle, state, step, writer, result)
     with StopRequests() as preemption:
         while step < total:
-            local = next(dataset)
-            state, metrics = bundle.train_step(
-                state, distributed.global_batch(local, bundle.batch_shardings), rng)
+            batch = distributed.global_batch(next(dataset), bundle.batch_shardings)
+            if progress is None:  # XLA compiles inside this first call, silent for minutes
+                with elapsed(f"compiling the training step (the bar starts after step "
+                             f"{start + 1})", None if show_progress else log):
+                    state, metrics = bundle.train_step(state, batch, rng)
+                    jax.block_until_ready(metrics)
+            else:
+                state, metrics = bundle.train_step(state, batch, rng)
             step += 1
             if progress is None:
-                progress = tqdm(total=total, initial=step, disable=not show_progress,
-                                unit="step", dynamic_ncols=True, desc=bundle.task.name)
+                progress = StepProgress(total, step, bundle.task.name, show_progress)
             else:
-                progress.update(1)
+                progress.advance(step, metrics)
             stop = _preemption_requested(preemption, step, run_config.log_every_steps)
             if step % run_config.log_every_steps == 0 or step == total or stop:
                 _check_finite(state, step, checkpoints)
@@ -322,6 +341,7 @@ def _loop(run_config, bundle, state, meta, checkpoints, writer, dataset_factory,
                     f"{checkpoints.directory}; run the same command again to resume")
                 result["preempted"] = True
                 break
+                progress.finish()  # the bar shows this step before the evaluation's own bar
             if result["stopped"]:
                 log(f"\nstopped early at step {step}: no better evaluation for a while")
                 break
