@@ -47,13 +47,31 @@ FLOAT32 = Precision()
 
 def layer_norm(config: BertConfig, precision: Precision, name: str | None = None
                ) -> nn.LayerNorm:
-    """LayerNorm computed and returned in float32 whatever the compute dtype, as bf16 needs.
-
-    Its float32 output also keeps the residual stream in float32 between layers.
-    """
+    """LayerNorm with float32 statistics (flax's `force_float32_reductions`), returned in the
+    compute dtype: in bf16 the residual stream between layers is bf16, half the bytes of
+    every elementwise pass over it."""
     return nn.LayerNorm(
-        epsilon=config.layer_norm_eps, dtype=jnp.float32, param_dtype=precision.param_dtype,
+        epsilon=config.layer_norm_eps, dtype=precision.dtype, param_dtype=precision.param_dtype,
         scale_init=_ones("embed"), bias_init=_zeros("embed"), name=name)
+
+
+@jax.custom_vjp
+def add_bias(x: Array, bias: Array) -> Array:
+    """x + bias in x's dtype, the bias's gradient summed in float32: a bf16 sum over the
+    B x T rows of a batch loses the gradient's low digits (XLA need not widen it)."""
+    return x + bias.astype(x.dtype)
+
+
+def _add_bias_forward(x, bias):
+    return add_bias(x, bias), bias
+
+
+def _add_bias_backward(bias, gradient):
+    rows = tuple(range(gradient.ndim - bias.ndim))
+    return gradient, jnp.sum(gradient, axis=rows, dtype=jnp.float32).astype(bias.dtype)
+
+
+add_bias.defvjp(_add_bias_forward, _add_bias_backward)
 
 
 class Dense(nn.Module):
@@ -76,9 +94,9 @@ class Dense(nn.Module):
                             x.shape[-num_inputs:] + self.features, precision.param_dtype)
         bias = self.param("bias", _zeros(*self.output_axes), self.features,
                           precision.param_dtype)
-        x, kernel, bias = nn.dtypes.promote_dtype(x, kernel, bias, dtype=precision.dtype)
+        x, kernel = nn.dtypes.promote_dtype(x, kernel, dtype=precision.dtype)
         contracting = (tuple(range(x.ndim - num_inputs, x.ndim)), tuple(range(num_inputs)))
-        return jax.lax.dot_general(x, kernel, (contracting, ((), ()))) + bias
+        return add_bias(jax.lax.dot_general(x, kernel, (contracting, ((), ()))), bias)
 
 
 class Embeddings(nn.Module):
@@ -88,9 +106,11 @@ class Embeddings(nn.Module):
 
     def setup(self):
         config = self.config
+        # Rows are looked up in the parameters' float32 (LayerNorm then returns the compute
+        # dtype): the gradient's scatter-add over the batch's tokens stays float32.
         embed = functools.partial(
             nn.Embed, features=config.hidden_dim, param_dtype=self.precision.param_dtype,
-            dtype=self.precision.dtype)
+            dtype=self.precision.param_dtype)
         self.word_embeddings = embed(
             num_embeddings=config.vocab_size, embedding_init=_init(config, "vocab", "embed"))
         self.position_embeddings = embed(
@@ -219,8 +239,10 @@ class BertModel(nn.Module):
         return jnp.tanh(self.pooler(cls_states))
 
     def word_logits(self, x: Array) -> Array:
-        """Scores against the word embeddings: the MLM decoder shares its weights with them."""
-        return self.embeddings.word_embeddings.attend(x)
+        """Scores against the word embeddings: the MLM decoder shares its weights with them.
+        A matmul in the compute dtype (the table is looked up in float32, see Embeddings)."""
+        table = self.embeddings.word_embeddings.embedding.astype(self.precision.dtype)
+        return jnp.einsum("...h,vh->...v", x.astype(self.precision.dtype), table)  # (..., vocab)
 
 
 class MaskedLanguageModelHead(nn.Module):
@@ -236,7 +258,7 @@ class MaskedLanguageModelHead(nn.Module):
         x = layer_norm(config, precision, name="layer_norm")(gelu(x)).astype(precision.dtype)
         bias = self.param("output_bias", _zeros("vocab"), (config.vocab_size,),
                           precision.param_dtype)
-        return decode(x) + bias.astype(precision.dtype)
+        return add_bias(decode(x), bias)
 
 
 class BertForPreTraining(nn.Module):
