@@ -55,9 +55,9 @@ def test_every_reader_drops_a_bom(tmp_path):
         == "EU"
     treebank = "1\tHi\thi\tINTJ\tUH\t_\t0\troot\t_\t_\n"
     assert next(conllu.read_conllu(write("a.conllu", treebank))).words == ("Hi",)
-    document = {"version": "1.1", "data": [{"title": "t", "paragraphs": [{
-        "context": "Paris is big.", "qas": [{"id": "q", "question": "What?",
-                                             "answers": [{"text": "Paris", "answer_start": 0}]}]}]}]}
+    question = {"id": "q", "question": "What?", "answers": [{"text": "Paris", "answer_start": 0}]}
+    document = {"version": "1.1", "data": [{"title": "t", "paragraphs": [
+        {"context": "Paris is big.", "qas": [question]}]}]}
     assert squad.read_squad(write("a.json", json.dumps(document))).questions[0].answer_texts \
         == ("Paris",)
     assert mlm_text.read_documents(write("a.mlm.txt", "one line\n")) == ["one line"]
@@ -113,6 +113,8 @@ def test_an_extra_column_is_an_error_unless_every_column_is_an_index(tmp_path):
     path.write_text("label\tsentence\npos\ta cat\nneg\ta dog\tstray\n")
     with pytest.raises(UserError, match=r"extra.tsv:3: the row has 3 columns, the header has 2"):
         read_rows(str(path), ColumnSpec(("sentence",), "label"))
+    path.write_text("label\tsentence\npos\ta cat\t\nneg\ta dog\t \n")  # empty: no data lost
+    assert len(read_rows(str(path), ColumnSpec(("sentence",), "label"))) == 2
     path.write_text("pos\ta cat\nneg\ta dog\tstray\n")  # no header, texts defaulted
     with pytest.raises(UserError, match=r"extra.tsv:2: the row has 3 columns, the first row"):
         read_rows(str(path), ColumnSpec((), 0, header=False))

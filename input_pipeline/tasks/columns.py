@@ -230,15 +230,15 @@ def _split_header(path: str, records: list, spec: ColumnSpec, label_index: int |
 
 def _check_width(path: str, records: list, header: list[str] | None, fixed_width: bool
                  ) -> None:
-    """A row with more cells than the header (or, texts defaulted, than the first row) is an
-    error, not a dropped field. Without a header and with every column given by index, rows
-    may carry further trailing columns (STS-B adds source columns to some rows)."""
+    """A row with more non-empty cells than the header (or, texts defaulted, than the first
+    row) is an error, not a dropped field. Without a header and with every column given by
+    index, rows may carry further trailing columns (STS-B adds source columns to some rows)."""
     if header is None and not fixed_width:
         return
     width = len(header) if header is not None else len(records[0][1])
     declared = f"the header has {width}" if header is not None else f"the first row has {width}"
     for number, cells in records:
-        if len(cells) > width:
+        if any(cell.strip() for cell in cells[width:]):  # trailing empty cells hold nothing
             raise UserError(f"{path}:{number}: the row has {len(cells)} columns, {declared}; "
                             "a text holding the delimiter must be quoted (in a .csv file; a "
                             ".tsv file is read unquoted, as GLUE ships it)")
