@@ -20,6 +20,7 @@ RANGES = {
     "schedule_steps": (0, None),
     "data.seq_len": (2, None),  # [CLS] and [SEP] at least
     "data.max_predictions": _AT_LEAST_ONE,
+    "data.max_sequences_per_row": _AT_LEAST_ONE,
     "data.shuffle_buffer": _AT_LEAST_ONE,
     "data.demo_vocab_size": _AT_LEAST_ONE,
     "model.vocab_size": (0, None),  # 0 = the vocabulary file's size

@@ -68,6 +68,10 @@ class Task(abc.ABC):
     def model_inputs(self, batch: dict) -> tuple:
         """The positional arguments of the model (before `train`)."""
 
+    def model_keywords(self, batch: dict) -> dict:
+        """Keyword arguments of the model after `train` (packed rows' instance ids)."""
+        return {}
+
     @abc.abstractmethod
     def counts(self, batch: dict) -> dict[str, jax.Array]:
         """Each count name -> a float32 scalar that depends only on the batch."""
@@ -99,7 +103,7 @@ class Task(abc.ABC):
         """The model's outputs on a batch (dropout from `key` when training)."""
         rngs = {"dropout": key} if train else {}
         return model.apply({"params": params}, *self.model_inputs(batch), train=train,
-                           rngs=rngs)
+                           rngs=rngs, **self.model_keywords(batch))
 
     def means(self, sums: dict, counts: dict, xp=jnp) -> dict[str, jax.Array]:
         """Each term's mean and the loss (the sum of the objective's means)."""

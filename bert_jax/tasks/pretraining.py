@@ -3,6 +3,11 @@
 The batch schema is the shards' (`input_pipeline/schema.py`), so the two cannot drift
 apart. The terms are those of `bert_jax.losses.pretraining_loss`, kept as sums over the
 batch and counts: MLM terms over the real prediction slots, NSP terms over sequences.
+
+Packed rows (`max_sequences_per_row` N > 1) carry up to N instances each: the model reads
+NSP at each instance's [CLS], and the NSP terms count the instance slots that hold one
+(`next_sentence_weights`), so a packed batch's loss and metrics are those of the same
+instances unpacked. The batch size counts rows.
 """
 
 import jax.numpy as jnp
@@ -20,6 +25,7 @@ _SHAPES = {
     "max_predictions": lambda batch, seq_len, predictions: (batch, predictions),
     "one": lambda batch, seq_len, predictions: (batch,),
 }
+_PACKED_INPUTS = ("instance_ids", "position_ids", "instance_starts")
 
 
 class PretrainingTask(Task):
@@ -31,48 +37,72 @@ class PretrainingTask(Task):
               "learning_rate")
     evaluated = ("loss", "mlm_loss", "nsp_loss", "mlm_accuracy", "nsp_accuracy")
 
-    def __init__(self, max_predictions: int):
+    def __init__(self, max_predictions: int, max_sequences_per_row: int = 1):
         self.max_predictions = max_predictions
+        self.max_sequences_per_row = max_sequences_per_row
 
     def settings(self):
-        return {"max_predictions": self.max_predictions}
+        if self.max_sequences_per_row == 1:
+            return {"max_predictions": self.max_predictions}
+        return {"max_predictions": self.max_predictions,
+                "max_sequences_per_row": self.max_sequences_per_row}
 
     def build_model(self, model_config: BertConfig, precision: Precision):
         return BertForPreTraining(model_config, precision)
 
     def batch_schema(self):
+        rows = self.max_sequences_per_row
+        shapes = dict(_SHAPES, max_predictions=lambda batch, seq_len, predictions: (
+            batch, predictions * rows), sequences=lambda batch, seq_len, predictions: (
+            batch, rows))
         return {name: (np.dtype(schema.BATCH_DTYPES[name]),
-                       lambda batch, seq_len, length=length: _SHAPES[length](
+                       lambda batch, seq_len, length=length: shapes[length](
                            batch, seq_len, self.max_predictions))
-                for name, (_, length) in schema.FEATURES.items()}
+                for name, (_, length) in schema.features(rows).items()}
 
     def model_inputs(self, batch):
         return (batch["input_ids"], batch["segment_ids"], batch["input_mask"],
                 batch["masked_lm_positions"])
 
+    def model_keywords(self, batch):
+        if self.max_sequences_per_row == 1:
+            return {}
+        return {name: batch[name] for name in _PACKED_INPUTS}
+
+    def _nsp_weights(self, batch):
+        """1 for each instance (NSP label) that counts: every row unpacked, filled slots packed."""
+        if self.max_sequences_per_row == 1:
+            return jnp.ones(batch["next_sentence_labels"].size, jnp.float32)
+        return batch["next_sentence_weights"].reshape(-1).astype(jnp.float32)
+
     def counts(self, batch):
         return {"num_predictions": jnp.sum(batch["masked_lm_weights"].astype(jnp.float32)),
-                "num_sequences": jnp.asarray(batch["next_sentence_labels"].size, jnp.float32)}
+                "num_sequences": jnp.sum(self._nsp_weights(batch)),
+                # Not a term's count: the tokens that are not padding, for real tokens/s.
+                "num_real_tokens": jnp.sum(batch["input_mask"].astype(jnp.float32))}
 
     def sums(self, outputs, batch):
         mlm_logits, nsp_logits = outputs
         labels = batch["next_sentence_labels"].reshape(-1)
         mlm = losses.classification_sums(mlm_logits, batch["masked_lm_ids"],
                                          batch["masked_lm_weights"])
-        nsp = losses.classification_sums(nsp_logits, labels, jnp.ones(labels.shape))
+        nsp = losses.classification_sums(nsp_logits.reshape(-1, 2), labels,
+                                         self._nsp_weights(batch))
         return {"mlm_loss": mlm["loss"], "mlm_accuracy": mlm["accuracy"],
                 "nsp_loss": nsp["loss"], "nsp_accuracy": nsp["accuracy"]}
 
     def predictions(self, outputs, batch):
         mlm_logits, nsp_logits = outputs
         return {"masked_lm_ids": np.argmax(mlm_logits, axis=-1),
-                "next_sentence_labels": np.argmax(nsp_logits, axis=-1)}
+                "next_sentence_labels": np.argmax(nsp_logits, axis=-1)}  # (B,) or (B, N)
 
     def train_step_flops(self, model_config, batch_size, seq_len):
         from bert_jax import flops
 
-        return flops.train_step_flops(model_config, batch_size, seq_len, self.max_predictions)
+        return flops.train_step_flops(model_config, batch_size, seq_len,
+                                      self.max_predictions * self.max_sequences_per_row)
 
 
 def task_from_run_config(run_config) -> PretrainingTask:
-    return PretrainingTask(run_config.data.max_predictions)
+    return PretrainingTask(run_config.data.max_predictions,
+                           run_config.data.get("max_sequences_per_row") or 1)

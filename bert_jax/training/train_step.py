@@ -184,7 +184,8 @@ def build_train_step(run_config, mesh, model_config: BertConfig | None = None,
 
     def boxed_state(rng):
         dummy = {name: jnp.zeros((1, *spec.shape[1:]), spec.dtype) for name, spec in batch.items()}
-        params = model.init(rng, *task.model_inputs(dummy))["params"]
+        params = model.init(rng, *task.model_inputs(dummy),
+                            **task.model_keywords(dummy))["params"]
         # Optimizer moments built from boxed params inherit their logical axis names.
         return TrainState(step=jnp.zeros((), jnp.int32), params=params,
                           opt_state=tx.init(params))

@@ -158,7 +158,11 @@ def evaluate(bundle, params, dataset, num_batches: int | None = None,
 
 
 class _Throughput:
-    """Tokens/s and MFU between two log points, from wall time on the host."""
+    """Tokens/s and MFU between two log points, from wall time on the host; instances/s and
+    real (not padding) tokens/s from the steps' counts where the task counts them (packed
+    rows hold several instances, and a row's padding is no work done)."""
+    COUNTED = {"num_sequences": "instances_per_second",
+               "num_real_tokens": "real_tokens_per_second"}
 
     def __init__(self, run_config, model_config, peak_flops_total: float, task):
         self.tokens_per_step = run_config.batch_size * run_config.data.seq_len
@@ -171,12 +175,21 @@ class _Throughput:
 
     def reset(self, step: int) -> None:
         self.step, self.time = step, time.perf_counter()
+        self.totals = {}
+
+    def count(self, metrics: dict) -> None:
+        """Adds a step's counts; they stay on the device, so this does not wait for the step."""
+        for name in self.COUNTED:
+            if name in metrics:
+                self.totals[name] = metrics[name] + self.totals.get(name, 0.0)
 
     def measure(self, step: int) -> dict:
         elapsed = max(time.perf_counter() - self.time, 1e-9)
         steps = step - self.step
         values = {"tokens_per_second": steps * self.tokens_per_step / elapsed,
                   "steps_per_second": steps / elapsed}
+        for name, total in jax.device_get(self.totals).items():
+            values[self.COUNTED[name]] = float(total) / elapsed
         if self.peak:
             values["mfu"] = steps * self.flops_per_step / elapsed / self.peak
         self.reset(step)
@@ -316,6 +329,7 @@ def _loop(run_config, bundle, state, meta, checkpoints, writer, dataset_factory,
             else:
                 state, metrics = bundle.train_step(state, batch, rng)
             step += 1
+            throughput.count(metrics)
             if progress is None:
                 progress = StepProgress(total, step, bundle.task.name, show_progress)
             else:
@@ -378,7 +392,10 @@ def _log_metrics(task, metrics, step, throughput, writer, progress, result, log=
     if log is not None:
         log(f"step {step}/{progress.total}: " + " ".join(
             f"{name} {values[name]:.4g}" for name in task.logged if name in values)
-            + f" tokens/s {values['tokens_per_second']:.0f}")
+            + f" tokens/s {values['tokens_per_second']:.0f}" + "".join(
+                f" {label} {values[name]:.0f}" for name, label in (
+                    ("instances_per_second", "instances/s"),
+                    ("real_tokens_per_second", "real tokens/s")) if name in values))
 
 
 def _run_evaluation(evaluator, bundle, state, step, writer, result) -> None:

@@ -28,7 +28,8 @@ def reader_factory(run_config, tokenizer=None):
             [p for p in pattern.split(",") if p], batch_size, data.seq_len,
             data.max_predictions, seed=run_config.seed if split == "train" else 0,
             shuffle_buffer=data.shuffle_buffer if split == "train" else 1,
-            process_index=process_index, process_count=process_count, **masking)
+            process_index=process_index, process_count=process_count,
+            max_sequences_per_row=data.max_sequences_per_row or 1, **masking)
     return make
 
 
@@ -49,7 +50,8 @@ def _check_shards(run_config, tokenizer, log) -> None:
         if files.exists(files.join(directory, manifest_lib.MANIFEST_NAME)):
             manifest = manifest_lib.read_manifest(directory)
             manifest_lib.check_vocabulary(manifest, tokenizer.hash, pattern)
-            manifest_lib.check_settings(manifest, data.seq_len, data.max_predictions, pattern)
+            manifest_lib.check_settings(manifest, data.seq_len, data.max_predictions, pattern,
+                                        data.max_sequences_per_row or 1)
             continue
         first = expand_patterns([pattern])[0]
         checked = check_first_records(first, data.seq_len, data.max_predictions,
@@ -101,11 +103,33 @@ def resolve_shapes(run_config, log=print) -> None:
                     + " (the lengths the shards were made with)")
 
 
+def resolve_packing(run_config, log=print) -> None:
+    """Fills data.max_sequences_per_row left unset (None) from the first training shards'
+    manifest: packed shards say how many instances a row holds; shards without a manifest
+    (the original tool's) and the demo's are unpacked (1)."""
+    from input_pipeline import manifest as manifest_lib
+
+    data = run_config.data
+    if data.max_sequences_per_row is not None:
+        return
+    data.max_sequences_per_row = 1
+    for pattern in filter(None, data.train_files.split(",")):
+        directory = pattern if files.isdir(pattern) else files.dirname(pattern)
+        if files.exists(files.join(directory, manifest_lib.MANIFEST_NAME)):
+            data.max_sequences_per_row = manifest_lib.sequences_per_row(
+                manifest_lib.read_manifest(directory))
+            if data.max_sequences_per_row > 1:
+                log(f"data.max_sequences_per_row from {directory}: packed shards, up to "
+                    f"{data.max_sequences_per_row} instances a row (batch_size counts rows)")
+            return
+
+
 def prepare_data(run_config, log=print):
     """Resolves the demo data, the shapes, the vocabulary and vocab_size; returns the
     tokenizer or None."""
     data = run_config.data
     resolve_shapes(run_config, log)
+    resolve_packing(run_config, log)
     if data.demo_dir:
         from input_pipeline.demo_corpus import prepare_demo_data
 
@@ -141,8 +165,11 @@ def prepare_data(run_config, log=print):
 
 def data_source(run_config) -> dict:
     data = run_config.data
-    return dict(train_files=data.train_files, seq_len=data.seq_len,
-                max_predictions=data.max_predictions, batch_size=run_config.batch_size)
+    source = dict(train_files=data.train_files, seq_len=data.seq_len,
+                  max_predictions=data.max_predictions, batch_size=run_config.batch_size)
+    if (data.max_sequences_per_row or 1) > 1:  # unpacked runs keep the checkpoints' key set
+        source["max_sequences_per_row"] = data.max_sequences_per_row
+    return source
 
 
 def restore_position(dataset, meta, run_config, log) -> None:
