@@ -72,7 +72,28 @@ def test_predict_writes_labels_in_input_order_as_the_model_computes_them(run, tm
     tsv = tmp_path / "predictions.tsv"
     assert main(["predict", "--model", best, "--input", run["dev"], "--output", str(tsv)]) == 0
     lines = tsv.read_text().splitlines()
-    assert lines[0] == "text_0\tlabel" and len(lines) == 41
+    # The input's own columns, then the prediction (the input already has a `label`).
+    assert lines[0] == "label\tcontent\tpredicted_label" and len(lines) == 41
+    dev = open(run["dev"], encoding="utf-8").read().splitlines()
+    assert [line.rsplit("\t", 1)[0] for line in lines[1:]] == dev[1:]
+    # A CSV with an id, for a model trained with `--text-columns review` (its task.json says
+    # so): `predict --input my.csv --output x.tsv` keeps the id and `review`.
+    import shutil
+
+    reviewer = tmp_path / "reviewer"
+    shutil.copytree(best, reviewer)
+    info = json.loads((reviewer / "task.json").read_text())
+    info["settings"]["columns"]["text_columns"] = ["review"]
+    (reviewer / "task.json").write_text(json.dumps(info))
+    reviews = tmp_path / "my.csv"
+    reviews.write_text('id,review\n7,"the cat sat, happily"\n9,a dog went home\n')
+    assert main(["predict", "--model", str(reviewer), "--input", str(reviews), "--output",
+                 str(tsv)]) == 0
+    rows = [line.split("\t") for line in tsv.read_text().splitlines()]
+    assert rows[0] == ["id", "review", "label"]
+    assert [row[:2] for row in rows[1:]] == [["7", "the cat sat, happily"],
+                                             ["9", "a dog went home"]]
+    assert {row[2] for row in rows[1:]} <= {"neg", "pos"}
 
 
 def test_python_api_predict_equals_the_predict_command(run, tmp_path):

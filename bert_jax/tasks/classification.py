@@ -131,7 +131,9 @@ class SentenceTask(FineTuningTask):
         return self.prediction_records(predictions)
 
     def write_predictions(self, path, examples, predictions):
-        """.jsonl: one object per input; .tsv: the texts and a `label` column; in input order."""
+        """.jsonl: one object per input; .tsv: the input's own columns (every one, by its
+        name; the texts for plain text) and a `label` column (`predicted_label` when the input
+        has a `label`); in input order."""
         records = self.prediction_records(predictions)
         kind = os.path.splitext(path)[1].lower()
         if kind not in (".jsonl", ".tsv"):
@@ -141,13 +143,27 @@ class SentenceTask(FineTuningTask):
                 for row, record in zip(examples.rows, records):
                     file.write(json_values.dumps(dict(texts=list(row.texts), **record)) + "\n")
             else:
-                width = max(len(row.texts) for row in examples.rows)
-                file.write("\t".join([f"text_{index}" for index in range(width)]
-                                     + ["label"]) + "\n")
-                for row, record in zip(examples.rows, records):
-                    texts = [text.replace("\t", " ") for text in row.texts]
-                    file.write("\t".join(texts + [""] * (width - len(texts))
-                                         + [str(record["label"])]) + "\n")
+                names, cells = _input_columns(examples.rows)
+                column = "predicted_label" if "label" in names else "label"
+                file.write("\t".join(names + [column]) + "\n")
+                for row_cells, record in zip(cells, records):
+                    file.write("\t".join(row_cells + [str(record["label"])]) + "\n")
+
+
+def _input_columns(rows) -> tuple[list[str], list[list[str]]]:
+    """(column names, each row's cells) of the input as read: its own columns where the file
+    has them (TSV/CSV/JSONL), else the texts as text_0[, text_1]. Tabs and line breaks inside
+    a cell become spaces, so that every row stays one TSV line."""
+    def clean(cell: str) -> str:
+        return " ".join(cell.replace("\t", " ").splitlines())
+
+    if all(row.source for row in rows):
+        names = list(dict.fromkeys(name for row in rows for name, _ in row.source))
+        return names, [[clean(dict(row.source).get(name, "")) for name in names] for row in rows]
+    width = max(len(row.texts) for row in rows)
+    return ([f"text_{index}" for index in range(width)],
+            [[clean(text) for text in row.texts] + [""] * (width - len(row.texts))
+             for row in rows])
 
 
 class ClassificationTask(SentenceTask):

@@ -37,6 +37,9 @@ class Row:
     texts: tuple[str, ...]  # one text, or a pair
     label: str | None  # the raw label cell (None when the file has no label column)
     line: int  # 1-based line number in the file, for error messages
+    # Every column of the input row as (name, cell), in file order, so that a prediction
+    # file can keep them (an id, the text column's own name); () for plain text.
+    source: tuple[tuple[str, str], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -272,9 +275,11 @@ def read_rows(path: str, spec: ColumnSpec, with_labels: bool = True,
         tuple(index for index in range(width) if index != label_index)
     _check_text_count(path, text_columns)
     _check_width(path, records, header, fixed_width=not spec.text_columns)
+    names = header or [f"column_{index}" for index in range(width)]
     return [Row(tuple(_cell(cells, column, path, number, "text") for column in text_columns),
                 _cell(cells, label_index, path, number, "label")
-                if label_index is not None else None, number)
+                if label_index is not None else None, number,
+                tuple(zip(names, [*cells, *[""] * (len(names) - len(cells))])))
             for number, cells in records]
 
 
@@ -289,7 +294,8 @@ def _jsonl_rows(path: str, records: list, spec: ColumnSpec, with_labels: bool) -
     reading_labels = with_labels or has_label
     return [Row(tuple(_cell(record, column, path, number, "text") for column in text_columns),
                 _cell(record, label_column, path, number, "label") if reading_labels else None,
-                number)
+                number, tuple((key, value if isinstance(value, str) else json.dumps(value))
+                              for key, value in record.items()))
             for number, record in records]
 
 
