@@ -15,6 +15,40 @@ _HEADER = struct.Struct("<QI")  # length, masked crc32c of the length
 _FOOTER_SIZE = 4  # masked crc32c of the data
 
 
+def _crc32c_table() -> list[int]:
+    table = []
+    for byte in range(256):
+        crc = byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)  # Castagnoli, reflected
+        table.append(crc)
+    return table
+
+
+_CRC32C_TABLE = _crc32c_table()
+
+
+def masked_crc32c(data: bytes) -> int:
+    """TFRecord's checksum: CRC-32C, rotated right by 15 and offset (TensorFlow's `Mask`).
+    In Python, for the 8-byte length fields only: a damaged length would otherwise read as a
+    record of some 10^18 bytes, a truncated shard, rather than as corruption."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc = _CRC32C_TABLE[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    crc ^= 0xFFFFFFFF
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def _length(header: bytes, path: str, count: int, offset: int) -> int:
+    """The record length a header holds; `UserError` if its checksum shows it is damaged."""
+    length, length_crc = _HEADER.unpack(header)
+    if masked_crc32c(header[:8]) != length_crc:
+        raise UserError(f"{path}: corrupt shard: record {count} at byte {offset} has a damaged "
+                        "length field (its checksum does not match); make or copy the shard "
+                        "again")
+    return length
+
+
 def _next_record(file, path: str, count: int, offset: int) -> bytes | None:
     """The data of the record at `offset`, None at the end; `UserError` if it is cut short."""
     header = file.read(_HEADER.size)
@@ -23,7 +57,7 @@ def _next_record(file, path: str, count: int, offset: int) -> bytes | None:
     if len(header) < _HEADER.size:
         raise UserError(f"{path}: truncated shard: record {count} at byte {offset} has a cut "
                         "header; was it still being written?")
-    length, _ = _HEADER.unpack(header)
+    length = _length(header, path, count, offset)
     data = file.read(length)
     if len(data) < length or len(file.read(_FOOTER_SIZE)) < _FOOTER_SIZE:
         raise UserError(f"{path}: truncated shard: record {count} at byte {offset} is cut "
@@ -66,7 +100,7 @@ def count_records(path: str) -> int:
             if len(header) < _HEADER.size:
                 raise UserError(f"{path}: truncated shard: record {count} at byte {offset} has "
                                 f"a cut header ({size} bytes in the file)")
-            length, _ = _HEADER.unpack(header)
+            length = _length(header, path, count, offset)
             end = offset + _HEADER.size + length + _FOOTER_SIZE
             if end > size:
                 raise UserError(f"{path}: truncated shard: record {count} at byte {offset} "

@@ -44,7 +44,7 @@ def test_an_interrupted_fine_tuning_run_resumes_bit_identically(tmp_path, monkey
 
     monkeypatch.setattr(batching.BucketedBatches, "__next__", interrupted)
     resumed_dir = tmp_path / "resumed"
-    _run(model, train, dev, resumed_dir)
+    assert _run(model, train, dev, resumed_dir)["exit_status"] == 143  # 128 + SIGTERM
     assert sorted(checkpointing.Checkpoints(str(resumed_dir / "checkpoints")).all_steps())[-1] == 7
     monkeypatch.setattr(batching.BucketedBatches, "__next__", original)
     resumed = _run(model, train, dev, resumed_dir)

@@ -70,6 +70,12 @@ def test_create_data_reports_the_tokens_of_over_long_lines(tmp_path, capsys):
     # One sentence of 1000 tokens; an instance holds 64 - 3 = 61 of them.
     assert "1 sentence(s) (lines, in the bert format) were longer than the 61 tokens" in error
     assert f"{1000 - 61} of the corpus's" in error
+    # The flag it suggests is one create-data has (it said --input-format, which is not).
+    suggested = error.split("or use ")[1].split()[:2]
+    assert suggested == ["--format", "prose"]
+    assert main(["create-data", "--input", str(corpus), "--vocab", vocab, "--output-dir",
+                 str(tmp_path / "prose"), "--max-seq-len", "64", "--max-predictions", "5",
+                 "--num-shards", "1", "--dupe-factor", "1", "--quiet", *suggested]) == 0
     from input_pipeline.manifest import read_manifest
     manifest = read_manifest(str(output))
     assert (manifest["num_long_sentences"], manifest["num_dropped_tokens"]) == (1, 939)

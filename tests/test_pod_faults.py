@@ -223,6 +223,7 @@ def test_first_ctrl_c_saves_the_step_and_stops_then_a_changed_seed_is_refused(tm
                            dataset_factory=_interrupting_factory(config, at=4),
                            log=lambda *parts: logged.append(" ".join(map(str, parts))))
     assert result["preempted"] and result["step"] == 5  # the step in flight finished
+    assert result["exit_status"] == 130  # 128 + SIGINT, as a shell reports Ctrl-C (was 143)
     assert os.path.isdir(tmp_path / "checkpoints" / "5" / "params")
     lines = [line for line in logged if line.startswith("step ")]
     assert [line.split(":")[0] for line in lines] == [f"step {n}/12" for n in range(1, 6)]
@@ -232,6 +233,22 @@ def test_first_ctrl_c_saves_the_step_and_stops_then_a_changed_seed_is_refused(tm
                                         r"not --config.seed 1"):
         trainer.train(resumed, str(tmp_path), show_progress=False, log=_quiet,
                       dataset_factory=synthetic_factory(resumed))
+
+
+def test_a_stopped_run_exits_with_the_status_of_its_signal(monkeypatch, capsys):
+    import signal
+
+    from bert_jax.cli import main
+    from bert_jax.training import interrupts
+
+    with interrupts.StopRequests() as stops:
+        stops._handle(signal.SIGTERM, None)
+    assert stops.exit_status == 143
+    assert interrupts.StopRequests().exit_status == 143  # stopped by another process's vote
+    monkeypatch.setattr(trainer, "train", lambda *args, **kwargs: dict(
+        step=3, preempted=True, stopped=False, evaluations=[], losses=[], exit_status=130))
+    demo = os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs", "demo.py")
+    assert main(["pretrain", "--config", demo, "--no-progress"]) == 130  # always 143 before
 
 
 def test_second_ctrl_c_exits_at_once(monkeypatch):
@@ -245,6 +262,8 @@ def test_second_ctrl_c_exits_at_once(monkeypatch):
         assert signal.getsignal(signal.SIGINT) == stops._handle
         stops._handle(signal.SIGINT, None)
         assert stops.requested and exits == []  # the first: save, then stop
+        stops._handle(signal.SIGTERM, None)  # a SIGTERM after it: the Ctrl-C stopped the run
+        assert stops.exit_status == 130
         stops._handle(signal.SIGINT, None)
         assert exits == [interrupts.EXIT_NOW_STATUS]  # the second: now
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

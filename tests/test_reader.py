@@ -212,3 +212,32 @@ def test_a_shard_directory_reads_the_shards_its_manifest_lists(shards, tmp_path)
     (tmp_path / "manifest.json").write_text("{not json", encoding="utf-8")
     with pytest.raises(UserError, match="manifest.json: manifest is not valid JSON"):
         manifest_lib.read_manifest(str(tmp_path))
+
+
+@pytest.mark.parametrize("damage, message", [
+    # The top byte of record 2's length: read as some 10^18 bytes, it was reported as a
+    # truncated shard "needing 6485183463413515228 bytes".
+    (lambda start, length: start + 7,
+     r"record 2 at byte {start} has a damaged length field \(its checksum does not match\)"),
+    # A byte of record 2's data: the error named every shard of the run.
+    (lambda start, length: start + 12 + length // 2,
+     r"the record data at byte {data} fail their checksum"),
+])
+def test_a_corrupt_record_names_its_shard_alone(shards, tmp_path, damage, message):
+    import shutil
+
+    from input_pipeline import tfrecord
+
+    paths = [shutil.copy(path, tmp_path) for path in shards["paths"]]
+    bad = paths[2]
+    records = tfrecord.first_records(bad, 3)
+    start = sum(8 + 4 + len(data) + 4 for data in records[:2])
+    content = bytearray(open(bad, "rb").read())
+    content[damage(start, len(records[2]))] ^= 0x5A
+    open(bad, "wb").write(bytes(content))
+    reader = PretrainingDataset(paths, 4, SEQ_LEN, PREDICTIONS, process_index=0,
+                                process_count=1, repeat=False)
+    expected = rf"^{bad}: corrupt shard: " + message.format(start=start, data=start + 12) + \
+        "; make or copy the shard again$"
+    with pytest.raises(UserError, match=expected):
+        list(reader)

@@ -203,3 +203,30 @@ def test_bad_json_and_lengths(tmp_path, tokenizer, caplog):
     assert (windows.input_ids[first_window, 9] == tokenizer.sep_id).all()  # [CLS] 8 tokens [SEP]
     assert (windows.segment_ids[first_window, 9] == 0).all()
     assert (windows.segment_ids[first_window, 10] == 1).all()
+
+
+def test_fine_tuning_warns_a_misplaced_answer_once(tmp_path, tokenizer, caplog):
+    """The task's settings (the file's version) and its examples both read the training
+    file: each warning was printed twice."""
+    import argparse
+
+    from bert_jax.tasks.question_answering import QuestionAnsweringTask
+
+    document = squad_document()
+    document["data"][0]["paragraphs"][0]["qas"][1]["answers"][0]["answer_start"] += 3
+    path = write_json(tmp_path / "train.json", document)
+    parser = argparse.ArgumentParser()
+    QuestionAnsweringTask.add_arguments(parser)
+    args = parser.parse_args([])
+    args.train = path
+    with caplog.at_level(logging.WARNING):
+        task = QuestionAnsweringTask.from_arguments(args, tokenizer)
+        task.read_examples(path, tokenizer, 128)
+    # The answer's own line and the file's count, once each.
+    assert caplog.text.count("does not point at") == 2, caplog.text
+    caplog.clear()
+    document["data"][0]["paragraphs"][0]["qas"][2]["answers"][0]["answer_start"] += 1
+    write_json(tmp_path / "train.json", document)  # a changed file is read again
+    with caplog.at_level(logging.WARNING):
+        assert read_squad(path).misplaced_answers == 2
+    assert "2 answer(s) skipped" in caplog.text

@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
         say("\nevaluation on held-out shards:\n" + trainer.format_evaluations(
             result["evaluations"]))
     if result["preempted"]:
-        return 143  # 128 + SIGTERM: the run is not finished
+        return result["exit_status"]  # 128 + the signal (Ctrl-C 130, SIGTERM 143): unfinished
     say(f"\ndone: step {result['step']} of {run_config.num_train_steps}"
         f"\n  checkpoints: {os.path.join(workdir, 'checkpoints')}"
         f"\n  TensorBoard: tensorboard --logdir {os.path.join(workdir, 'tensorboard')}"

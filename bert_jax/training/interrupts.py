@@ -6,7 +6,8 @@ XLA step runs would surface minutes later, somewhere arbitrary, and save nothing
 both signals set a flag that the loop polls after each step: it saves that step and
 returns, within seconds of the step finishing. A user who cannot wait presses Ctrl-C again
 and the process exits immediately (status 130; the last saved checkpoint is intact, since
-every checkpoint is written under a temporary name first).
+every checkpoint is written under a temporary name first). A run stopped by a signal
+exits as a shell reports that signal (`exit_status`): 130 after Ctrl-C, 143 after SIGTERM.
 """
 
 import os
@@ -22,6 +23,7 @@ class StopRequests:
     def __init__(self):
         self.requested = False
         self.interrupts = 0
+        self.signal = None  # the first signal received
         self._previous = {}
 
     def __enter__(self) -> "StopRequests":
@@ -32,7 +34,14 @@ class StopRequests:
                 break
         return self
 
+    @property
+    def exit_status(self) -> int:
+        """128 + the signal that stopped the run; SIGTERM's when this process received none
+        (another process of the run was preempted, and all stop together)."""
+        return 128 + int(self.signal or signal.SIGTERM)
+
     def _handle(self, signum, frame) -> None:
+        self.signal = self.signal or signum
         if signum == signal.SIGINT:
             self.interrupts += 1
             if self.interrupts > 1:

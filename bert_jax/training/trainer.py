@@ -256,8 +256,9 @@ def train(run_config, workdir: str, *, task=None, dataset_factory=None, evaluato
     """Runs (or resumes) `task` to run_config.num_train_steps in `workdir`.
 
     Returns {'step', 'preempted', 'stopped', 'evaluations': [(step, metrics)],
-    'losses': [(step, loss)]}. Without a task the run is pre-training: its data section is
-    prepared and its shards read here. `dataset_factory(split, batch_size, process_index,
+    'losses': [(step, loss)]}, and when preempted 'exit_status' (130 after Ctrl-C, 143 after
+    SIGTERM). Without a task the run is pre-training: its data section is prepared and its
+    shards read here. `dataset_factory(split, batch_size, process_index,
     process_count)` gives the batches (required with a task; tests feed synthetic
     pre-training batches through it). `evaluator` (see `TermEvaluator`, the default when
     data.eval_files is set) evaluates during the run and may stop it early.
@@ -354,6 +355,7 @@ def _loop(run_config, bundle, state, meta, checkpoints, writer, dataset_factory,
                 log(f"\nstopped (SIGTERM or Ctrl-C): saved step {step} in "
                     f"{checkpoints.directory}; run the same command again to resume")
                 result["preempted"] = True
+                result["exit_status"] = preemption.exit_status  # 130 after Ctrl-C, 143 SIGTERM
                 break
                 progress.finish()  # the bar shows this step before the evaluation's own bar
             if result["stopped"]:

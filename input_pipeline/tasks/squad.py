@@ -8,6 +8,7 @@ for the span (warned, counted) but still counts as a gold text.
 """
 
 import dataclasses
+import hashlib
 import json
 import logging
 
@@ -112,11 +113,24 @@ def parse_squad(document, path: str, require_answers: bool = True) -> SquadFile:
     return SquadFile(questions, version_2, misplaced)
 
 
+# The last file parsed: fine-tuning reads its training file twice (the task's settings need
+# its version, then its examples are made), which parsed it twice and warned each misplaced
+# answer twice. Keyed by the text's digest, so a changed file is parsed again.
+_last_parsed: dict = {}
+
+
 def read_squad(path: str, require_answers: bool = True) -> SquadFile:
     """Questions of a SQuAD v1.1 or v2.0 JSON file, in file order."""
+    text = read_user_text(path, "SQuAD")
+    key = (path, require_answers, hashlib.sha256(text.encode("utf-8")).digest())
+    if key in _last_parsed:
+        return _last_parsed[key]
     try:
-        document = json.loads(read_user_text(path, "SQuAD"))
+        document = json.loads(text)
     except json.JSONDecodeError as error:
         raise UserError(f"{path}: not valid JSON ({error.msg} at line {error.lineno}, "
                         f"column {error.colno})") from None
-    return parse_squad(document, path, require_answers)
+    parsed = parse_squad(document, path, require_answers)
+    _last_parsed.clear()
+    _last_parsed[key] = parsed
+    return parsed
