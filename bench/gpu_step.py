@@ -2,13 +2,18 @@
 
 bench/model_step.py's comparison moved to a CUDA GPU, in one process: forward, backward,
 AdamW (betas 0.9/0.999, eps 1e-6, weight decay 0.01) with global-norm clipping at 1.0, the
-MLM head on the 20 gathered masked positions plus next-sentence prediction, dropout on.
+MLM head on the 20 gathered masked positions plus next-sentence prediction, hidden dropout
+0.1; attention-probability dropout --attention-dropout on both sides (default 0, the fast
+setting: bert-jax then takes cuDNN's fused attention in bf16; PyTorch's SDPA fuses either).
+BERT-Base and BERT-Large (--presets), at 128 and 512 tokens (--configs).
   bert-jax       its real jitted `train_step` (donated state), built as model_step.JaxStep
-                 builds it, with the run config's `precision.dtype` set.
+                 builds it, with the run config's `precision.dtype` set; the script prints
+                 which attention its compiled program holds.
   torch          `BertForPreTraining` in train mode, its heads on the gathered positions
                  (bench/torch_pretraining.py, model_step's `torch-g`), `torch.optim.AdamW(
                  fused=True)` and `clip_grad_norm_`: the peer's best eager practice.
-  torch.compile  (--compile CONFIGS) the same, its loss function through `torch.compile`.
+  torch.compile  (--compile, default all configs) the same, its loss function through
+                 `torch.compile`.
 Two precisions, like for like:
   fp32  both frameworks' float32 matmuls on the tensor cores in TF32: JAX's default matmul
         precision on a GPU, `torch.backends.cuda.matmul.allow_tf32` (set here) for PyTorch;
@@ -19,12 +24,15 @@ Two precisions, like for like:
 Each timed call runs --steps steps and then waits for the device once (no host sync
 between steps, as a training loop runs); the calls alternate in --rounds rounds, with the
 framework's own large matmul (the measured peak) between them, and medians are reported.
-MFU counts model FLOPs (`bert_jax.flops`: matmuls only, 3x forward) against each
-framework's measured matmul peak in the step's precision and against the H100 SXM
-datasheet's dense peak.
+MFU counts model FLOPs (`bert_jax.flops`: matmuls only, 3x forward) of the batch's real
+(unpadded) tokens against each framework's measured matmul peak in the step's precision and
+against the card's datasheet dense peak (DATASHEET_PEAK). --markdown-out writes the table
+the README quotes, headed by the card's name. --smoke runs it all on the CPU in seconds.
 
-Usage: python bench/gpu_step.py [--configs fp32:128x128,bf16:128x128,fp32:32x512,bf16:32x512]
-           [--preset base] [--rounds 5] [--steps 10] [--compile bf16:128x128] [--json-out PATH]
+Usage: python bench/gpu_step.py [--presets base,large] [--configs fp32:128x128,bf16:128x128,
+           fp32:32x512,bf16:32x512] [--rounds 5] [--steps 10] [--compile all|none|CONFIGS]
+           [--attention-dropout 0] [--markdown-out PATH] [--json-out PATH]
+       python bench/gpu_step.py --smoke   # on the CPU, BERT-tiny, one round: checks the script
 """
 
 import argparse
@@ -38,7 +46,9 @@ import time
 import numpy as np
 
 # Before bench.model_step, which keeps JAX on the CPU unless JAX_PLATFORMS says otherwise.
-os.environ.setdefault("JAX_PLATFORMS", "cuda")
+# --smoke runs the whole script on the CPU (a tiny model, one round): a check that it works.
+SMOKE = "--smoke" in sys.argv
+os.environ.setdefault("JAX_PLATFORMS", "cpu" if SMOKE else "cuda")
 # The two frameworks share the GPU: JAX must not take 75% of its memory up front.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 os.environ.setdefault("TQDM_DISABLE", "1")  # time_rounds' progress bar: noise in a log
@@ -47,12 +57,16 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.model_step import JaxStep, TorchGatheredStep, make_batch, time_rounds  # noqa: E402
 
 DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
-# NVIDIA H100 SXM datasheet, dense (no sparsity): bf16 and tf32 tensor-core FLOP/s.
-DATASHEET_PEAK = {"bf16": 989e12, "fp32": 494e12}
+# Datasheet dense (no sparsity) bf16 and tf32 tensor-core FLOP/s, by a name
+# torch.cuda.get_device_name() contains: NVIDIA's H100 SXM / H200 and A100 datasheets.
+DATASHEET_PEAK = {"H100": {"bf16": 989e12, "fp32": 494e12},
+                  "H200": {"bf16": 989e12, "fp32": 494e12},
+                  "A100": {"bf16": 312e12, "fp32": 156e12}}
 
 
 class GpuJaxStep(JaxStep):
-    """model_step.JaxStep whose `run(n)` runs n steps, then waits once."""
+    """model_step.JaxStep whose `run(n)` runs n steps, then waits once; it reports the
+    attention implementation its compiled program holds."""
 
     def run(self, steps: int):
         for _ in range(steps):
@@ -64,6 +78,13 @@ class GpuJaxStep(JaxStep):
         """`while` ops in the lowered step: the CPU-only chunked attention is a lax.map loop."""
         lowered = self.bundle.train_step.lower(self.state, self.batch, self.rng)
         return lowered.as_text().count("stablehlo.while")
+
+    def attention(self) -> str:
+        """The attention the compiled step holds (cuDNN's fused kernel, or XLA's einsums)."""
+        from bert_jax import aot_hlo
+        compiled = self.bundle.train_step.lower(self.state, self.batch, self.rng).compile()
+        name, calls = aot_hlo.attention_kernel(compiled.as_text() or "")
+        return f"{name}" + (f", {calls} kernel calls" if calls else "")
 
 
 class GpuTorchStep(TorchGatheredStep):
@@ -157,9 +178,13 @@ def attention_path(batch_size: int, seq_len: int) -> str:
     return f"backend {backend}: automatic attention is {path}"
 
 
-def build_steps(preset: str, precision: str, batch: dict, compile_loss: bool) -> dict:
-    """The steps of one configuration, warmed up (compiled); prints compile times."""
-    steps = {"bert-jax": GpuJaxStep(preset, batch, DTYPES[precision])}
+def build_steps(preset: str, precision: str, batch: dict, compile_loss: bool,
+                attention_dropout: float) -> dict:
+    """The steps of one configuration, warmed up (compiled); prints compile times. Both
+    frameworks take `attention_dropout` (PyTorch's SDPA applies it inside its fused kernels;
+    bert-jax's fused kernels need 0, layers/attention_kernels.py)."""
+    overrides = {"attention_dropout_rate": attention_dropout}
+    steps = {"bert-jax": GpuJaxStep(preset, batch, DTYPES[precision], overrides)}
     steps["torch"] = GpuTorchStep(steps["bert-jax"].model_config, batch, DTYPES[precision])
     if compile_loss:
         steps["torch.compile"] = GpuTorchStep(steps["bert-jax"].model_config, batch,
@@ -184,18 +209,21 @@ def build_steps(preset: str, precision: str, batch: dict, compile_loss: bool) ->
 
 
 def benchmark_config(preset: str, precision: str, batch_size: int, seq_len: int, args,
-                     compiled: list) -> tuple[list[str], dict]:
-    """Table rows and raw seconds for one (precision, batch) configuration."""
+                     compiled: list) -> tuple[list[str], list[str], dict]:
+    """Text rows, markdown rows and raw seconds for one (preset, precision, batch) config."""
     from bert_jax import flops
-    label = f"{precision} {batch_size}x{seq_len}"
+    label = f"{preset} {precision} {batch_size}x{seq_len}"
     print(f"{label}:", flush=True)
     batch = make_batch(batch_size, seq_len, args.predictions)
-    steps = build_steps(preset, precision, batch, (precision, batch_size, seq_len) in compiled)
-    print(f"  {attention_path(batch_size, seq_len)}; the lowered bert-jax step has "
-          f"{steps['bert-jax'].while_loops()} while loops (chunks would add one per layer)",
-          flush=True)
-    step_flops = flops.train_step_flops(steps["bert-jax"].model_config, batch_size, seq_len,
-                                        args.predictions)
+    steps = build_steps(preset, precision, batch, (precision, batch_size, seq_len) in compiled,
+                        args.attention_dropout)
+    print(f"  {attention_path(batch_size, seq_len)}; bert-jax's compiled step holds "
+          f"{steps['bert-jax'].attention()} attention", flush=True)
+    # MFU on real tokens: model FLOPs of the batch's unpadded tokens (make_batch pads none,
+    # so here every token is real; the count is kept explicit for padded batches).
+    real_fraction = float(np.mean(batch["input_mask"]))
+    step_flops = real_fraction * flops.train_step_flops(
+        steps["bert-jax"].model_config, batch_size, seq_len, args.predictions)
     peaks = matmul_peaks(precision, args.peak_size, args.peak_repeats)
     calls = {name: (lambda step=step: step.run(args.steps)) for name, step in steps.items()}
     calls.update({f"{name} peak": run for name, run in peaks.items()})
@@ -206,27 +234,56 @@ def benchmark_config(preset: str, precision: str, batch_size: int, seq_len: int,
                  for name, rounds in times.items()}  # seconds per step (per peak call)
     peak_flops = {name: 2 * args.peak_size**3 * args.peak_repeats
                   / statistics.median(per_round[f"{name} peak"]) for name in peaks}
-    rows = []
+    datasheet = datasheet_peak(precision)
+    rows, markdown = [], []
     jax_median = statistics.median(per_round["bert-jax"])
     for name in steps:
         median = statistics.median(per_round[name])
         achieved = step_flops / median
         own_peak = peak_flops["bert-jax" if name == "bert-jax" else "torch"]
         ratios = [t / j for j, t in zip(per_round["bert-jax"], per_round[name])]
-        datasheet_mfu = achieved / DATASHEET_PEAK[precision]
-        rows.append(f"{label:13s} {name:13s} {median * 1e3:8.2f} "
+        sheet_mfu = f"{100 * achieved / datasheet:.1f}%" if datasheet else "-"
+        rows.append(f"{label:21s} {name:13s} {median * 1e3:8.2f} "
                     f"{min(per_round[name]) * 1e3:7.2f}-{max(per_round[name]) * 1e3:<7.2f} "
-                    f"{batch_size * seq_len / median:9.0f} {achieved / 1e12:7.1f} "
-                    f"{100 * achieved / own_peak:8.1f}% {100 * datasheet_mfu:9.1f}%"
+                    f"{real_fraction * batch_size * seq_len / median:9.0f} "
+                    f"{achieved / 1e12:7.1f} {100 * achieved / own_peak:8.1f}% {sheet_mfu:>9}"
                     f"  {median / jax_median:5.2f} ({min(ratios):.2f}-{max(ratios):.2f})")
-    rows.append(f"{label:13s} matmul peak {args.peak_size}^2 TFLOP/s: " + ", ".join(
+        markdown.append(f"| {preset} | {precision} | {batch_size} x {seq_len} | {name} | "
+                        f"{median * 1e3:.2f} | {real_fraction * batch_size * seq_len / median:,.0f}"
+                        f" | {sheet_mfu} | {median / jax_median:.2f}x |")
+    rows.append(f"{label:21s} matmul peak {args.peak_size}^2 TFLOP/s: " + ", ".join(
         f"{name} {value / 1e12:.0f}" for name, value in peak_flops.items())
-        + f" (datasheet {DATASHEET_PEAK[precision] / 1e12:.0f}); "
-        f"step {step_flops / 1e12:.3f} TFLOP of model work")
+        + (f" (datasheet {datasheet / 1e12:.0f}); " if datasheet else "; ")
+        + f"step {step_flops / 1e12:.3f} TFLOP of model work")
     memory = memory_report()
     print("\n".join(["  " + memory] + rows), flush=True)
-    return rows, {"label": label, "step_flops": step_flops, "peak_flops": peak_flops,
-                  "seconds_per_step": per_round, "memory": memory}
+    return rows, markdown, {"label": label, "step_flops": step_flops, "peak_flops": peak_flops,
+                            "seconds_per_step": per_round, "memory": memory}
+
+
+def device_name() -> str:
+    import torch
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU"
+
+
+def datasheet_peak(precision: str) -> float:
+    """The card's dense datasheet FLOP/s in `precision` (0 for a card not in the table)."""
+    name = device_name()
+    for card, peaks in DATASHEET_PEAK.items():
+        if card in name:
+            return peaks[precision]
+    return 0.0
+
+
+def markdown_table(rows: list[str], args) -> str:
+    """The table the README quotes: the card's name, the settings, one row per step."""
+    return "\n".join([
+        f"GPU step on {device_name()}: bert-jax vs PyTorch (transformers BertForPreTraining, "
+        f"SDPA attention), {args.predictions} predictions, attention dropout "
+        f"{args.attention_dropout}, {args.rounds} interleaved rounds x {args.steps} steps, "
+        f"medians; MFU = model FLOPs of the real tokens / the datasheet's dense peak.", "",
+        "| model | precision | batch | framework | ms/step | tokens/s | MFU | time / bert-jax |",
+        "|---|---|---|---|---|---|---|---|", *rows])
 
 
 def memory_report() -> str:
@@ -285,9 +342,9 @@ def print_environment() -> None:
           + ", ".join(f"{name} {error:.1e}" for name, error in errors.items()), flush=True)
 
 
-def main() -> None:
+def parse_arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--preset", default="base", help="model size")
+    parser.add_argument("--presets", default="base,large", help="comma-separated model sizes")
     parser.add_argument("--configs", default="fp32:128x128,bf16:128x128,fp32:32x512,bf16:32x512",
                         help="comma-separated PRECISION:BATCHxSEQ (precision fp32 or bf16)")
     parser.add_argument("--predictions", type=int, default=20, help="masked positions per row")
@@ -295,29 +352,53 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10, help="steps per timed call")
     parser.add_argument("--peak-size", type=int, default=8192, help="square matmul for the peak")
     parser.add_argument("--peak-repeats", type=int, default=10, help="matmuls per peak call")
-    parser.add_argument("--compile", default="", help="configs (as --configs) whose torch "
-                        "step also runs through torch.compile (minutes of compiling each)")
+    parser.add_argument("--compile", default="all", help="configs (as --configs, 'all' or "
+                        "'none') whose torch step also runs through torch.compile (minutes each)")
+    parser.add_argument("--attention-dropout", type=float, default=0.0,
+                        help="attention-probability dropout on both sides: 0 (default) lets "
+                             "bert-jax take cuDNN's fused kernel; 0.1 is the paper's")
     parser.add_argument("--json-out", default="", help="write the raw seconds here")
+    parser.add_argument("--markdown-out", default="", help="write the README's table here")
+    parser.add_argument("--smoke", action="store_true",
+                        help="on the CPU: BERT-tiny, fp32 and bf16 2x128, one round of one "
+                             "step, no torch.compile (checks the script, measures nothing)")
     args = parser.parse_args()
+    if args.smoke:
+        args.presets, args.configs, args.compile = "tiny", "fp32:2x128,bf16:2x128", "none"
+        args.rounds, args.steps, args.peak_size, args.peak_repeats = 1, 1, 128, 1
+        args.predictions = 4
+    return args
+
+
+def main() -> None:
+    args = parse_arguments()
     allow_tf32_in_torch()
     print_environment()
-    compiled = parse_configs(args.compile) if args.compile else []
-    rows, raw = [], []
-    for precision, batch_size, seq_len in parse_configs(args.configs):
-        config_rows, config_raw = benchmark_config(args.preset, precision, batch_size, seq_len,
-                                                   args, compiled)
-        rows += config_rows
-        raw.append(config_raw)
-        release()
+    configs = parse_configs(args.configs)
+    named = {"all": configs, "none": []}
+    compiled = named[args.compile] if args.compile in named else parse_configs(args.compile)
+    rows, markdown, raw = [], [], []
+    for preset in args.presets.split(","):
+        for precision, batch_size, seq_len in configs:
+            config_rows, config_markdown, config_raw = benchmark_config(
+                preset, precision, batch_size, seq_len, args, compiled)
+            rows += config_rows
+            markdown += config_markdown
+            raw.append(config_raw)
+            release()
     if args.json_out:
         with open(args.json_out, "w") as file:
             json.dump({"args": vars(args), "configs": raw}, file, indent=1)
-    print(f"\npreset {args.preset}, {args.predictions} predictions, {args.rounds} rounds x "
-          f"{args.steps} steps; medians; jax/row: bert-jax tokens/s over the row's = the row's "
-          f"step time over bert-jax's (range over rounds)")
-    print("config        frame          ms/step  round range   tokens/s TFLOP/s MFU(meas) "
-          "MFU(sheet)  jax/row")
+    table = markdown_table(markdown, args)
+    if args.markdown_out:
+        with open(args.markdown_out, "w") as file:
+            file.write(table + "\n")
+    print(f"\n{args.predictions} predictions, {args.rounds} rounds x {args.steps} steps; "
+          f"medians; jax/row: the row's step time over bert-jax's (range over rounds)")
+    print("config                frame          ms/step  round range   tokens/s TFLOP/s "
+          "MFU(meas) MFU(sheet)  jax/row")
     print("\n".join(rows))
+    print("\n" + table)
 
 
 if __name__ == "__main__":

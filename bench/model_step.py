@@ -63,13 +63,15 @@ def make_batch(batch_size: int, seq_len: int, predictions: int, seed: int = 0) -
 class JaxStep:
     """The project's jitted train step on one CPU device; `__call__` runs one step."""
 
-    def __init__(self, preset_name: str, batch: dict, dtype: str = "float32"):
+    def __init__(self, preset_name: str, batch: dict, dtype: str = "float32",
+                 model_overrides: dict | None = None):
         import jax
         from bert_jax import run_config, sharding
         from bert_jax.training import train_step
         config = run_config.base_config(preset_name)
         config.precision.dtype = dtype  # compute dtype; parameters stay float32
         config.model.vocab_size = VOCAB_SIZE
+        config.model.update(model_overrides or {})  # e.g. attention_dropout_rate
         config.batch_size = batch["input_ids"].shape[0]
         config.data.seq_len = batch["input_ids"].shape[1]
         config.data.max_predictions = batch["masked_lm_positions"].shape[1]
