@@ -8,6 +8,10 @@ bench/out/learning_curve.png and prints the MLM losses at the last step, average
 last 20 steps to damp batch noise, and their ratio.
 
     python bench/learning_curve.py [--steps 500] [--batch-size 8]
+
+`--attention-dropout` instead trains bert-jax alone with attention-probability dropout 0.1
+(the paper) and 0 (the fused kernels' setting), two seeds a side on the same batches, and
+prints each run's MLM loss on a held-out shard.
 """
 
 import argparse
@@ -105,6 +109,67 @@ def train_torch(model_dir: str, run_config, batches, log_every: int) -> tuple[li
     return losses, (time.perf_counter() - start) / len(batches)
 
 
+def train_and_evaluate(run_config, batches, held_out: list) -> tuple[list[float], dict, float]:
+    """bert-jax alone: train losses, the held-out means (no dropout) and seconds per step."""
+    import jax
+
+    from bert_jax import sharding
+    from bert_jax.training import train_step
+
+    mesh = sharding.make_mesh(1, 1, 1, devices=jax.devices()[:1])
+    bundle = train_step.build_train_step(run_config, mesh)
+    state = bundle.init_state(jax.random.PRNGKey(run_config.seed))
+    rng, losses, start = jax.random.PRNGKey(run_config.seed + 1), [], time.perf_counter()
+    for batch in batches:
+        state, metrics = bundle.train_step(state, batch, rng)
+        losses.append(float(metrics["mlm_loss"]))
+    seconds = (time.perf_counter() - start) / len(batches)
+    totals = None
+    for batch in held_out:
+        result = jax.device_get(bundle.eval_step(state.params, batch))
+        totals = result if totals is None else jax.tree.map(np.add, totals, result)
+    return losses, bundle.task.means(totals["sums"], totals["counts"]), seconds
+
+
+def attention_dropout_comparison(args) -> int:
+    """Attention-probability dropout 0.1 (the paper) against 0 (the fused kernels' setting,
+    bert_jax/layers/attention_kernels.py): BERT-mini, the same shards and seeds on both
+    sides, two seeds a side, held-out MLM loss on a shard no run trains on."""
+    from input_pipeline.reader import PretrainingDataset, expand_patterns
+    from input_pipeline.tokenization import load_tokenizer
+
+    vocab_path, shards = make_shards(128, 20)
+    files = expand_patterns([shards])
+    train_files, held_out_files = files[:-1], files[-1:]
+    vocab_size = load_tokenizer(vocab_path).vocab_size
+    held_out_data = PretrainingDataset(held_out_files, 32, 128, 20, seed=0, repeat=False,
+                                       process_index=0, process_count=1)
+    held_out = [next(held_out_data) for _ in range(args.eval_batches)]
+    print(f"attention dropout 0.1 vs 0: BERT-mini, {args.steps} steps of {args.batch_size} x "
+          f"128 on {len(train_files)} shards, held-out MLM loss on {args.eval_batches} x 32 "
+          f"sequences of {os.path.basename(held_out_files[0])}", flush=True)
+    results = {}
+    for seed in (0, 1):
+        data = PretrainingDataset(train_files, args.batch_size, 128, 20, seed=seed,
+                                  process_index=0, process_count=1)
+        batches = [next(data) for _ in range(args.steps)]
+        for rate in (0.1, 0.0):
+            config = run_config_for(args, vocab_size)
+            config.seed, config.model.attention_dropout_rate = seed, rate
+            losses, held, seconds = train_and_evaluate(config, batches, held_out)
+            results[rate, seed] = float(held["mlm_loss"])
+            print(f"  attention dropout {rate}, seed {seed}: held-out MLM loss "
+                  f"{held['mlm_loss']:.4f} (accuracy {held['mlm_accuracy']:.4f}); train MLM "
+                  f"loss, mean of the last 20 steps {np.mean(losses[-20:]):.4f}; "
+                  f"{seconds:.3f} s/step", flush=True)
+    means = {rate: np.mean([results[rate, seed] for seed in (0, 1)]) for rate in (0.1, 0.0)}
+    print(f"held-out MLM loss, mean of 2 seeds: dropout 0.1 {means[0.1]:.4f}, dropout 0 "
+          f"{means[0.0]:.4f} ({(means[0.0] / means[0.1] - 1) * 100:+.2f}%); seed spread "
+          f"0.1: {abs(results[0.1, 0] - results[0.1, 1]):.4f}, "
+          f"0: {abs(results[0.0, 0] - results[0.0, 1]):.4f}")
+    return 0
+
+
 def plot(jax_losses, torch_losses, path: str) -> None:
     import matplotlib
 
@@ -130,12 +195,19 @@ def main() -> int:
     parser.add_argument("--batch-size", type=int, default=8)  # torch sets the pace on a CPU
     parser.add_argument("--learning-rate", type=float, default=5e-4)
     parser.add_argument("--warmup-steps", type=int, default=50)
+    parser.add_argument("--attention-dropout", action="store_true",
+                        help="instead: bert-jax with attention dropout 0.1 vs 0, two seeds "
+                             "a side, held-out MLM loss")
+    parser.add_argument("--eval-batches", type=int, default=20,
+                        help="held-out batches of 32 for --attention-dropout")
     args = parser.parse_args()
     if not os.path.exists(CORPUS):
         print(f"skipped: {CORPUS} is absent (the shared reference data)")
         return 0
     os.makedirs(OUT, exist_ok=True)
     sys.path.insert(0, ROOT)
+    if args.attention_dropout:
+        return attention_dropout_comparison(args)
     from bert_jax.model_io import export_huggingface
     from input_pipeline.reader import PretrainingDataset
     from input_pipeline.tokenization import load_tokenizer
