@@ -16,6 +16,8 @@ import re
 import time
 from typing import Any
 
+from bert_jax import aot_hlo
+from bert_jax.aot_hlo import COLLECTIVES
 from bert_jax.config import BERT_VOCAB_SIZE, BertConfig
 from bert_jax.errors import UserError
 from launch.tpu_types import GIB, TpuGeneration, generation_for_device_kind, GENERATIONS
@@ -24,10 +26,6 @@ from launch.tpu_types import GIB, TpuGeneration, generation_for_device_kind, GEN
 TOPOLOGY_EXAMPLES = ("v3:4x8 (v3-64: 64 cores)", "v4:4x4x2 --chip-config megacore (v4-64)",
                      "v5e:16x16 (v5e-256)", "v5e:2x2", "v5e:2x4", "v5p:2x2x1", "v6e:2x2")
 _TOPOLOGY_PATTERN = re.compile(r"(v\d+[a-z]*):(\d+(?:x\d+){1,2})")
-# HLO instructions that move data between devices; "-start" is the async form of each.
-COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
-_COLLECTIVE_PATTERN = re.compile(
-    r"\s(" + "|".join(COLLECTIVES) + r")(?:-start)?\(")
 
 
 def _topology_error(topology: str, reason: str) -> UserError:
@@ -85,6 +83,12 @@ class CompileReport:
     model_flops_per_step: float  # bert_jax.flops: matmul FLOPs of the whole global step
     collectives: dict  # HLO op name -> count in the compiled program
     compile_seconds: float
+    bytes_accessed_per_device: float = 0.0  # XLA's cost analysis: HBM bytes read and written
+    # Bytes one device sends over the interconnect, per collective kind (bert_jax.aot_hlo).
+    collective_bytes: dict = dataclasses.field(default_factory=dict)
+    attention: str = aot_hlo.XLA  # the attention implementation the program holds
+    # FLOPs inside Pallas kernels, which XLA's cost analysis does not see (bert_jax.flops).
+    kernel_flops_per_device: float = 0.0
     # XLA's RESOURCE_EXHAUSTED message when the step cannot fit at all: the TPU compiler
     # refuses to build it, so there is no memory analysis (the fields above are then 0).
     out_of_memory: str = ""
@@ -111,18 +115,32 @@ class CompileReport:
     def hbm_bytes_per_device(self) -> int:
         return self.generation.hbm_bytes_per_chip // self.devices_per_chip
 
+    @property
+    def collective_bytes_per_device(self) -> float:
+        return float(sum(self.collective_bytes.values()))
+
+    def roofline_terms(self) -> dict[str, float]:
+        """Seconds per step each resource needs at its peak, per device: the step takes at
+        least the largest. A term is absent where the chip table has no bandwidth for it."""
+        generation, share = self.generation, self.devices_per_chip
+        terms = {"compute": (self.compiled_flops_per_device + self.kernel_flops_per_device)
+                 / (generation.peak_bf16_flops_per_chip / share)}
+        if generation.hbm_bytes_per_second_per_chip:
+            terms["memory"] = self.bytes_accessed_per_device / (
+                generation.hbm_bytes_per_second_per_chip / share)
+        if generation.interconnect_bytes_per_second_per_chip:
+            terms["interconnect"] = self.collective_bytes_per_device / (
+                generation.interconnect_bytes_per_second_per_chip / share)
+        return terms
+
+    def roofline_seconds(self) -> float:
+        """The roofline bound: no step is faster than its slowest resource at peak."""
+        return max(self.roofline_terms().values())
+
     def step_seconds(self, mfu: float) -> float:
         """Projected step time if the slice sustains `mfu` of its peak bf16 FLOP/s."""
         peak = self.num_chips * self.generation.peak_bf16_flops_per_chip
         return self.model_flops_per_step / (peak * mfu)
-
-
-def count_collectives(hlo_text: str) -> dict[str, int]:
-    """How many of each collective the compiled HLO contains (async pairs count once)."""
-    counts = dict.fromkeys(COLLECTIVES, 0)
-    for match in _COLLECTIVE_PATTERN.finditer(hlo_text):
-        counts[match.group(1)] += 1
-    return counts
 
 
 def resolved_model_config(run_config) -> tuple[BertConfig, bool]:
@@ -184,17 +202,12 @@ def compile_train_step(run_config, devices: list, topology: str = "") -> Compile
     compile_seconds = time.perf_counter() - start
     device, data = devices[0], run_config.data
     generation = generation_for_device_kind(device.device_kind)
+    # Out of memory: no memory analysis or cost to read (the fields stay 0).
     measured = dict.fromkeys(("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes",
                               "code_bytes", "compiled_flops_per_device"), 0)
-    collectives = dict.fromkeys(COLLECTIVES, 0)
+    measured["collectives"] = dict.fromkeys(COLLECTIVES, 0)
     if compiled is not None:
-        memory = compiled.memory_analysis()
-        measured = dict(
-            argument_bytes=memory.argument_size_in_bytes,
-            output_bytes=memory.output_size_in_bytes, alias_bytes=memory.alias_size_in_bytes,
-            temp_bytes=memory.temp_size_in_bytes, code_bytes=memory.generated_code_size_in_bytes,
-            compiled_flops_per_device=float(_first(compiled.cost_analysis()).get("flops", 0.0)))
-        collectives = count_collectives(compiled.as_text() or "")
+        measured = _measure(compiled, model_config, run_config, len(devices))
     return CompileReport(
         topology=topology, device_kind=device.device_kind, num_devices=len(devices),
         devices_per_chip=generation.cores_per_chip // getattr(device, "num_cores", 1),
@@ -202,7 +215,36 @@ def compile_train_step(run_config, devices: list, topology: str = "") -> Compile
         max_predictions=data.max_predictions, **measured,
         model_flops_per_step=float(flops.train_step_flops(
             model_config, run_config.batch_size, data.seq_len, data.max_predictions)),
-        collectives=collectives, compile_seconds=compile_seconds, out_of_memory=out_of_memory or "")
+        compile_seconds=compile_seconds, out_of_memory=out_of_memory or "")
+
+
+def _measure(compiled, model_config: BertConfig, run_config, num_devices: int) -> dict:
+    """The compiled program's memory, cost analysis, collectives and attention kernel.
+
+    FLOPs: XLA's cost analysis counts every op of the per-device program except what runs
+    inside a Pallas kernel (it reports a splash kernel's work as about nothing); those are
+    added from bert_jax.flops (the attention core's model FLOPs, 3x forward, split evenly
+    over the devices, as the batch and heads are).
+    """
+    from bert_jax import flops
+
+    memory = compiled.memory_analysis()
+    cost = _first(compiled.cost_analysis())
+    hlo_text = compiled.as_text() or ""
+    counts, wire_bytes = aot_hlo.collectives(hlo_text, num_devices)
+    attention, _ = aot_hlo.attention_kernel(hlo_text)
+    kernel_flops = 0.0
+    if attention == aot_hlo.SPLASH:
+        kernel_flops = 3 * flops.attention_core_flops(
+            model_config, run_config.batch_size, run_config.data.seq_len) / num_devices
+    return dict(
+        argument_bytes=memory.argument_size_in_bytes,
+        output_bytes=memory.output_size_in_bytes, alias_bytes=memory.alias_size_in_bytes,
+        temp_bytes=memory.temp_size_in_bytes, code_bytes=memory.generated_code_size_in_bytes,
+        compiled_flops_per_device=float(cost.get("flops", 0.0)),
+        bytes_accessed_per_device=float(cost.get("bytes accessed", 0.0)),
+        collectives=counts, collective_bytes=wire_bytes, attention=attention,
+        kernel_flops_per_device=kernel_flops)
 
 
 def format_bytes(num_bytes: float) -> str:

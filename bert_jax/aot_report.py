@@ -33,6 +33,13 @@ ORIGINAL_RECIPE = (
                  "--config.data.max_predictions=80", "--config.num_train_steps=1000000",
                  "--config.schedule_steps=1000000")),
 )
+# The recipe on packed shards (create-data --pack, up to 3 instances a row) trains on the same
+# instances in fewer rows: a phase takes its steps / (instances per row) steps of 256 rows.
+# Instances per row are the data's: War and Peace with the bert-base-uncased vocabulary
+# packs 78,741 instances into 73,267 rows at 128 tokens and 26,168 into 20,784 at 512
+# (`bert-jax create-data --pack` prints them; num_instances / num_records of a manifest).
+PACKED_OVERRIDES = ("--config.data.max_sequences_per_row=3",)
+WAR_AND_PEACE_INSTANCES_PER_ROW = (78_741 / 73_267, 26_168 / 20_784)
 # The slices the recipe is projected on: (name, libtpu topology, chip config).
 RECIPE_TARGETS = (("v3-64", "v3:4x8", None), ("v4-64", "v4:4x4x2", "megacore"),
                   ("v5e-256", "v5e:16x16", None))
@@ -54,7 +61,10 @@ def format_report(report: CompileReport, mfu: float, steps: int) -> str:
     mesh = " ".join(f"{name}={size}" for name, size in report.mesh_shape.items())
     step_seconds = report.step_seconds(mfu)
     compiled_flops = report.compiled_flops_per_device * report.num_devices
-    collectives = ", ".join(f"{name} {report.collectives.get(name, 0)}" for name in COLLECTIVES)
+    collectives = ", ".join(
+        f"{name} {report.collectives.get(name, 0)}"
+        + (f" ({format_bytes(report.collective_bytes[name])})"
+           if report.collective_bytes.get(name) else "") for name in COLLECTIVES)
     header = [
         f"train step on {report.topology}: {report.num_devices} devices = {report.num_chips} "
         f"{report.device_kind} chips ({report.devices_per_chip} device(s) per chip), mesh {mesh}",
@@ -70,37 +80,127 @@ def format_report(report: CompileReport, mfu: float, steps: int) -> str:
         f"HBM per device: {fit_line(report)}",
         f"  FLOPs per step: {compiled_flops:.3e} compiled (XLA cost analysis, all devices), "
         f"{report.model_flops_per_step:.3e} model (matmuls, 3x forward)",
-        f"  collectives in the HLO: {collectives}",
+        *kernel_lines(report),
+        f"  bytes accessed per device: {format_bytes(report.bytes_accessed_per_device)} "
+        f"(XLA cost analysis: HBM reads and writes)",
+        f"  collectives in the HLO (bytes sent per device): {collectives}",
+        roofline_line(report),
     ] if not report.out_of_memory else [
         f"  memory: {fit_line(report)}",
         f"  FLOPs per step: {report.model_flops_per_step:.3e} model (matmuls, 3x forward)",
     ]
     projection = (
-        f"  projected at {mfu:.0%} MFU of {generation.peak_bf16_flops_per_chip / 1e12:.0f} "
+        f"  MFU projection: at {mfu:.0%} MFU of {generation.peak_bf16_flops_per_chip / 1e12:.0f} "
         f"bf16 TFLOP/s per chip: {step_seconds * 1e3:.3g} ms/step, "
         f"{steps:,} steps in {step_seconds * steps / 3600:.3g} h"
         + (" (if it fitted)" if not report.fits else ""))
     return "\n".join(header + measured + [projection])
 
 
-def recipe_days(reports: list[CompileReport], mfu: float) -> float:
-    """Projected days of the whole recipe, one report per phase in ORIGINAL_RECIPE order."""
-    seconds = sum(report.step_seconds(mfu) * phase.steps
-                  for report, phase in zip(reports, ORIGINAL_RECIPE))
+def kernel_lines(report: CompileReport) -> list[str]:
+    """Which attention the program holds and how its FLOPs are counted."""
+    line = f"  attention: {report.attention}"
+    if not report.kernel_flops_per_device:
+        return [line + " (all its FLOPs in XLA's cost analysis)"]
+    return [line + f"; its kernels' {report.kernel_flops_per_device * report.num_devices:.3e} "
+            f"FLOPs per step from bert_jax.flops (the attention core, 3x forward), which XLA's "
+            f"cost analysis does not see inside a Pallas call; everything else from XLA's"]
+
+
+def roofline_line(report: CompileReport) -> str:
+    """"roofline bound: 12.3 ms/step (compute 12.3 ms, memory 4.0 ms, interconnect 1.1 ms)"."""
+    generation, terms = report.generation, report.roofline_terms()
+    rates = {"compute": f"{generation.peak_bf16_flops_per_chip / 1e12:.0f} TFLOP/s",
+             "memory": f"{generation.hbm_bytes_per_second_per_chip / 1e9:.0f} GB/s HBM",
+             "interconnect": f"{generation.interconnect_bytes_per_second_per_chip / 1e9:.0f} "
+                             f"GB/s ICI"}
+    parts = ", ".join(f"{name} {seconds * 1e3:.3g} ms at {rates[name]}"
+                      for name, seconds in terms.items())
+    bound = max(terms, key=terms.get)
+    return (f"  roofline bound: {report.roofline_seconds() * 1e3:.3g} ms/step, {bound}-bound "
+            f"({parts} per chip)")
+
+
+def mesh_layouts(num_devices: int, devices_per_host: int) -> dict[str, tuple[str, ...]]:
+    """The layouts `--compare-meshes` compiles, as mesh overrides: pure data parallel, FSDP
+    over every device, and mixed (FSDP within a host, data parallel across hosts)."""
+    layouts = {"data": ("--config.mesh.data=-1", "--config.mesh.fsdp=1"),
+               "fsdp": ("--config.mesh.data=1", "--config.mesh.fsdp=-1")}
+    if 1 < devices_per_host < num_devices:
+        layouts["mixed"] = ("--config.mesh.data=-1", f"--config.mesh.fsdp={devices_per_host}")
+    return {name: (*overrides, "--config.mesh.tensor=1") for name, overrides in layouts.items()}
+
+
+def fastest(reports: dict[str, CompileReport]) -> str | None:
+    """The layout with the lowest roofline bound among those that fit (None if none does)."""
+    fitting = {name: report.roofline_seconds() for name, report in reports.items()
+               if report.fits}
+    return min(fitting, key=fitting.get) if fitting else None
+
+
+def format_mesh_table(reports: dict[str, CompileReport]) -> str:
+    """One line per layout: fit, peak memory, and the roofline terms; the fastest named."""
+    lines = [f"  {'layout':<7}{'mesh':<22}{'fits':>5}{'peak':>11}{'compute':>10}{'memory':>10}"
+             f"{'network':>10}{'bound':>10}  (ms per step, roofline terms)"]
+    for name, report in reports.items():
+        mesh = " ".join(f"{axis}={size}" for axis, size in report.mesh_shape.items())
+        terms = report.roofline_terms() if not report.out_of_memory else {}
+        columns = "".join(f"{terms[term] * 1e3:>10.2f}" if term in terms else f"{'-':>10}"
+                          for term in ("compute", "memory", "interconnect"))
+        bound = f"{max(terms.values()) * 1e3:>10.2f}" if terms else f"{'-':>10}"
+        lines.append(f"  {name:<7}{mesh:<22}{'yes' if report.fits else 'NO':>5}"
+                     f"{format_bytes(report.peak_bytes):>11}{columns}{bound}")
+    best = fastest(reports)
+    lines.append(f"  fastest by the roofline bound: {best}" if best else "  no layout fits")
+    return "\n".join(lines)
+
+
+def recipe_days(reports: list[CompileReport], mfu: float | None,
+                instances_per_row: tuple[float, ...] = (1.0, 1.0)) -> float:
+    """Days of the whole recipe, one report per phase in ORIGINAL_RECIPE order: projected at
+    `mfu`, or at the roofline bound (the fastest the compiled steps can run) for None. Packed
+    rows of `instances_per_row` (per phase) need that many times fewer steps."""
+    seconds = sum((report.roofline_seconds() if mfu is None else report.step_seconds(mfu))
+                  * phase.steps / per_row
+                  for report, phase, per_row in zip(reports, ORIGINAL_RECIPE, instances_per_row))
     return seconds / 86400
 
 
 def format_recipe_summary(results: dict[str, list[CompileReport]], mfu: float) -> str:
-    """One line per slice: projected days for the recipe next to the original's 4 days."""
+    """One line per slice: days for the recipe at the roofline bound and at `mfu`, next to
+    the original's 4 days."""
     lines = [f"original recipe (BERT-Large, 1M steps x 256 sequences, 90% at 128 / 10% at "
-             f"512), projected at {mfu:.0%} MFU:",
-             f"  {'slice':<9}{'chips':>6}{'fits':>6}{'days':>8}   vs the original's "
+             f"512): days at the roofline bound (no faster) and projected at {mfu:.0%} MFU",
+             f"  {'slice':<9}{'chips':>6}{'fits':>6}{'bound':>8}{'MFU':>8}   vs the original's "
              f"{ORIGINAL_DAYS:g} days on {ORIGINAL_CHIPS} TPU chips"]
     for name, reports in results.items():
         fits = all(report.fits for report in reports)
-        days = recipe_days(reports, mfu)
+        bound, days = recipe_days(reports, None), recipe_days(reports, mfu)
         lines.append(f"  {name:<9}{reports[0].num_chips:>6}{'yes' if fits else 'NO':>6}"
-                     f"{days:>8.2f}   {ORIGINAL_DAYS / days:.1f}x the original's speed")
+                     f"{bound:>8.2f}{days:>8.2f}   {ORIGINAL_DAYS / days:.1f}x the original's "
+                     f"speed at {mfu:.0%} MFU")
+    return "\n".join(lines)
+
+
+def format_packed_summary(results: dict[str, list[CompileReport]],
+                          packed: dict[str, list[CompileReport]], mfu: float,
+                          instances_per_row: tuple[float, ...]) -> str:
+    """Unpacked and packed days side by side, one line per slice: the same instances, the
+    packed phases in steps / instances per row of their own compiled step."""
+    per_row = ", ".join(f"{phase.name.split(':')[0]} {value:.3f}"
+                        for phase, value in zip(ORIGINAL_RECIPE, instances_per_row))
+    lines = [f"packed rows (create-data --pack, 3 a row; instances per row: {per_row}): days "
+             f"for the same instances at the roofline bound and at {mfu:.0%} MFU",
+             f"  {'slice':<9}{'unpacked':>17}{'packed':>17}{'speed-up':>10}",
+             f"  {'':<9}{'bound':>8}{'MFU':>9}{'bound':>8}{'MFU':>9}"]
+    for name, reports in results.items():
+        unpacked = recipe_days(reports, None), recipe_days(reports, mfu)
+        fits = all(report.fits for report in packed[name])
+        days = (recipe_days(packed[name], None, instances_per_row),
+                recipe_days(packed[name], mfu, instances_per_row))
+        lines.append(f"  {name:<9}{unpacked[0]:>8.2f}{unpacked[1]:>9.2f}{days[0]:>8.2f}"
+                     f"{days[1]:>9.2f}{unpacked[1] / days[1]:>9.2f}x"
+                     + ("" if fits else "   (packed does NOT fit)"))
     return "\n".join(lines)
 
 
@@ -110,5 +210,7 @@ def report_to_json(report: CompileReport, mfu: float) -> dict:
     values.update(num_chips=report.num_chips, peak_bytes=report.peak_bytes,
                   hbm_bytes_per_device=report.hbm_bytes_per_device,
                   fits=report.fits, mfu=mfu,
-                  step_seconds=report.step_seconds(mfu))
+                  step_seconds=report.step_seconds(mfu),
+                  roofline_terms=report.roofline_terms(),
+                  roofline_seconds=report.roofline_seconds())
     return values

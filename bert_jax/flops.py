@@ -10,6 +10,12 @@ each forward one. Rematerialisation is not counted (it is hardware work, not mod
 from bert_jax.config import BertConfig
 
 
+def attention_core_flops(config: BertConfig, batch_size: int, seq_len: int) -> int:
+    """Forward FLOPs of every layer's attention core, softmax(Q K^T) V: the part a fused
+    attention kernel (splash, cuDNN) computes, for a (batch_size, seq_len) batch."""
+    return batch_size * config.num_layers * 2 * 2 * seq_len * seq_len * config.hidden_dim
+
+
 def encoder_flops_per_sequence(config: BertConfig, seq_len: int) -> int:
     """Forward FLOPs of the encoder layers and pooler for one sequence of `seq_len` tokens."""
     hidden, mlp = config.hidden_dim, config.mlp_dim
@@ -42,3 +48,16 @@ def train_step_flops(config: BertConfig, batch_size: int, seq_len: int,
                      max_predictions: int) -> int:
     """Model FLOPs of one training step: forward plus backward (3x forward)."""
     return 3 * forward_flops(config, batch_size, seq_len, max_predictions)
+
+
+def real_token_train_flops(config: BertConfig, instance_lengths, num_predictions: int) -> int:
+    """Model FLOPs of one training step counted on real tokens only: each instance's encoder
+    as if it ran alone at its own length (`instance_lengths`, one per instance, packed or
+    not), the MLM head on the `num_predictions` real masked positions and the NSP head once
+    per instance. Padding, and attention across the instances of a packed row, is no work
+    of the model: MFU on these FLOPs is comparable between packed and unpacked steps."""
+    lengths = [int(length) for length in instance_lengths]
+    encoder = sum(encoder_flops_per_sequence(config, length) for length in lengths)
+    next_sentence = heads_flops_per_sequence(config, 0)
+    masked_lm = heads_flops_per_sequence(config, num_predictions) - next_sentence
+    return 3 * (encoder + len(lengths) * next_sentence + masked_lm)

@@ -17,6 +17,16 @@ and the per-version pages v2, v3, v4, v5e, v5p, v6e):
   chip. "v5p-N" counts TensorCores.
 - v6e (Trillium, "v6e-N"): 1 TensorCore per chip, 32 GiB HBM, 918 bf16 TFLOP/s per chip. N counts
   chips; up to 8 chips are one host, larger slices have 4 chips per host.
+
+Bandwidths, for `bert-jax aot`'s roofline bound (same pages, "key specifications"):
+- HBM bandwidth per chip: v3 900 GB/s, v4 1200 GB/s, v5e 819 GB/s, v5p 2765 GB/s, v6e 1638 GB/s;
+  the v2 page gives none (0: no memory term).
+- Interconnect (ICI) bandwidth per chip that a collective can use: the pages' "all-reduce
+  bandwidth per Pod" over the Pod's chips, v3 340 TB/s / 1024 = 332 GB/s, v4 1.1 PB/s / 4096 =
+  269 GB/s, v5e 51.2 TB/s / 256 = 200 GB/s, v6e 102.4 TB/s / 256 = 400 GB/s. v5p's page gives
+  no Pod all-reduce figure; its bidirectional ICI bandwidth per chip is 1200 GB/s, and on v5e
+  and v6e the all-reduce figure is half the bidirectional one (400 -> 200, 800 -> 400), so
+  600 GB/s. v2: none given (0: no interconnect term).
 """
 
 import dataclasses
@@ -39,16 +49,23 @@ class TpuGeneration:
     hbm_bytes_per_chip: int  # high-bandwidth memory of one chip
     peak_bf16_flops_per_chip: float  # dense bf16 matrix-unit peak of one chip
     devices_per_chip: int  # JAX devices per chip: 2 on v2/v3 (one per core), 1 with megacore
+    hbm_bytes_per_second_per_chip: float  # HBM bandwidth (0 = not published)
+    interconnect_bytes_per_second_per_chip: float  # ICI bandwidth for collectives (0 = unknown)
 
 
 GENERATIONS = {
     generation.name: generation for generation in (
-        TpuGeneration("v2", "v2", "TPU v2", 2, True, 4, 4, 16 * GIB, 45e12, 2),
-        TpuGeneration("v3", "v3", "TPU v3", 2, True, 4, 4, 32 * GIB, 123e12, 2),
-        TpuGeneration("v4", "v4", "TPU v4", 2, True, 4, 4, 32 * GIB, 275e12, 1),
-        TpuGeneration("v5litepod", "v5e", "TPU v5 lite", 1, False, 4, 8, 16 * GIB, 197e12, 1),
-        TpuGeneration("v5p", "v5p", "TPU v5", 2, True, 4, 4, 95 * GIB, 459e12, 1),
-        TpuGeneration("v6e", "v6e", "TPU v6 lite", 1, False, 4, 8, 32 * GIB, 918e12, 1),
+        TpuGeneration("v2", "v2", "TPU v2", 2, True, 4, 4, 16 * GIB, 45e12, 2, 0.0, 0.0),
+        TpuGeneration("v3", "v3", "TPU v3", 2, True, 4, 4, 32 * GIB, 123e12, 2, 900e9,
+                      340e12 / 1024),
+        TpuGeneration("v4", "v4", "TPU v4", 2, True, 4, 4, 32 * GIB, 275e12, 1, 1200e9,
+                      1.1e15 / 4096),
+        TpuGeneration("v5litepod", "v5e", "TPU v5 lite", 1, False, 4, 8, 16 * GIB, 197e12, 1,
+                      819e9, 51.2e12 / 256),
+        TpuGeneration("v5p", "v5p", "TPU v5", 2, True, 4, 4, 95 * GIB, 459e12, 1, 2765e9,
+                      1200e9 / 2),
+        TpuGeneration("v6e", "v6e", "TPU v6 lite", 1, False, 4, 8, 32 * GIB, 918e12, 1,
+                      1638e9, 102.4e12 / 256),
     )
 }
 # Names people write for the same accelerator types.

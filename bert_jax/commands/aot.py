@@ -8,13 +8,18 @@ DESCRIPTION = """\
 Compiles the real train step of a run config for a TPU slice that is not attached (libtpu's
 compile-only devices), with the config's mesh and shardings, and prints per device the
 argument, output and temporary memory against the chip's HBM (fits or not, by how much),
-the FLOPs per step, the collectives in the compiled program, and the projected step time
-and time to train at a given model-FLOPs utilisation.
+the FLOPs and bytes accessed per step (XLA's cost analysis, plus the FLOPs inside Pallas
+attention kernels, which it does not see), the attention implementation the program holds,
+the collectives in the compiled program and the bytes each sends, the roofline bound (no
+step is faster than its FLOPs / peak, its bytes / HBM bandwidth or its collective bytes /
+interconnect bandwidth: launch/tpu_types.py cites the chip tables), and, as a second line,
+the step time and time to train projected at a given model-FLOPs utilisation.
 
 examples:
   bert-jax aot --config configs/bert_large.py --topology v4:4x4x2 --chip-config megacore
   bert-jax aot --config configs/bert_large.py --topology v5e:16x16 --config.batch_size=1024
   bert-jax aot --config configs/bert_large.py --recipe original   # v3-64, v4-64, v5e-256
+  bert-jax aot --config configs/bert_base.py --topology v5e:16x16 --compare-meshes
 
 topologies (GENERATION:CHIPS): v3:4x8 (v3-64), v4:4x4x2 with --chip-config megacore
 (v4-64), v5e:16x16 (v5e-256), v5e:2x2, v5e:2x4, v5p:2x2x1, v6e:2x2
@@ -42,6 +47,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="'original': BERT-Large's 1M steps x 256 sequences, 90%% at length "
                              "128 then 10%% at 512; compiles both phases on v3-64, v4-64 and "
                              "v5e-256 (or on --topology) and prints projected days")
+    parser.add_argument("--instances-per-row", default=None, metavar="P1,P2",
+                        help="with --recipe: instances per packed row in phase 1 (128) and "
+                             "phase 2 (512), num_instances / num_records of your packed "
+                             "shards' manifests (default: War and Peace's, 1.075,1.259)")
+    parser.add_argument("--compare-meshes", action="store_true",
+                        help="compile pure data parallel, FSDP and mixed (FSDP within a host) "
+                             "layouts on --topology and name the fastest by the roofline bound")
     parser.add_argument("--json", metavar="PATH", default=None,
                         help="also write every report as JSON to PATH")
 
@@ -86,6 +98,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--mfu must be in (0, 1], got {args.mfu}")
     if args.recipe is None and not args.topology:
         raise UserError("give --topology (e.g. v4:4x4x2 --chip-config megacore) or --recipe original")
+    if args.compare_meshes:
+        return _compare_meshes(args)
     if args.recipe is None:
         devices = aot.topology_devices(args.topology, args.chip_config)
         run_config, report = _compile(args.config, args.overrides, args.topology,
@@ -96,20 +110,71 @@ def run(args: argparse.Namespace) -> int:
         return 0
     targets = (aot_report.RECIPE_TARGETS if not args.topology
                else ((args.topology, args.topology, args.chip_config),))
-    results, all_reports = {}, []
+    per_row = _instances_per_row(args.instances_per_row)
+    results, packed, all_reports = {}, {}, []
     for name, topology, chip_config in targets:
         devices = aot.topology_devices(topology, chip_config)
-        results[name] = []
+        results[name], packed[name] = [], []
         for phase in aot_report.ORIGINAL_RECIPE:
-            print(f"== {name}, {phase.name}", flush=True)
-            _, report = _compile(args.config, [*args.overrides, *phase.overrides], topology,
-                                 chip_config, devices)
-            print(aot_report.format_report(report, args.mfu, phase.steps), flush=True)
-            results[name].append(report)
-            all_reports.append(report)
+            for rows, extra in ((results, ()), (packed, aot_report.PACKED_OVERRIDES)):
+                print(f"== {name}, {phase.name}" + (", packed rows" if extra else ""),
+                      flush=True)
+                _, report = _compile(args.config, [*args.overrides, *phase.overrides, *extra],
+                                     topology, chip_config, devices)
+                print(aot_report.format_report(report, args.mfu, phase.steps), flush=True)
+                rows[name].append(report)
+                all_reports.append(report)
     print(aot_report.format_recipe_summary(results, args.mfu))
+    print(aot_report.format_packed_summary(results, packed, args.mfu, per_row))
     if args.json:
         days = {name: aot_report.recipe_days(reports, args.mfu)
                 for name, reports in results.items()}
-        _write_json(args.json, all_reports, args.mfu, {"recipe_days": days})
+        packed_days = {name: aot_report.recipe_days(reports, args.mfu, per_row)
+                       for name, reports in packed.items()}
+        _write_json(args.json, all_reports, args.mfu,
+                    {"recipe_days": days, "packed_recipe_days": packed_days,
+                     "instances_per_row": list(per_row)})
+    return 0
+
+
+def _instances_per_row(text: str | None) -> tuple[float, float]:
+    from bert_jax import aot_report
+    from bert_jax.errors import UserError
+
+    if text is None:
+        return aot_report.WAR_AND_PEACE_INSTANCES_PER_ROW
+    try:
+        values = tuple(float(part) for part in text.split(","))
+    except ValueError:
+        values = ()
+    if len(values) != 2 or not all(value >= 1 for value in values):
+        raise UserError(f"--instances-per-row {text!r}: expected two numbers of at least 1, "
+                        "phase 1's and phase 2's, e.g. 1.075,1.259")
+    return values
+
+
+def _compare_meshes(args: argparse.Namespace) -> int:
+    """Compiles each mesh layout on --topology, prints every report, then the comparison."""
+    from bert_jax import aot, aot_report
+    from bert_jax.errors import UserError
+    from launch.tpu_types import generation_for_device_kind
+
+    if not args.topology or args.recipe:
+        raise UserError("--compare-meshes needs --topology (and no --recipe)")
+    devices = aot.topology_devices(args.topology, args.chip_config)
+    generation = generation_for_device_kind(devices[0].device_kind)
+    per_host = generation.chips_per_host * generation.devices_per_chip
+    reports = {}
+    for name, overrides in aot_report.mesh_layouts(len(devices), per_host).items():
+        print(f"== mesh layout {name}", flush=True)
+        run_config, report = _compile(args.config, [*args.overrides, *overrides],
+                                      args.topology, args.chip_config, devices)
+        print(aot_report.format_report(report, args.mfu,
+                                       args.steps or run_config.num_train_steps), flush=True)
+        reports[name] = report
+    print(f"mesh layouts on {args.topology}:")
+    print(aot_report.format_mesh_table(reports))
+    if args.json:
+        _write_json(args.json, list(reports.values()), args.mfu,
+                    {"layouts": list(reports), "fastest": aot_report.fastest(reports)})
     return 0
