@@ -16,9 +16,13 @@ On War and Peace at 512 tokens a buffer of 1,000 instances fills as well as one 
 A packed row keeps every instance as it was made ([CLS] A [SEP] B [SEP], its own segment
 ids and masks) and adds, per token, `instance_ids` (1..N, 0 = padding) and `position_ids`
 (restarting at 0 at each instance's [CLS]); per instance slot, its [CLS] position
-(`instance_starts`), NSP label and weight (1 = the slot holds an instance); and each
-instance's `max_predictions` masked positions, shifted into the row, in its own slot
-of the row's N x max_predictions.
+(`instance_starts`), NSP label and weight (1 = the slot holds an instance). The row's
+masked positions are its instances' in turn, shifted into the row, in
+`row_predictions(P, N)` = P + N slots: an instance predicts at most
+round(masked_lm_prob x length), and at least 1, so when masked_lm_prob x seq_len <= P (the
+usual setting: 20 at 128, 80 at 512) the instances of any full row fit; in any other
+setting the packer never lets a row's predictions overflow (it opens another row). Slots
+for N x P predictions would triple the masked-LM head's work, most of it on empty slots.
 """
 
 import numpy as np
@@ -26,24 +30,40 @@ import numpy as np
 BUFFER_INSTANCES = 4096  # instances packed together: enough for a high fill, small to bound memory
 
 
-def pack_lengths(lengths: np.ndarray, seq_len: int, max_per_row: int) -> list[list[int]]:
-    """Rows of instance indices (each row's lengths sum to at most `seq_len`, at most
-    `max_per_row` of them), in the order rows were opened."""
+def row_predictions(max_predictions: int, max_per_row: int) -> int:
+    """Masked-position slots of a packed row, from the per-instance count (see above)."""
+    return max_predictions + max_per_row
+
+
+def pack_lengths(lengths: np.ndarray, seq_len: int, max_per_row: int,
+                 predictions: np.ndarray | None = None,
+                 max_row_predictions: int | None = None) -> list[list[int]]:
+    """Rows of instance indices, in the order rows were opened: each row's lengths sum to at
+    most `seq_len`, its `predictions` (per instance) to at most `max_row_predictions`, and
+    it holds at most `max_per_row` instances."""
+    if predictions is None:
+        predictions, max_row_predictions = np.zeros(len(lengths), np.int64), 0
     order = np.argsort(-np.asarray(lengths), kind="stable")  # longest first, ties in order
     open_rows = [[] for _ in range(seq_len + 1)]  # room left -> rows with that room
     has_room = np.zeros(seq_len + 1, bool)  # which entries of open_rows are non-empty
-    rows = []
+    rows, predicted = [], []
     for index in order.tolist():
-        length = int(lengths[index])
-        fitting = np.flatnonzero(has_room[length:])
-        if len(fitting):  # the fullest open row that holds it
-            room = length + int(fitting[0])
-            row = open_rows[room].pop()
-            has_room[room] = bool(open_rows[room])
-            rows[row].append(index)
-        else:
+        length, wanted = int(lengths[index]), int(predictions[index])
+        row = None
+        for room in (length + np.flatnonzero(has_room[length:])).tolist():  # fullest first
+            candidates = [row for row in open_rows[room]
+                          if predicted[row] + wanted <= max_row_predictions]
+            if candidates:  # the latest opened of the fullest open rows that hold it
+                row = candidates[-1]
+                open_rows[room].remove(row)
+                has_room[room] = bool(open_rows[room])
+                break
+        if row is None:
             row, room = len(rows), seq_len
-            rows.append([index])
+            rows.append([])
+            predicted.append(0)
+        rows[row].append(index)
+        predicted[row] += wanted
         room -= length
         if room > 0 and len(rows[row]) < max_per_row:
             open_rows[room].append(row)
@@ -53,41 +73,44 @@ def pack_lengths(lengths: np.ndarray, seq_len: int, max_per_row: int) -> list[li
 
 def pack_features(features: dict[str, np.ndarray], rows: list[list[int]], seq_len: int,
                   max_per_row: int) -> dict[str, np.ndarray]:
-    """Packed rows (R, ...) of unpacked instance features (N, ...), `rows` from
+    """Packed rows (R, ...) of unpacked instance features (n, ...), `rows` from
     `pack_lengths`. Every row's instances keep their tokens, segments and masks."""
     num_rows = len(rows)
     max_predictions = features["masked_lm_positions"].shape[1]
     lengths = features["input_mask"].sum(axis=1)
+    counts = (features["masked_lm_weights"] > 0).sum(axis=1)  # each instance's predictions
     instance = np.fromiter((index for row in rows for index in row), np.int64)
     row_of = np.repeat(np.arange(num_rows), [len(row) for row in rows])
     slot = np.concatenate([np.arange(len(row)) for row in rows])
-    # An instance's first token in its row: the lengths of the instances before it.
-    offset = np.concatenate([np.cumsum([0] + [int(lengths[i]) for i in row[:-1]])
-                             for row in rows]).astype(np.int64)
+
+    def starts(sizes):  # where each instance's part begins in its row: the sizes before it
+        return np.concatenate([np.cumsum([0] + [int(sizes[i]) for i in row[:-1]])
+                               for row in rows]).astype(np.int64)
+
+    offset, prediction_offset = starts(lengths), starts(counts)
 
     packed = {name: np.zeros((num_rows, seq_len), np.int32)
               for name in ("input_ids", "input_mask", "segment_ids", "instance_ids",
                            "position_ids")}
-    position = np.arange(seq_len)[None, :]
-    real = position < lengths[instance][:, None]  # (n, T)
-    which, column = np.nonzero(real)
+    which, column = np.nonzero(np.arange(seq_len)[None, :] < lengths[instance][:, None])
     destination = (row_of[which], offset[which] + column)
     for name in ("input_ids", "input_mask", "segment_ids"):
         packed[name][destination] = features[name][instance[which], column]
     packed["instance_ids"][destination] = slot[which] + 1
     packed["position_ids"][destination] = column
 
-    prediction_columns = slot[:, None] * max_predictions + np.arange(max_predictions)
-    shape = (num_rows, max_per_row * max_predictions)
-    weights = features["masked_lm_weights"][instance]
-    packed["masked_lm_positions"] = np.zeros(shape, np.int32)
-    packed["masked_lm_positions"][row_of[:, None], prediction_columns] = np.where(
-        weights > 0, features["masked_lm_positions"][instance] + offset[:, None], 0)
-    packed["masked_lm_ids"] = np.zeros(shape, np.int32)
-    packed["masked_lm_ids"][row_of[:, None], prediction_columns] = \
-        features["masked_lm_ids"][instance]
-    packed["masked_lm_weights"] = np.zeros(shape, np.float32)
-    packed["masked_lm_weights"][row_of[:, None], prediction_columns] = weights
+    slots = row_predictions(max_predictions, max_per_row)
+    if (prediction_offset + counts[instance]).max(initial=0) > slots:
+        raise ValueError(f"a packed row holds more than {slots} predictions; pack_lengths "
+                         "was not given the instances' prediction counts")
+    # A weighted prediction is a prefix of its instance's P slots (padding comes last).
+    which, column = np.nonzero(np.arange(max_predictions)[None, :] < counts[instance][:, None])
+    destination = (row_of[which], prediction_offset[which] + column)
+    for name, dtype, shift in (("masked_lm_positions", np.int32, offset[which]),
+                               ("masked_lm_ids", np.int32, 0),
+                               ("masked_lm_weights", np.float32, 0)):
+        packed[name] = np.zeros((num_rows, slots), dtype)
+        packed[name][destination] = features[name][instance[which], column] + shift
 
     for name, value, dtype in (("instance_starts", offset, np.int32),
                                ("next_sentence_labels",
@@ -103,10 +126,12 @@ def pack_unit(features: dict[str, np.ndarray], seq_len: int, max_per_row: int,
     """A work unit's instances (in its shuffled order) as packed rows, buffer by buffer;
     the rows of each buffer are shuffled so that full and mixed rows interleave."""
     total = len(features["input_ids"])
+    slots = row_predictions(features["masked_lm_positions"].shape[1], max_per_row)
     parts = []
     for start in range(0, total, BUFFER_INSTANCES):
         part = {name: value[start:start + BUFFER_INSTANCES] for name, value in features.items()}
-        rows = pack_lengths(part["input_mask"].sum(axis=1), seq_len, max_per_row)
+        rows = pack_lengths(part["input_mask"].sum(axis=1), seq_len, max_per_row,
+                            (part["masked_lm_weights"] > 0).sum(axis=1), slots)
         rows = [rows[index] for index in rng.permutation(len(rows))]
         parts.append(pack_features(part, rows, seq_len, max_per_row))
     return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}

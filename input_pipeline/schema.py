@@ -22,7 +22,7 @@ FEATURES = {
 
 # Packed rows (up to N instances each): per token, which instance (1..N, 0 = padding) and
 # the position within it; per instance slot (N), its [CLS] position, NSP label and weight
-# (1 = the slot holds an instance); each instance's predictions in its own slot of N x P.
+# (1 = the slot holds an instance); the instances' predictions in turn, in P + N slots.
 PACKED_FEATURES = {
     "input_ids": ("int64", "seq_len"),
     "input_mask": ("int64", "seq_len"),
@@ -50,9 +50,11 @@ def features(max_sequences_per_row: int = 1) -> dict:
 def feature_lengths(seq_len: int, max_predictions: int,
                     max_sequences_per_row: int = 1) -> dict[str, int]:
     """The fixed length of each feature for these settings (`max_predictions` per instance:
-    a packed row holds N x that many)."""
-    sizes = {"seq_len": seq_len, "max_predictions": max_predictions * max_sequences_per_row,
-             "one": 1, "sequences": max_sequences_per_row}
+    a packed row of N instances holds max_predictions + N, see `packing.row_predictions`)."""
+    row_predictions = max_predictions + (max_sequences_per_row if max_sequences_per_row > 1
+                                         else 0)
+    sizes = {"seq_len": seq_len, "max_predictions": row_predictions, "one": 1,
+             "sequences": max_sequences_per_row}
     return {name: sizes[length]
             for name, (_, length) in features(max_sequences_per_row).items()}
 

@@ -69,13 +69,14 @@ def instances_of_packed_rows(rows):
             length = int(tokens.sum())
             assert np.all(np.flatnonzero(tokens) == start + np.arange(length))  # contiguous
             np.testing.assert_array_equal(rows["position_ids"][row][tokens], np.arange(length))
-            predictions = slice(slot * PREDICTIONS, (slot + 1) * PREDICTIONS)
-            weights = rows["masked_lm_weights"][row, predictions]
-            positions = np.where(weights > 0,
-                                 rows["masked_lm_positions"][row, predictions] - start, 0)
+            positions = rows["masked_lm_positions"][row]
+            mine = (rows["masked_lm_weights"][row] > 0) & tokens[positions]
+            padding = [0] * (PREDICTIONS - int(mine.sum()))
             found.append((tuple(rows["input_ids"][row][tokens]),
-                          tuple(rows["segment_ids"][row][tokens]), tuple(positions),
-                          tuple(rows["masked_lm_ids"][row, predictions]), tuple(weights),
+                          tuple(rows["segment_ids"][row][tokens]),
+                          tuple(positions[mine] - start) + tuple(padding),
+                          tuple(rows["masked_lm_ids"][row][mine]) + tuple(padding),
+                          tuple(rows["masked_lm_weights"][row][mine]) + tuple(padding),
                           int(rows["next_sentence_labels"][row, slot])))
     return found
 
@@ -155,6 +156,11 @@ def test_best_fit_packing_fills_rows_and_keeps_every_instance():
     assert all(len(row) <= 3 and lengths[row].sum() <= 64 for row in rows)
     assert [len(row) for row in rows[:40]] == [1] * 40  # full instances open their own rows
     assert lengths.sum() / (len(rows) * 64) > 0.95
+    # A prediction budget per row: no row exceeds it, whatever the token room.
+    predictions = np.maximum(1, np.round(lengths * 0.3)).astype(int)
+    rows = packing.pack_lengths(lengths, 64, 3, predictions, 22)
+    assert sorted(index for row in rows for index in row) == list(range(len(lengths)))
+    assert all(predictions[row].sum() <= 22 and lengths[row].sum() <= 64 for row in rows)
 
 
 def test_beam_writes_the_local_writers_packed_shards(made, tmp_path):

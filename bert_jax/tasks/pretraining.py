@@ -40,6 +40,9 @@ class PretrainingTask(Task):
     def __init__(self, max_predictions: int, max_sequences_per_row: int = 1):
         self.max_predictions = max_predictions
         self.max_sequences_per_row = max_sequences_per_row
+        # Masked-position slots of a row: packed rows hold P + N (input_pipeline/packing.py).
+        self.row_predictions = max_predictions + (max_sequences_per_row
+                                                  if max_sequences_per_row > 1 else 0)
 
     def settings(self):
         if self.max_sequences_per_row == 1:
@@ -53,7 +56,7 @@ class PretrainingTask(Task):
     def batch_schema(self):
         rows = self.max_sequences_per_row
         shapes = dict(_SHAPES, max_predictions=lambda batch, seq_len, predictions: (
-            batch, predictions * rows), sequences=lambda batch, seq_len, predictions: (
+            batch, self.row_predictions), sequences=lambda batch, seq_len, predictions: (
             batch, rows))
         return {name: (np.dtype(schema.BATCH_DTYPES[name]),
                        lambda batch, seq_len, length=length: shapes[length](
@@ -99,8 +102,7 @@ class PretrainingTask(Task):
     def train_step_flops(self, model_config, batch_size, seq_len):
         from bert_jax import flops
 
-        return flops.train_step_flops(model_config, batch_size, seq_len,
-                                      self.max_predictions * self.max_sequences_per_row)
+        return flops.train_step_flops(model_config, batch_size, seq_len, self.row_predictions)
 
 
 def task_from_run_config(run_config) -> PretrainingTask:
