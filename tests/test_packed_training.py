@@ -28,6 +28,7 @@ SEQ_LEN, PREDICTIONS, PER_ROW, VOCAB = 48, 4, 3, 100
 LENGTHS = [20, 9, 15, 30, 15, 12, 18]
 ROWS = [[0, 2, 1], [3, 5], [6, 4]]
 CONFIG = dataclasses.replace(preset("tiny", vocab_size=VOCAB), max_positions=SEQ_LEN,
+                             num_layers=1, hidden_dim=32, num_heads=2, mlp_dim=64,
                              dropout_rate=0.0, attention_dropout_rate=0.0)
 
 
@@ -43,8 +44,9 @@ def instances(seed=0) -> dict:
     segment_ids = ((position >= lengths // 2) * input_mask).astype(np.int32)
     positions = np.stack([np.sort(rng.choice(np.arange(1, length), PREDICTIONS, replace=False))
                           for length in LENGTHS]).astype(np.int32)
-    weights = np.ones((count, PREDICTIONS), np.float32)
-    weights[::2, -1] = 0  # some empty prediction slots
+    # As create-data draws them: round(0.15 x length) predictions, at least 1, at most P.
+    predicted = np.clip(np.round(0.15 * np.array(LENGTHS)), 1, PREDICTIONS)
+    weights = (np.arange(PREDICTIONS)[None] < predicted[:, None]).astype(np.float32)
     positions[weights == 0] = 0
     labels = np.where(weights > 0, rng.integers(5, VOCAB, (count, PREDICTIONS)), 0)
     return dict(input_ids=input_ids, input_mask=input_mask, segment_ids=segment_ids,
@@ -101,13 +103,19 @@ def test_each_instance_reads_nsp_at_its_own_cls_and_its_own_predictions(batches)
         model, batches["params"], batches["unpacked"], train=False)
     packed_mlm, packed_nsp = batches["packed_task"].apply(
         model, batches["params"], batches["packed"], train=False)
-    assert packed_nsp.shape == (3, PER_ROW, 2) and packed_mlm.shape[1] == PER_ROW * PREDICTIONS
+    assert packed_nsp.shape == (3, PER_ROW, 2)
+    assert packed_mlm.shape[1] == PREDICTIONS + PER_ROW  # packing.row_predictions
+    filled = 0
     for row, members in enumerate(ROWS):
+        taken = 0  # the row's predictions are its instances' in turn
         for slot, index in enumerate(members):
             np.testing.assert_allclose(packed_nsp[row, slot], unpacked_nsp[index], atol=2e-6)
-            mlm = packed_mlm[row, slot * PREDICTIONS:(slot + 1) * PREDICTIONS]
-            real = batches["unpacked"]["masked_lm_weights"][index] > 0  # empty slots: no loss
-            np.testing.assert_allclose(mlm[real], unpacked_mlm[index][real], atol=2e-5)
+            count = int(batches["unpacked"]["masked_lm_weights"][index].sum())
+            np.testing.assert_allclose(packed_mlm[row, taken:taken + count],
+                                       unpacked_mlm[index, :count], atol=2e-5)
+            taken += count
+        filled += taken
+    assert filled == batches["packed"]["masked_lm_weights"].sum()
 
 
 @pytest.mark.parametrize("chunk_rows", [0, 1])  # whole batch, and the CPU's row chunks
@@ -154,10 +162,10 @@ def run_config(shards, **overrides):
                         max_positions=SEQ_LEN)
     config.data.update(train_files=shards["output"], eval_files=shards["output"],
                        vocab_path=shards["vocab"], shuffle_buffer=50)
-    config.update(batch_size=8, num_train_steps=6, schedule_steps=6, log_every_steps=1)
+    config.update(batch_size=8, num_train_steps=4, schedule_steps=4, log_every_steps=1)
     config.optimizer.update(learning_rate=1e-3, warmup_steps=2)
-    config.checkpoint.update(every_steps=3, keep=5, async_save=False)
-    config.eval.update(every_steps=6, num_batches=2, batch_size=8)
+    config.checkpoint.update(every_steps=2, keep=5, async_save=False)
+    config.eval.update(every_steps=4, num_batches=1, batch_size=8)
     for key, value in overrides.items():
         section, _, leaf = key.rpartition(".")
         (config[section] if section else config)[leaf] = value
@@ -177,15 +185,16 @@ def test_training_on_packed_shards_resumes_bit_exactly(packed_shards, tmp_path):
     assert any("instances/s" in line and "real tokens/s" in line for line in logs)
     evaluation = whole["evaluations"][-1][1]
     assert 0 < evaluation["nsp_accuracy"] <= 1 and np.isfinite(evaluation["mlm_loss"])
-    first = trainer.train(run_config(packed_shards, num_train_steps=3),
+    first = trainer.train(run_config(packed_shards, num_train_steps=2,
+                                     **{"data.eval_files": ""}),
                           str(tmp_path / "resumed"), show_progress=False, log=lambda *_: None)
-    assert first["step"] == 3
+    assert first["step"] == 2
     second = trainer.train(run_config(packed_shards), str(tmp_path / "resumed"),
                            show_progress=False, log=lambda *_: None)
-    assert second["step"] == 6
-    assert [loss for _, loss in second["losses"]] == [loss for _, loss in whole["losses"][3:]]
-    jax.tree.map(np.testing.assert_array_equal, params_at(tmp_path / "resumed", 6),
-                 params_at(tmp_path / "whole", 6))
+    assert second["step"] == 4
+    assert [loss for _, loss in second["losses"]] == [loss for _, loss in whole["losses"][2:]]
+    jax.tree.map(np.testing.assert_array_equal, params_at(tmp_path / "resumed", 4),
+                 params_at(tmp_path / "whole", 4))
 
 
 def test_packed_shards_with_an_unpacked_config_are_refused(packed_shards, tmp_path):
