@@ -18,9 +18,9 @@ import jax.numpy as jnp
 
 from bert_jax.config import BertConfig, Precision
 from bert_jax.model import FLOAT32, BertModel, Dense, Dropout, Embeddings, EncoderLayer
+from bert_jax.tasks.arguments import COMBINE_MODES  # defined with ner's --combine flag
 
 Array = jax.Array
-COMBINE_MODES = ("concat", "sum", "scalar-mix")
 
 
 class LayerCombination(nn.Module):

@@ -98,7 +98,9 @@ class StepProgress:
 
 
 def _format_seconds(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds // 60:.0f} min {seconds % 60:02.0f} s"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds // 60:.0f} min {seconds % 60:02.0f} s"
 
 
 @contextlib.contextmanager

@@ -30,7 +30,11 @@ def _help_runs(argvs: list[list[str]]) -> dict[str, subprocess.CompletedProcess]
 
 
 def test_no_help_imports_jax_tensorflow_or_torch():
-    argvs = [["--help"], *([name, "--help"] for name in cli.COMMANDS), ["launch", "check", "--help"]]
+    from bert_jax.tasks import finetuning_task_names
+
+    argvs = [["--help"], *([name, "--help"] for name in cli.COMMANDS),
+             *(["finetune", task, "--help"] for task in finetuning_task_names()),
+             ["launch", "check", "--help"]]
     for name, result in _help_runs(argvs).items():
         assert "usage: bert-jax" in result.stdout, (name, result.stderr[-2000:])
         heavy = result.stderr.strip().splitlines()[-1]
@@ -100,6 +104,25 @@ def test_features_and_embed_pool_by_the_same_names():
     for command in ("features", "embed"):
         command_parser = cli.command_parser(parser, type("Args", (), {"command": command}))
         command_parser.format_help()
-        (pool,) = [action for action in command_parser._actions if "--pool" in action.option_strings]
+        (pool,) = [action for action in command_parser._actions
+                   if "--pool" in action.option_strings]
         choices[command] = tuple(pool.choices)
     assert choices["embed"] == POOLING and choices["features"] == ("none", *POOLING)
+
+
+def test_task_flags_keep_each_tasks_recipe():
+    parser, _ = cli.build_parser()
+    common = ["--model", "m", "--train", "t", "--workdir", "w"]
+
+    def parsed(task, *extra):
+        return parser.parse_known_args(["finetune", task, *common, *extra])[0]
+
+    classify = parsed("classify")
+    assert (classify.epochs, classify.learning_rate, classify.max_seq_len) == (3, 2e-5, 128)
+    qa = parsed("qa")  # run_squad.py's recipe
+    assert (qa.epochs, qa.learning_rate, qa.max_seq_len, qa.doc_stride) == (2, 3e-5, 384, 128)
+    mlm = parsed("mlm")
+    assert (mlm.epochs, mlm.learning_rate, mlm.masked_lm_prob) == (1, 5e-5, 0.15)
+    assert parsed("ner", "--combine", "scalar-mix").combine == "scalar-mix"
+    assert parsed("sentence-embedding", "--pooling", "max").pooling == "max"
+    assert parsed("regress", "--text-columns", "5,6").text_columns == "5,6"

@@ -339,3 +339,29 @@ def test_offline_hub_error_names_the_current_download_command(tmp_path, monkeypa
         model_io.load_model("bert-base-uncased")
     assert "`hf download bert-base-uncased`" in str(error.value)
     assert "huggingface-cli" not in str(error.value)
+
+
+def test_regress_names_its_fresh_head_a_regression_head():
+    import dataclasses
+
+    import jax.numpy as jnp
+    import numpy as np
+
+    from bert_jax.tasks.classification import ClassificationTask
+    from bert_jax.tasks.regression import RegressionTask
+    from bert_jax.training import trainer
+
+    @dataclasses.dataclass
+    class State:
+        params: dict
+
+        def replace(self, **changes):
+            return dataclasses.replace(self, **changes)
+
+    state = State({"bert": {"w": jnp.zeros(2)}, "classifier": {"kernel": jnp.zeros((2, 1))}})
+    encoder_only = {"bert": {"w": np.ones(2, np.float32)}}
+    for task, head in ((RegressionTask, "regression head"), (ClassificationTask, "classifier")):
+        lines = []
+        trainer._load_init_from("MODEL", encoder_only, state, lines.append,
+                                getattr(task, "head_names", {}))
+        assert lines == [f"initialised from MODEL (fresh {head})"]

@@ -48,7 +48,8 @@ def test_missing_credentials_say_how_to_log_in(no_emulator, monkeypatch, capsys)
     with socket.socket() as server:  # a reachable "Cloud Storage"
         server.bind(("127.0.0.1", 0))
         server.listen()
-        monkeypatch.setattr(check, "STORAGE_ENDPOINT", f"http://127.0.0.1:{server.getsockname()[1]}")
+        monkeypatch.setattr(check, "STORAGE_ENDPOINT",
+                            f"http://127.0.0.1:{server.getsockname()[1]}")
         connect = check._connect
         # Off a Cloud VM the metadata server does not answer; this machine may be on one.
         monkeypatch.setattr(check, "_connect", lambda host, port, timeout: (

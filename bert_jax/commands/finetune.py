@@ -32,7 +32,7 @@ TAKES_OVERRIDES = True
 
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     from bert_jax.commands import add_progress_argument
-    from bert_jax.training.finetune import Settings
+    from bert_jax.tasks.arguments import Settings  # no JAX: `finetune TASK --help` is instant
 
     defaults = Settings()
     parser.add_argument("--model", required=True,
@@ -63,8 +63,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from bert_jax.cli import LazyParser
     from bert_jax.tasks import finetuning_task_names, summary
 
-    # A task's module (and with it JAX) is imported only when that task is parsed or its
-    # help shown, so `finetune --help` lists the tasks at once.
+    # A task's flags come from bert_jax/tasks/arguments.py and its description from its
+    # module's source: the task module (and JAX) is imported only to run it.
     tasks = parser.add_subparsers(dest="task", metavar="TASK", required=True,
                                   parser_class=LazyParser)
     for name in finetuning_task_names():
@@ -74,12 +74,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _task_arguments(name: str):
     def populate(task_parser: argparse.ArgumentParser) -> None:
-        from bert_jax.tasks import task_module
+        from bert_jax.tasks import docstring
+        from bert_jax.tasks.arguments import TASK_ARGUMENTS
 
-        module = task_module(name)
-        task_parser.description = module.__doc__
+        task_parser.description = docstring(name)
         add_common_arguments(task_parser)
-        module.TASK.add_arguments(task_parser)
+        TASK_ARGUMENTS[name](task_parser)
     return populate
 
 

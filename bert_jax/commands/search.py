@@ -64,8 +64,8 @@ def run(args) -> int:
     corpus = read_lines(args.corpus, "corpus")
     queries = read_lines(args.queries, "query") if args.queries else [args.query]
     model = load_embedding_model(args.model)
-    compute = lambda texts: embed_texts(model, texts, args.batch_size,  # noqa: E731
-                                        progress=len(texts) > args.batch_size and not args.no_progress)
+    compute = lambda texts: embed_texts(  # noqa: E731
+        model, texts, args.batch_size, progress=len(texts) > args.batch_size and not args.no_progress)
     embeddings = search.corpus_embeddings(args.corpus, corpus, model.fingerprint(), compute,
                                           args.index)
     if args.dedupe is not None:

@@ -45,11 +45,15 @@ def finetuning_task_names() -> list[str]:
             if name != "pretraining" and importlib.util.find_spec(module_name) is not None]
 
 
-def summary(name: str) -> str:
-    """The first line of task `name`'s module docstring, read from its source, not imported."""
+def docstring(name: str) -> str:
+    """Task `name`'s module docstring, read from its source, not imported (JAX)."""
     with open(importlib.util.find_spec(TASKS[name]).origin, encoding="utf-8") as file:
-        docstring = ast.get_docstring(ast.parse(file.read())) or name
-    return re.sub(r"^`[^`]*`: ", "", docstring.strip().splitlines()[0])  # the name is shown
+        return ast.get_docstring(ast.parse(file.read())) or name
+
+
+def summary(name: str) -> str:
+    """The first line of task `name`'s module docstring, without the name it starts with."""
+    return re.sub(r"^`[^`]*`: ", "", docstring(name).strip().splitlines()[0])
 
 
 def task_module(name: str) -> ModuleType:

@@ -30,6 +30,7 @@ import numpy as np
 from bert_jax import files, json_values, losses
 from bert_jax.errors import UserError
 from bert_jax.heads import BertForSequenceClassification
+from bert_jax.tasks import arguments
 from bert_jax.tasks.base import Examples, FineTuningTask
 from input_pipeline.tasks import columns
 
@@ -76,15 +77,7 @@ class SentenceTask(FineTuningTask):
 
     @classmethod
     def add_arguments(cls, parser):
-        parser.add_argument(
-            "--text-columns", default="", metavar="A[,B]",
-            help="the text column, or two for a pair: header names or 0-based indices "
-                 "(JSONL: keys); default every column but the label")
-        parser.add_argument(
-            "--label-column", default="label", metavar="COLUMN",
-            help="the label column: a header name or a 0-based index (JSONL: key); "
-                 "default label")
-        columns.add_header_argument(parser)
+        arguments.sentence_pairs(parser)
 
     @classmethod
     def spec_from_arguments(cls, args) -> columns.ColumnSpec:

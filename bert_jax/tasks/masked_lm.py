@@ -18,6 +18,7 @@ import numpy as np
 
 from bert_jax import files, json_values, losses
 from bert_jax.heads import BertForMaskedLM
+from bert_jax.tasks import arguments
 from bert_jax.tasks.base import Examples, FineTuningTask
 from bert_jax.training.batching import BucketedBatches
 from input_pipeline.tasks import mlm_text
@@ -124,14 +125,7 @@ class MaskedLMTask(FineTuningTask):
 
     @classmethod
     def add_arguments(cls, parser):
-        for action in parser._actions:  # domain adaptation: one pass at a higher rate
-            new = {"learning_rate": 5e-5, "epochs": 1}.get(action.dest)
-            if new is not None:
-                action.default = new
-                action.help = f"{action.help.split(' (default')[0]} (default {new})"
-        parser.add_argument("--masked-lm-prob", type=float, default=0.15,
-                            help="share of tokens masked, 80%% [MASK] / 10%% kept / 10%% "
-                                 "random (default 0.15)")
+        arguments.masked_lm(parser)
 
     @classmethod
     def from_arguments(cls, args, tokenizer):

@@ -19,6 +19,8 @@ import numpy as np
 from bert_jax import losses
 from bert_jax.errors import UserError
 from bert_jax.heads import BertForQuestionAnswering
+from bert_jax.tasks import arguments
+from bert_jax.tasks.arguments import QuestionAnsweringSettings  # the flags' defaults
 from bert_jax.tasks.base import Examples, FineTuningTask
 from input_pipeline.tasks import squad, squad_metrics, squad_postprocess, squad_windows
 
@@ -32,16 +34,6 @@ class Gold:
     questions: list
     windows: squad_windows.Windows
     version_2: bool
-
-
-@dataclasses.dataclass(frozen=True)
-class QuestionAnsweringSettings:
-    doc_stride: int = 128  # tokens between the starts of a context's windows
-    max_query_len: int = 64  # question tokens kept
-    n_best: int = 20  # start and end candidates per window, and answers kept per question
-    max_answer_len: int = 30  # longest answer in tokens
-    null_threshold: float = 0.0  # v2.0: answer "" when null score - best span score exceeds it
-    version_2: bool = False  # trained on v2.0 (unanswerable questions): predict "" too
 
 
 class QuestionAnsweringTask(FineTuningTask):
@@ -105,27 +97,7 @@ class QuestionAnsweringTask(FineTuningTask):
 
     @classmethod
     def add_arguments(cls, parser):
-        defaults = QuestionAnsweringSettings()
-        # The original run_squad.py's recipe: windows of 384 tokens, lr 3e-5, 2 epochs.
-        for action in parser._actions:
-            new = {"max_seq_len": 384, "learning_rate": 3e-5, "epochs": 2}.get(action.dest)
-            if new is not None:
-                action.default = new
-                action.help = f"{action.help.split(' (default')[0]} (default {new})"
-        parser.add_argument("--doc-stride", type=int, default=defaults.doc_stride,
-                            help="tokens between the starts of a long context's windows "
-                                 f"(default {defaults.doc_stride})")
-        parser.add_argument("--max-query-len", type=int, default=defaults.max_query_len,
-                            help="question tokens kept, longer questions truncated with a "
-                                 f"warning (default {defaults.max_query_len})")
-        parser.add_argument("--n-best", type=int, default=defaults.n_best,
-                            help="start/end candidates per window and answers kept per "
-                                 f"question (default {defaults.n_best})")
-        parser.add_argument("--max-answer-len", type=int, default=defaults.max_answer_len,
-                            help=f"longest answer in tokens (default {defaults.max_answer_len})")
-        parser.add_argument("--null-threshold", type=float, default=defaults.null_threshold,
-                            help="SQuAD v2.0: predict no answer when the null score minus the "
-                                 "best span's exceeds this (default 0.0)")
+        arguments.question_answering(parser)
 
     @classmethod
     def from_arguments(cls, args, tokenizer):

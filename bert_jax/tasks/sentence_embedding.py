@@ -29,9 +29,10 @@ from bert_jax.embeddings import losses
 from bert_jax.embeddings.pooling import pool
 from bert_jax.errors import UserError
 from bert_jax.model import FLOAT32, BertModel, Dense
+from bert_jax.tasks import arguments
+from bert_jax.tasks.arguments import LOSSES  # defined with the --loss flag
 from bert_jax.tasks.base import Examples, FineTuningTask
 
-LOSSES = ("cosine", "cosent", "mnrl", "softmax")
 _TERMS = {"cosine": "cosine_mse", "cosent": "cosent", "mnrl": "mnrl", "softmax": "softmax_loss"}
 _TSV_COLUMNS = (5, 6, 4)  # STS-B: sentence1, sentence2, score
 _JSONL_KEYS = (("sentence1", "sentence2", "score"), ("premise", "hypothesis", "label"))
@@ -137,18 +138,7 @@ class SentenceEmbeddingTask(FineTuningTask):
 
     @classmethod
     def add_arguments(cls, parser):
-        parser.add_argument("--loss", choices=LOSSES, default="cosent",
-                            help="cosine (MSE to the scaled score), cosent (ranking), mnrl "
-                                 "(in-batch negatives over the global batch, scale 20), softmax "
-                                 "(NLI classifier on (u, v, |u-v|)); default cosent")
-        parser.add_argument("--pooling", choices=("mean", "cls", "max"), default="mean",
-                            help="how token vectors become one embedding (default mean)")
-        parser.add_argument("--hard-negatives", action="store_true",
-                            help="with --loss mnrl: add each premise's contradiction "
-                                 "hypothesis as a hard negative")
-        parser.add_argument("--score-max", type=float, default=5.0,
-                            help="with --loss cosine: gold scores are divided by this to lie "
-                                 "in 0..1 (default 5, STS-B's scale)")
+        arguments.sentence_embedding(parser)
 
     @classmethod
     def from_arguments(cls, args, tokenizer):

@@ -31,6 +31,7 @@ import numpy as np
 from bert_jax import json_values, losses
 from bert_jax.config import BertConfig, Precision
 from bert_jax.errors import UserError
+from bert_jax.tasks import arguments
 from bert_jax.tasks.base import Examples, FineTuningTask
 from bert_jax.training.batching import BucketedBatches
 
@@ -88,27 +89,7 @@ class TokenClassificationTask(FineTuningTask):
 
     @classmethod
     def add_arguments(cls, parser) -> None:
-        from bert_jax.feature_layers import COMBINE_MODES
-
-        group = parser.add_argument_group("ner (CoNLL: `token ... TAG` a line, blank line "
-                                          "between sentences, -DOCSTART- skipped)")
-        group.add_argument("--tag-column", type=int, default=-1,
-                           help="0-based field of the entity tag, negative from the end "
-                                "(default -1: the last)")
-        group.add_argument("--tag-scheme", choices=("auto", "iob1", "iob2"), default="auto",
-                           help="tag scheme of the files; IOB1 is converted to IOB2 (default "
-                                "auto: IOB1 if an entity opens with I-)")
-        group.add_argument("--label-all-subwords", action="store_true",
-                           help="label every word piece (B- becomes I- after the first), "
-                                "not just the first piece of each word")
-        group.add_argument("--freeze-encoder", action="store_true",
-                           help="feature-based: train only a head over frozen encoder layers")
-        group.add_argument("--layers", default="-4,-3,-2,-1",
-                           help="with --freeze-encoder: layers the head reads, 0 = embedding "
-                                "output, negatives from the last (default -4,-3,-2,-1)")
-        group.add_argument("--combine", choices=COMBINE_MODES, default="concat",
-                           help="with --freeze-encoder: join the layers by concatenation, sum, "
-                                "or ELMo's scalar mix (default concat)")
+        arguments.ner(parser)
 
     @classmethod
     def from_arguments(cls, args, tokenizer) -> "TokenClassificationTask":

@@ -21,21 +21,12 @@ from bert_jax.errors import UserError
 from bert_jax.run_config import apply_overrides, base_config, flatten, parse_overrides
 from bert_jax.run_config.ranges import check_ranges
 from bert_jax.storage_errors import reported
+from bert_jax.tasks.arguments import Settings  # with the flags `finetune` shares
 from bert_jax.training import batching, prediction, trainer
 
 EVAL_RESULTS = "eval_results.json"
 EVAL_PREDICTIONS = "eval_predictions.jsonl"
 BEST = "best"
-
-
-@dataclasses.dataclass(frozen=True)
-class Settings:
-    """The common flags of `bert-jax finetune`; defaults follow the BERT paper's recipe."""
-    epochs: int = 3  # the paper: 2-4
-    learning_rate: float = 2e-5  # the paper: 2e-5 .. 5e-5 (AdamW)
-    batch_size: int = 32  # the paper: 16 or 32
-    max_seq_len: int = 128
-    seed: int = 0
 
 
 # The run-config key each Settings field sets, and the flag that sets it on the command line.
