@@ -108,7 +108,7 @@ def elapsed(what: str, log=None, stream=None, enabled: bool = True):
     """Shows `what ... N s` while the block runs, from a small thread.
 
     On a terminal (`stream`, default stderr) the line is redrawn every second and ends with
-    the total; otherwise (a log file) `log` gets a line every LOG_EVERY_SECONDS, so a long
+    the total (nothing is shown for a block done within the first second); otherwise (a log file) `log` gets a line every LOG_EVERY_SECONDS, so a long
     compile never looks like a hang in `launch logs` either.
     """
     stream = stream or sys.stderr
@@ -117,7 +117,7 @@ def elapsed(what: str, log=None, stream=None, enabled: bool = True):
         return
     terminal = log is None and stream.isatty()
     log = log or (lambda line: print(line, file=stream, flush=True))
-    began, done = time.monotonic(), threading.Event()
+    began, done, drawn = time.monotonic(), threading.Event(), threading.Event()
 
     def tick():
         interval = 1.0 if terminal else LOG_EVERY_SECONDS
@@ -126,6 +126,7 @@ def elapsed(what: str, log=None, stream=None, enabled: bool = True):
             if terminal:
                 stream.write(f"\r{what} ... {seconds}")
                 stream.flush()
+                drawn.set()
             else:
                 log(f"  still {what}: {seconds}")
 
@@ -137,7 +138,7 @@ def elapsed(what: str, log=None, stream=None, enabled: bool = True):
         done.set()
         thread.join()
         seconds = time.monotonic() - began
-        if terminal:
+        if drawn.is_set():  # a block done within the first second leaves no line
             stream.write(f"\r{what} ... done in {_format_seconds(seconds)}\n")
             stream.flush()
         elif seconds >= LOG_EVERY_SECONDS:

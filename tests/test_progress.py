@@ -97,6 +97,10 @@ def test_elapsed_redraws_one_terminal_line():
     text = terminal.getvalue()
     assert text.startswith("\rcompiling for v4:4x4x2 ... 1 s")
     assert text.endswith(" ... done in 1 s\n") and text.count("\n") == 1
+    quick = Terminal()
+    with progress.elapsed("writing", stream=quick):
+        pass
+    assert quick.getvalue() == ""  # nothing for work done within a second
 
 
 _SLOW_WORK = """

@@ -100,9 +100,13 @@ def run(args) -> int:
         print(f"wrote original TF checkpoint ({kind} -> {', '.join(parts)}) to "
               f"{args.destination}")
     elif target == "saved-model":
-        signatures = model_io.export_saved_model(config, params, tokenizer, args.destination,
-                                                 _platforms(args.platforms), args.overwrite,
-                                                 (args.source,))
+        from bert_jax.progress import elapsed
+
+        # Lowering the model for every platform takes from seconds to minutes: say so.
+        with elapsed(f"lowering the model for {args.platforms} and writing the SavedModel"):
+            signatures = model_io.export_saved_model(
+                config, params, tokenizer, args.destination, _platforms(args.platforms),
+                args.overwrite, (args.source,))
         print(f"wrote TensorFlow SavedModel ({kind} -> signatures {', '.join(signatures)}) to "
               f"{args.destination}")
     elif target == "hf":
