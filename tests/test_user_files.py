@@ -193,7 +193,8 @@ def test_excel_tsv_by_index_trains_two_labels_and_names_the_positive_one(model, 
     workdir = tmp_path / "run"
     assert main(["finetune", "classify", "--model", model, "--train", train, "--eval", dev,
                  "--text-columns", "1", "--label-column", "0", "--workdir", str(workdir),
-                 "--epochs", "1", "--batch-size", "8", "--no-progress"]) == 0
+                 "--epochs", "1", "--batch-size", "8", "--max-seq-len", "32",
+                 "--no-progress"]) == 0
     assert "train.tsv: line 1 taken as a header" in capsys.readouterr().err
     task = json.loads((workdir / "best" / "task.json").read_text())
     assert task["settings"]["label_names"] == ["neg", "pos"]  # not a third '\ufeffQuality'
