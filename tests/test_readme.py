@@ -110,6 +110,14 @@ PLANS = {
              "--config.batch_size=8 --config.optimizer.warmup_steps=1 "
              "--config.checkpoint.every_steps=2"),
         ))],
+    "Packed rows: no compute on padding": [Plan(
+        "slow", "a vocabulary and packed shards of War and Peace, then two pre-training steps",
+        substitutions=(
+            ("--num-shards 16", "--num-shards 2"), ("--dupe-factor 10", "--dupe-factor 1"),
+            ("--config configs/bert_base.py", "--config laptop --config.num_train_steps=2 "
+             "--config.batch_size=8 --config.optimizer.warmup_steps=1 "
+             "--config.checkpoint.every_steps=2"),
+        ))],
     "Using a model": [Plan("ci", "test_readme_using_a_model_runs_as_written, on a tiny "
                                  "runs/demo")],
     "Fine-tuning": [Plan(
