@@ -89,3 +89,55 @@ def test_masking_statistics_against_numpy_expectations(tmp_path, tokenizer):
     assert (heldout["masked_lm_positions"] != first["masked_lm_positions"]).mean() > 0.5
     reseeded = load_masked_blocks(str(text), tokenizer, max_seq_len=64, seed=4)
     assert (reseeded.heldout()["masked_lm_positions"] != heldout["masked_lm_positions"]).any()
+
+
+def test_shard_directories_read_as_blocks_packed_or_not(tmp_path):
+    """`finetune mlm` on create-data shards: the rows' tokens with their masks undone, and
+    packed rows keep their instance and position ids (attention stays in each instance)."""
+    import collections
+
+    import jax
+
+    import pipeline_helpers as helpers
+    from bert_jax.config import Precision, preset
+    from bert_jax.tasks.masked_lm import MaskedLMTask
+    from input_pipeline.create_data import create_pretraining_data
+
+    vocab = helpers.write_vocabulary(str(tmp_path))
+    corpus = str(tmp_path / "corpus.txt")
+    helpers.make_corpus(corpus, num_documents=20, seed=3)
+    tokenizer, loaded = load_tokenizer(vocab), {}
+    for name, per_row in (("unpacked", 1), ("packed", 3)):
+        output = str(tmp_path / name)
+        create_pretraining_data([corpus], vocab, output, num_shards=2, max_seq_len=64,
+                                max_predictions=10, dupe_factor=1, seed=1, workers=1,
+                                show_progress=False, max_sequences_per_row=per_row)
+        loaded[name] = load_masked_blocks(output, tokenizer, max_seq_len=64, seed=0)
+
+    def instances(data):
+        rows = data.masked(0)
+        return collections.Counter(
+            tuple(data.blocks[row][rows["instance_ids"][row] == slot])
+            for row in range(len(data)) for slot in range(1, 4)
+            if (rows["instance_ids"][row] == slot).any())
+
+    assert instances(loaded["packed"]) == instances(loaded["unpacked"])  # every instance, whole
+    assert len(loaded["packed"]) < len(loaded["unpacked"])
+    assert not np.isin(loaded["packed"].blocks, [tokenizer.mask_id]).any()  # masks undone
+    features = loaded["packed"].masked(0)
+    second = features["instance_ids"] == 2
+    assert second.any()
+    starts = second.argmax(axis=1)[second.any(axis=1)]  # positions restart at each instance
+    assert (features["position_ids"][second.any(axis=1), starts] == 0).all()
+    with pytest.raises(UserError, match="shards of 64 tokens, but --max-seq-len is 128"):
+        load_masked_blocks(str(tmp_path / "packed"), tokenizer, max_seq_len=128, seed=0)
+
+    task = MaskedLMTask(64)  # its batches carry the ids to the model
+    config = preset("tiny", vocab_size=tokenizer.vocab_size)
+    batch = {name: np.asarray(value[:4]) for name, value in features.items()}
+    model = task.build_model(config, Precision())
+    params = model.init(jax.random.PRNGKey(0), *task.model_inputs(batch),
+                        **task.model_keywords(batch))["params"]
+    logits = task.apply(model, params, batch, train=False)
+    assert logits.shape == (4, task.max_predictions, tokenizer.vocab_size)
+    assert np.isfinite(np.asarray(logits)).all()

@@ -63,7 +63,7 @@ def loss_and_grads(task, params, batch):
         means = task.means(task.sums(outputs, batch), task.counts(batch))
         return means["loss"], means
 
-    (_, means), grads = jax.value_and_grad(loss, has_aux=True)(params)
+    (_, means), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
     return means, grads
 
 
@@ -74,7 +74,8 @@ def batches():
     unpacked_task, packed_task = PretrainingTask(PREDICTIONS), PretrainingTask(PREDICTIONS,
                                                                              PER_ROW)
     model = unpacked_task.build_model(CONFIG, Precision())
-    params = model.init(jax.random.PRNGKey(0), *unpacked_task.model_inputs(unpacked))["params"]
+    params = jax.jit(model.init)(jax.random.PRNGKey(0),
+                                 *unpacked_task.model_inputs(unpacked))["params"]
     return dict(unpacked=unpacked, packed=packed, params=params, unpacked_task=unpacked_task,
                 packed_task=packed_task)
 

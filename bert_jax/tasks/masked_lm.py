@@ -8,7 +8,9 @@ the mean held-out MLM cross-entropy), `mlm_accuracy` and `mlm_loss`; eval_result
 holds `perplexity_before` and `mlm_accuracy_before`. A model without an MLM head (such as
 all-MiniLM-L6-v2) starts with a fresh one whose decoder is tied to the word embeddings;
 the result exports as a Hugging Face BertForMaskedLM (`convert --to hf`) that `fill-mask`
-and transformers' fill-mask pipeline use.
+and transformers' fill-mask pipeline use. `--train` / `--eval` may also name a directory of
+`create-data` shards, packed (--pack) or not: their rows are the blocks, with fresh masks
+per epoch, and attention stays within each instance of a packed row.
 """
 
 import math
@@ -75,12 +77,17 @@ class MaskedLMTask(FineTuningTask):
         tokens = lambda batch, seq_len: (batch, seq_len)  # noqa: E731
         slots = lambda batch, seq_len: (batch, self.max_predictions)  # noqa: E731
         return {"input_ids": (np.int32, tokens), "segment_ids": (np.int32, tokens),
-                "input_mask": (np.int32, tokens), "masked_lm_positions": (np.int32, slots),
+                "input_mask": (np.int32, tokens), "instance_ids": (np.int32, tokens),
+                "position_ids": (np.int32, tokens), "masked_lm_positions": (np.int32, slots),
                 "masked_lm_ids": (np.int32, slots), "masked_lm_weights": (np.float32, slots)}
 
     def model_inputs(self, batch):
         return (batch["input_ids"], batch["segment_ids"], batch["input_mask"],
                 batch["masked_lm_positions"])
+
+    def model_keywords(self, batch):
+        # Blocks of packed shards hold several instances; text blocks one (ids = input_mask).
+        return {"instance_ids": batch["instance_ids"], "position_ids": batch["position_ids"]}
 
     def counts(self, batch):
         return {"num_predictions": jnp.sum(batch["masked_lm_weights"].astype(jnp.float32))}

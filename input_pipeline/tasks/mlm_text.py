@@ -9,6 +9,11 @@ non-special tokens, 80% [MASK] / 10% kept / 10% random) from a generator seeded 
 (seed, epoch), so each epoch sees fresh masks (dynamic masking) and a run repeats exactly;
 held-out blocks always get the masks of one fixed seed, so evaluations before and after
 training score the same masked positions.
+
+A directory of pre-training shards (`create-data`, packed with --pack or not) reads as
+blocks too: each row's tokens with its stored masks undone, its segment ids, and for
+packed rows its instance and position ids (attention stays within each instance); masks
+are then drawn per epoch over the row's real tokens as for text.
 """
 
 import io
@@ -66,7 +71,9 @@ class MaskedBlocks:
     """Blocks of one file and the masks drawn for them (numpy batches for the MLM task)."""
 
     def __init__(self, blocks: np.ndarray, tokenizer, seed: int, masked_lm_prob: float = 0.15,
-                 max_predictions: int | None = None):
+                 max_predictions: int | None = None, rows: dict | None = None):
+        """`rows`: segment_ids, instance_ids, position_ids (N, T) of shard rows; text blocks
+        have one segment and one instance each."""
         self.blocks = blocks
         self.tokenizer = tokenizer
         self.seed = seed
@@ -75,6 +82,9 @@ class MaskedBlocks:
         # round(T * p) can exceed floor; one more slot never changes which tokens are drawn.
         self.max_predictions = max_predictions or min(seq_len, math.ceil(seq_len * masked_lm_prob))
         self.input_mask = (blocks != tokenizer.pad_id).astype(np.int32)
+        self.rows = rows or dict(
+            segment_ids=np.zeros_like(blocks), instance_ids=self.input_mask,
+            position_ids=np.broadcast_to(np.arange(seq_len, dtype=np.int32), blocks.shape))
 
     def __len__(self) -> int:
         return len(self.blocks)
@@ -93,8 +103,7 @@ class MaskedBlocks:
         input_ids = self.blocks.copy()
         features = masking.apply_masks(input_ids, positions, tokenizer.mask_id,
                                        tokenizer.vocab_size, rng)
-        return dict(input_ids=input_ids, input_mask=self.input_mask,
-                    segment_ids=np.zeros_like(input_ids), **features)
+        return dict(input_ids=input_ids, input_mask=self.input_mask, **self.rows, **features)
 
     def epoch(self, epoch: int) -> dict[str, np.ndarray]:
         """Fresh masks for training epoch `epoch` (0-based)."""
@@ -109,8 +118,47 @@ class MaskedBlocks:
 
 def load_masked_blocks(path: str, tokenizer, max_seq_len: int, seed: int,
                        masked_lm_prob: float = 0.15) -> MaskedBlocks:
-    """A text file read, tokenised and packed; see `MaskedBlocks`."""
+    """A text file read, tokenised and packed, or a shard directory read; see `MaskedBlocks`."""
     if not 0 < masked_lm_prob < 1:
         raise UserError(f"masked-LM probability {masked_lm_prob} should be between 0 and 1")
+    from bert_jax import files
+    from input_pipeline import manifest as manifest_lib
+
+    if files.isdir(path) and files.exists(files.join(path, manifest_lib.MANIFEST_NAME)):
+        return shard_blocks(path, tokenizer, max_seq_len, seed, masked_lm_prob)
     return MaskedBlocks(pack_blocks(tokenizer, read_documents(path), max_seq_len), tokenizer,
                         seed, masked_lm_prob)
+
+
+def shard_blocks(directory: str, tokenizer, max_seq_len: int, seed: int,
+                 masked_lm_prob: float) -> MaskedBlocks:
+    """Every row of a shard directory as blocks (see the module docstring)."""
+    import tensorflow as tf
+
+    from input_pipeline import manifest as manifest_lib, schema
+    from input_pipeline.reader import check_schema, expand_patterns
+
+    manifest = manifest_lib.read_manifest(directory)
+    manifest_lib.check_vocabulary(manifest, tokenizer.hash, directory)
+    settings, per_row = manifest["settings"], manifest_lib.sequences_per_row(manifest)
+    if settings["max_seq_len"] != max_seq_len:
+        raise UserError(f"{directory}: shards of {settings['max_seq_len']} tokens, but "
+                        f"--max-seq-len is {max_seq_len}; give --max-seq-len "
+                        f"{settings['max_seq_len']}")
+    paths = expand_patterns([directory])
+    for path in paths:
+        check_schema(path, max_seq_len, settings["max_predictions"], per_row)
+    spec = schema.parsing_spec(max_seq_len, settings["max_predictions"], per_row)
+    parts = [tf.io.parse_example(records, spec)
+             for records in tf.data.TFRecordDataset(paths).batch(4096)]
+    rows = {name: np.concatenate([part[name].numpy() for part in parts]).astype(
+        np.float32 if name == "masked_lm_weights" else np.int32) for name in spec}
+    blocks = rows["input_ids"].copy()
+    which, slot = np.nonzero(rows["masked_lm_weights"] > 0)  # the stored masks, undone
+    blocks[which, rows["masked_lm_positions"][which, slot]] = rows["masked_lm_ids"][which, slot]
+    blocks[rows["input_mask"] == 0] = tokenizer.pad_id
+    return MaskedBlocks(blocks, tokenizer, seed, masked_lm_prob, rows=dict(
+        segment_ids=rows["segment_ids"],
+        instance_ids=rows.get("instance_ids", rows["input_mask"]),
+        position_ids=rows.get("position_ids", np.broadcast_to(
+            np.arange(max_seq_len, dtype=np.int32), blocks.shape))))
