@@ -90,3 +90,17 @@ def test_base_step_flops_by_hand():
                     + 20 * (2 * 768**2 + 2 * 768 * 30522) + 2 * 768 * 2)
     assert flops.train_step_flops(config, 8, 128, 20) == 3 * 8 * per_sequence
     assert flops.train_step_flops(config, 8, 128, 20) == 559_431_917_568  # ~0.56 TFLOP
+
+
+def test_real_token_flops_count_each_instance_at_its_own_length():
+    config = preset("mini", vocab_size=1000)
+    # One instance filling its row: exactly the padded step's count.
+    assert flops.real_token_train_flops(config, [SEQ_LEN], PREDICTIONS) == \
+        flops.train_step_flops(config, 1, SEQ_LEN, PREDICTIONS)
+    # Instances of 20 and 12 tokens (one packed row or two padded ones): each alone at its
+    # length, so less than a row of 32 (attention is quadratic) and more than nothing.
+    alone = sum(flops.train_step_flops(config, 1, length, 0) for length in (20, 12))
+    with_heads = alone + flops.train_step_flops(config, 1, 1, PREDICTIONS) - \
+        flops.train_step_flops(config, 1, 1, 0)
+    assert flops.real_token_train_flops(config, [20, 12], PREDICTIONS) == with_heads
+    assert with_heads < flops.train_step_flops(config, 2, SEQ_LEN, PREDICTIONS)
