@@ -231,6 +231,7 @@ class TermEvaluator:
     """
     baseline = True
     stop = False
+    show_progress = False  # set by the training loop: its own bar, if the run shows one
 
     def __init__(self, run_config, dataset_factory):
         self.run_config, self.dataset_factory = run_config, dataset_factory
@@ -245,7 +246,6 @@ class TermEvaluator:
 
     def state(self):
         return None
-    show_progress = False  # set by the training loop: its own bar, if the run shows one
 
     def restore(self, state) -> None:
         pass
@@ -342,6 +342,7 @@ def _loop(run_config, bundle, state, meta, checkpoints, writer, dataset_factory,
                              None if show_progress else log)
             # Evaluate before saving, so the checkpoint holds the evaluator's state after it.
             if evaluator is not None and (step % evaluator.every_steps == 0 or step == total):
+                progress.finish()  # the bar shows this step before the evaluation's own bar
                 _check_finite(state, step, checkpoints)
                 _run_evaluation(evaluator, bundle, state, step, writer, result)
                 throughput.reset(step)
@@ -357,7 +358,6 @@ def _loop(run_config, bundle, state, meta, checkpoints, writer, dataset_factory,
                 result["preempted"] = True
                 result["exit_status"] = preemption.exit_status  # 130 after Ctrl-C, 143 SIGTERM
                 break
-                progress.finish()  # the bar shows this step before the evaluation's own bar
             if result["stopped"]:
                 log(f"\nstopped early at step {step}: no better evaluation for a while")
                 break
