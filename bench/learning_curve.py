@@ -12,6 +12,14 @@ last 20 steps to damp batch noise, and their ratio.
 `--attention-dropout` instead trains bert-jax alone with attention-probability dropout 0.1
 (the paper) and 0 (the fused kernels' setting), two seeds a side on the same batches, and
 prints each run's MLM loss on a held-out shard.
+
+`--packing` instead trains bert-jax alone on packed (`create-data --pack`) and unpacked
+shards of the same instances (the same create-data seed), two seeds a side, --batch-size
+rows a step, and prints the MLM loss on held-out chapters (unpacked shards of the last
+tenth of the book, which no run trains on) after the same number of instances and after
+the same wall time (the unpacked run's; dropout on, one process, timed after the first
+step's compilation). Issue 25's goal: equal within seed noise at equal instances, packed
+lower at equal time.
 """
 
 import argparse
@@ -124,11 +132,18 @@ def train_and_evaluate(run_config, batches, held_out: list) -> tuple[list[float]
         state, metrics = bundle.train_step(state, batch, rng)
         losses.append(float(metrics["mlm_loss"]))
     seconds = (time.perf_counter() - start) / len(batches)
+    return losses, held_out_means(bundle, state.params, held_out), seconds
+
+
+def held_out_means(bundle, params, held_out: list) -> dict:
+    """Each term's mean over the held-out batches (sums and counts added first)."""
+    import jax
+
     totals = None
     for batch in held_out:
-        result = jax.device_get(bundle.eval_step(state.params, batch))
+        result = jax.device_get(bundle.eval_step(params, batch))
         totals = result if totals is None else jax.tree.map(np.add, totals, result)
-    return losses, bundle.task.means(totals["sums"], totals["counts"]), seconds
+    return bundle.task.means(totals["sums"], totals["counts"])
 
 
 def attention_dropout_comparison(args) -> int:
@@ -170,6 +185,117 @@ def attention_dropout_comparison(args) -> int:
     return 0
 
 
+def packing_shards(seq_len: int, max_predictions: int) -> tuple[str, dict, str]:
+    """The 8k vocabulary; unpacked and packed shards of the first nine tenths of the book's
+    chapters (the same instances: one create-data seed); unpacked shards of the rest."""
+    from input_pipeline.create_data import create_pretraining_data
+
+    vocab_path, _ = make_shards(128, 20)
+    directory = os.path.join(OUT, f"war_and_peace_packing_{seq_len}")
+    chapters = open(CORPUS, encoding="utf-8").read().strip().split("\n\n")
+    cut = len(chapters) * 9 // 10
+    shards = {}
+    for name, text, per_row in (("train", chapters[:cut], 1), ("train_packed", chapters[:cut], 3),
+                                ("held_out", chapters[cut:], 1)):
+        shards[name] = os.path.join(directory, name)
+        if not os.path.exists(os.path.join(shards[name], "manifest.json")):
+            os.makedirs(directory, exist_ok=True)
+            corpus = os.path.join(directory, f"{name}.txt")
+            with open(corpus, "w", encoding="utf-8") as file:
+                file.write("\n\n".join(text) + "\n")
+            create_pretraining_data([corpus], vocab_path, shards[name], num_shards=2,
+                                    max_seq_len=seq_len, max_predictions=max_predictions,
+                                    dupe_factor=2, seed=7, max_sequences_per_row=per_row,
+                                    show_progress=False)
+    held_out = shards.pop("held_out")
+    return vocab_path, shards, held_out
+
+
+def single_device_bundle(run_config):
+    import jax
+
+    from bert_jax import sharding
+    from bert_jax.training import train_step
+
+    return train_step.build_train_step(run_config, sharding.make_mesh(
+        1, 1, 1, devices=jax.devices()[:1]))
+
+
+def train_until(run_config, data, evaluate, instances: int, seconds: float | None):
+    """Trains until `instances` instances have been seen, then (with `seconds`) on until
+    that much step time has passed; `evaluate(params)` at each point, and where it was."""
+    import jax
+
+    bundle = single_device_bundle(run_config)
+    state = bundle.init_state(jax.random.PRNGKey(run_config.seed))
+    rng, seen, elapsed, step, points = jax.random.PRNGKey(run_config.seed + 1), 0, 0.0, 0, {}
+    while True:
+        start = time.perf_counter()
+        state, metrics = bundle.train_step(state, next(data), rng)
+        seen += int(jax.device_get(metrics["num_sequences"]))  # waits for the step
+        elapsed += time.perf_counter() - start if step else 0.0  # the first step compiles
+        step += 1
+        where = dict(step=step, instances=seen, seconds=elapsed)
+        if "instances" not in points and seen >= instances:
+            points["instances"] = dict(where, **evaluate(state.params))
+        if "instances" in points and (seconds is None or elapsed >= seconds):
+            points["time"] = dict(where, **evaluate(state.params))
+            return points
+
+
+def packing_comparison(args) -> int:
+    """Packed against unpacked rows of the same instances (see the module docstring)."""
+    from input_pipeline.reader import PretrainingDataset
+    from input_pipeline.tokenization import load_tokenizer
+
+    seq_len, predictions = args.packing_seq_len, args.packing_seq_len * 20 // 128
+    vocab_path, shards, held_out_dir = packing_shards(seq_len, predictions)
+    held_out_data = PretrainingDataset([held_out_dir], 16, seq_len, predictions, seed=0,
+                                       repeat=False, process_index=0, process_count=1)
+    held_out = [next(held_out_data) for _ in range(args.eval_batches)]
+    instances = args.steps * args.batch_size
+    print(f"packed vs unpacked rows: BERT-mini, {args.batch_size} x {seq_len} rows a step, "
+          f"{instances} instances, held-out MLM loss on {args.eval_batches} x 16 sequences of "
+          "unseen chapters", flush=True)
+    vocab_size = load_tokenizer(vocab_path).vocab_size
+    unpacked = run_config_for(args, vocab_size)
+    unpacked.data.update(seq_len=seq_len, max_predictions=predictions)
+    # Both sides are scored on the same unpacked held-out rows, by an unpacked step.
+    evaluator = single_device_bundle(unpacked)
+    results = {}
+    for seed in (0, 1):
+        unpacked_time = None
+        for name, per_row in (("unpacked", 1), ("packed", 3)):
+            config = run_config_for(args, vocab_size)
+            config.seed = seed
+            config.data.update(seq_len=seq_len, max_predictions=predictions,
+                               max_sequences_per_row=per_row)
+            config.schedule_steps = 2 * args.steps  # one schedule, whoever trains longer
+            data = PretrainingDataset([shards["train" if per_row == 1 else "train_packed"]],
+                                      args.batch_size, seq_len, predictions, seed=seed,
+                                      process_index=0, process_count=1,
+                                      max_sequences_per_row=per_row)
+            points = train_until(config, data, lambda params: held_out_means(
+                evaluator, params, held_out), instances, unpacked_time)
+            unpacked_time = unpacked_time or points["instances"]["seconds"]
+            results[name, seed] = points
+            for point, label in (("instances", "same instances"), ("time", "same time")):
+                value = points[point]
+                print(f"  {name:8s} seed {seed}, {label:14s}: held-out MLM loss "
+                      f"{value['mlm_loss']:.4f} after {value['instances']} instances, "
+                      f"{value['step']} steps, {value['seconds']:.0f} s", flush=True)
+    for point in ("instances", "time"):
+        means = {name: np.mean([results[name, seed][point]["mlm_loss"] for seed in (0, 1)])
+                 for name in ("unpacked", "packed")}
+        spread = {name: abs(results[name, 0][point]["mlm_loss"]
+                            - results[name, 1][point]["mlm_loss"]) for name in means}
+        print(f"same {point}: held-out MLM loss, mean of 2 seeds: unpacked "
+              f"{means['unpacked']:.4f}, packed {means['packed']:.4f} "
+              f"({means['packed'] - means['unpacked']:+.4f}); seed spread unpacked "
+              f"{spread['unpacked']:.4f}, packed {spread['packed']:.4f}")
+    return 0
+
+
 def plot(jax_losses, torch_losses, path: str) -> None:
     import matplotlib
 
@@ -200,6 +326,11 @@ def main() -> int:
                              "a side, held-out MLM loss")
     parser.add_argument("--eval-batches", type=int, default=20,
                         help="held-out batches of 32 for --attention-dropout")
+    parser.add_argument("--packing", action="store_true",
+                        help="instead: bert-jax on packed vs unpacked rows of the same "
+                             "instances, two seeds a side, held-out MLM loss")
+    parser.add_argument("--packing-seq-len", type=int, default=512,
+                        help="row length for --packing (predictions: 20 per 128 tokens)")
     args = parser.parse_args()
     if not os.path.exists(CORPUS):
         print(f"skipped: {CORPUS} is absent (the shared reference data)")
@@ -208,6 +339,8 @@ def main() -> int:
     sys.path.insert(0, ROOT)
     if args.attention_dropout:
         return attention_dropout_comparison(args)
+    if args.packing:
+        return packing_comparison(args)
     from bert_jax.model_io import export_huggingface
     from input_pipeline.reader import PretrainingDataset
     from input_pipeline.tokenization import load_tokenizer
