@@ -57,8 +57,8 @@ def model(tmp_path_factory):
 
 def _finetune(task, model, train, dev, workdir, *extra):
     return main(["finetune", task, "--model", model, "--train", train, "--eval", dev,
-                 "--workdir", str(workdir), "--epochs", "1", "--batch-size", "8", "--no-progress",
-                 *extra])
+                 "--workdir", str(workdir), "--epochs", "1", "--batch-size", "8",
+                 "--max-seq-len", "32", "--no-progress", *extra])  # the model has 64 positions
 
 
 def test_bad_inputs_fail_with_file_and_line_and_write_nothing(model, tmp_path, capsys):
