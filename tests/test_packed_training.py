@@ -100,10 +100,10 @@ def test_a_packed_batch_has_the_loss_metrics_and_gradients_of_its_instances_unpa
 
 def test_each_instance_reads_nsp_at_its_own_cls_and_its_own_predictions(batches):
     model = batches["packed_task"].build_model(CONFIG, Precision())
-    unpacked_mlm, unpacked_nsp = batches["unpacked_task"].apply(
-        model, batches["params"], batches["unpacked"], train=False)
-    packed_mlm, packed_nsp = batches["packed_task"].apply(
-        model, batches["params"], batches["packed"], train=False)
+    unpacked_mlm, unpacked_nsp = jax.jit(lambda params, batch: batches["unpacked_task"].apply(
+        model, params, batch, train=False))(batches["params"], batches["unpacked"])
+    packed_mlm, packed_nsp = jax.jit(lambda params, batch: batches["packed_task"].apply(
+        model, params, batch, train=False))(batches["params"], batches["packed"])
     assert packed_nsp.shape == (3, PER_ROW, 2)
     assert packed_mlm.shape[1] == PREDICTIONS + PER_ROW  # packing.row_predictions
     filled = 0
@@ -125,11 +125,14 @@ def test_changing_one_instance_leaves_the_others_bit_identical(batches, chunk_ro
     model = BertModel(CONFIG, Precision(attention_chunk_rows=chunk_rows))
     params = {"params": batches["params"]["bert"]}
 
+    @jax.jit
+    def run(batch):
+        return model.apply(params, batch["input_ids"], batch["segment_ids"],
+                           batch["input_mask"], instance_ids=batch["instance_ids"],
+                           position_ids=batch["position_ids"])[0]
+
     def encode(batch):
-        sequence, _ = model.apply(params, batch["input_ids"], batch["segment_ids"],
-                                  batch["input_mask"], instance_ids=batch["instance_ids"],
-                                  position_ids=batch["position_ids"])
-        return np.asarray(sequence)
+        return np.asarray(run(batch))
 
     before = encode(packed)
     changed = dict(packed, input_ids=packed["input_ids"].copy())
