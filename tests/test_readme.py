@@ -98,26 +98,24 @@ _SMALL_TASKS = ("mkdir -p small && T=../shared/data/tasks && "
                 "head -40 $T/nli/snli_dev.jsonl > small/snli_dev.jsonl && "
                 "head -40 $T/nli/mnli_dev_matched.jsonl > small/mnli_dev_matched.jsonl")
 
+# Both pre-training blocks (unpacked and packed) at two shards, one duplicate and two steps.
+SMALL_PRETRAINING = (
+    ("--num-shards 16", "--num-shards 2"), ("--dupe-factor 10", "--dupe-factor 1"),
+    ("--config configs/bert_base.py", "--config laptop --config.num_train_steps=2 "
+     "--config.batch_size=8 --config.optimizer.warmup_steps=1 "
+     "--config.checkpoint.every_steps=2"),
+)
+
 # Section heading -> the plan of each of its bash blocks, in order.
 PLANS = {
     "bert-jax": [_skip("`make pretrain` builds .venv and trains for minutes; `make test` is "
                        "this suite")],
     "From raw text to a pre-trained model": [Plan(
         "slow", "a vocabulary and shards of War and Peace, then two pre-training steps",
-        substitutions=(
-            ("--num-shards 16", "--num-shards 2"), ("--dupe-factor 10", "--dupe-factor 1"),
-            ("--config configs/bert_base.py", "--config laptop --config.num_train_steps=2 "
-             "--config.batch_size=8 --config.optimizer.warmup_steps=1 "
-             "--config.checkpoint.every_steps=2"),
-        ))],
+        substitutions=SMALL_PRETRAINING)],
     "Packed rows: no compute on padding": [Plan(
         "slow", "a vocabulary and packed shards of War and Peace, then two pre-training steps",
-        substitutions=(
-            ("--num-shards 16", "--num-shards 2"), ("--dupe-factor 10", "--dupe-factor 1"),
-            ("--config configs/bert_base.py", "--config laptop --config.num_train_steps=2 "
-             "--config.batch_size=8 --config.optimizer.warmup_steps=1 "
-             "--config.checkpoint.every_steps=2"),
-        ))],
+        substitutions=SMALL_PRETRAINING)],
     "Using a model": [Plan("ci", "test_readme_using_a_model_runs_as_written, on a tiny "
                                  "runs/demo")],
     "Fine-tuning": [Plan(
