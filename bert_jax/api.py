@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from bert_jax.config import BertConfig
+from bert_jax.model_config import BertConfig
 from bert_jax.errors import UserError
 
 FORMATS = ("bert-jax", "hf", "tf-checkpoint", "saved-model")

@@ -11,7 +11,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax.config import BertConfig, Precision
+from bert_jax.model_config import BertConfig, Precision
 from bert_jax.model import FLOAT32, BertModel, Dense, Dropout, MaskedLanguageModelHead
 
 Array = jax.Array

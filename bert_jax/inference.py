@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax.config import BertConfig
+from bert_jax.model_config import BertConfig
 from bert_jax.errors import UserError
 from bert_jax.model import BertForPreTraining, BertModel
 

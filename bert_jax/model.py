@@ -16,7 +16,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax.config import BertConfig, Precision
+from bert_jax.model_config import BertConfig, Precision
 from bert_jax.layers.attention import attend, attention, attention_probabilities
 from bert_jax.layers.dropout import Dropout
 

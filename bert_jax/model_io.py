@@ -18,7 +18,7 @@ from collections.abc import Callable
 import numpy as np
 
 from bert_jax import files
-from bert_jax.config import BertConfig
+from bert_jax.model_config import BertConfig
 from bert_jax.errors import UserError
 from bert_jax.model_sources import (CHECKPOINTS, MODEL_CONFIG, PARAMS, VOCAB,
                                     latest_step_directory, metadata_directory, source_kind,

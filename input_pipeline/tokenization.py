@@ -125,10 +125,10 @@ class Tokenizer:
         """All texts' ids, without special tokens, concatenated: (tokens int32, lengths int64).
 
         The same ids as `encode_batch`, several times faster on large corpora: each
-        distinct whitespace-separated chunk is encoded once (see `chunk_cache.py`).
+        distinct whitespace-separated chunk is encoded once (see `wordpiece_chunk_cache.py`).
         """
         if not hasattr(self, "_chunk_cache"):
-            from input_pipeline.chunk_cache import ChunkCache
+            from input_pipeline.wordpiece_chunk_cache import ChunkCache
             self._chunk_cache = ChunkCache(self.backend)
         return self._chunk_cache.encode(texts)
 

@@ -4,7 +4,7 @@ import numpy as np
 from interop_helpers import WORDS, random_pretraining_params, write_vocab
 
 from bert_jax import model_io
-from bert_jax.config import preset
+from bert_jax.model_config import preset
 from input_pipeline.tokenization import load_tokenizer
 
 

@@ -17,7 +17,7 @@ import pytest
 from bert_jax import sharding
 from bert_jax.layers.attention import (_core, attention, attention_probabilities, chunk_count,
                                       traced_platform, visible_keys)
-from bert_jax.config import Precision, preset
+from bert_jax.model_config import Precision, preset
 from bert_jax.errors import UserError
 from bert_jax.model import BertModel
 

@@ -19,7 +19,7 @@ from bert_jax.analysis.head_view import read_page_data
 from bert_jax.analysis.probe import ProbeCounts
 from bert_jax.analysis.word_attention import piece_word_ids, word_attention
 from bert_jax.cli import main
-from bert_jax.config import preset
+from bert_jax.model_config import preset
 from input_pipeline.tasks.conllu import read_conllu
 from input_pipeline.tokenization import load_tokenizer
 

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax.config import Precision
+from bert_jax.model_config import Precision
 from bert_jax.errors import UserError
 from bert_jax.layers import attention, attention_kernels
 

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from bert_jax.embeddings.distinct_batches import DistinctTextBatches, separate_duplicates, text_ids
+from bert_jax.training.distinct_batches import DistinctTextBatches, separate_duplicates, text_ids
 from bert_jax.training.batching import BucketedBatches
 
 

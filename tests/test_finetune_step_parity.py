@@ -20,7 +20,7 @@ import pytest
 from interop_helpers import random_pretraining_params, torch_inputs, write_vocab
 
 from bert_jax import model_io, sharding
-from bert_jax.config import preset
+from bert_jax.model_config import preset
 from bert_jax.training import distributed, finetune, train_step
 from input_pipeline.tokenization import load_tokenizer
 

@@ -203,7 +203,7 @@ def test_python_api_matches_the_library_functions(tmp_path):
 
     import bert_jax
     from bert_jax import inference, model_io
-    from bert_jax.config import preset
+    from bert_jax.model_config import preset
     from input_pipeline.tokenization import load_tokenizer
 
     tokenizer = load_tokenizer(write_vocab(tmp_path))
@@ -233,7 +233,7 @@ def test_finetune_print_config_after_flags_and_overrides(tmp_path, capsys):
     from interop_helpers import random_pretraining_params, write_vocab
 
     from bert_jax import cli, model_io
-    from bert_jax.config import preset
+    from bert_jax.model_config import preset
     from input_pipeline.tokenization import load_tokenizer
 
     tokenizer = load_tokenizer(write_vocab(tmp_path))
@@ -257,7 +257,7 @@ def test_every_api_method_takes_a_string_or_a_list(tmp_path):
 
     import bert_jax
     from bert_jax import model_io
-    from bert_jax.config import preset
+    from bert_jax.model_config import preset
     from input_pipeline.tokenization import load_tokenizer
 
     tokenizer = load_tokenizer(write_vocab(tmp_path))

@@ -9,7 +9,7 @@ import pytest
 from flax.linen import meta
 
 from bert_jax import flops, losses
-from bert_jax.config import preset
+from bert_jax.model_config import preset
 from bert_jax.model import BertForPreTraining
 
 BATCH, SEQ_LEN, PREDICTIONS = 2, 32, 5

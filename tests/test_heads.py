@@ -7,7 +7,7 @@ import pytest
 from interop_helpers import random_pretraining_params, torch_inputs, write_vocab
 
 from bert_jax import losses, model_io
-from bert_jax.config import preset
+from bert_jax.model_config import preset
 from bert_jax.heads import BertForSequenceClassification, BertForTokenClassification
 from bert_jax.model import BertModel
 from input_pipeline.tokenization import load_tokenizer

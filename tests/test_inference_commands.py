@@ -10,7 +10,7 @@ from interop_helpers import minilm_directory, random_pretraining_params, torch_i
 
 from bert_jax import inference, model_io
 from bert_jax.cli import main
-from bert_jax.config import preset
+from bert_jax.model_config import preset
 from input_pipeline.tokenization import load_tokenizer
 
 LINES = [

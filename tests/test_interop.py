@@ -12,7 +12,7 @@ import pytest
 from interop_helpers import minilm_directory, random_pretraining_params, torch_inputs, write_vocab
 
 from bert_jax import inference, model_io
-from bert_jax.config import preset
+from bert_jax.model_config import preset
 from bert_jax.errors import UserError
 from input_pipeline.tokenization import load_tokenizer
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from flax.linen import meta
 
-from bert_jax.config import PRESET_NAMES, BertConfig, preset
+from bert_jax.model_config import PRESET_NAMES, BertConfig, preset
 from bert_jax.errors import UserError
 from bert_jax.model import BertForPreTraining, BertModel
 

@@ -75,8 +75,8 @@ def test_frozen_encoder_head_reads_the_encoders_hidden_states():
     import jax
 
     from bert_jax import inference
-    from bert_jax.config import preset
-    from bert_jax.feature_layers import FeatureTokenClassifier, FrozenEncoderTokenClassifier
+    from bert_jax.model_config import preset
+    from bert_jax.frozen_encoder_heads import FeatureTokenClassifier, FrozenEncoderTokenClassifier
 
     config = preset("tiny", vocab_size=40, hidden_dim=16, num_layers=2, num_heads=2,
                     mlp_dim=32, max_positions=16)

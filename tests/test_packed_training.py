@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import pipeline_helpers as helpers
-from bert_jax.config import Precision, preset
+from bert_jax.model_config import Precision, preset
 from bert_jax.errors import UserError
 from bert_jax.model import BertModel
 from bert_jax.run_config import base_config

@@ -34,7 +34,7 @@ import pytest
 from interop_helpers import random_pretraining_params, write_vocab
 
 from bert_jax import model_io
-from bert_jax.config import preset
+from bert_jax.model_config import preset
 from input_pipeline.tokenization import load_tokenizer
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

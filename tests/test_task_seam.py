@@ -6,7 +6,7 @@ import jax
 import numpy as np
 
 from bert_jax import model_io, model_sources, sharding
-from bert_jax.config import BertConfig, Precision
+from bert_jax.model_config import BertConfig, Precision
 from bert_jax.tasks.pretraining import PretrainingTask
 from bert_jax.training import train_step
 from input_pipeline import schema

@@ -17,7 +17,7 @@ from interop_helpers import random_pretraining_params, write_vocab
 
 from bert_jax import model_io
 from bert_jax.cli import main
-from bert_jax.config import preset
+from bert_jax.model_config import preset
 from bert_jax.errors import UserError
 from input_pipeline.tokenization import load_tokenizer
 

@@ -15,7 +15,7 @@ import jax
 import numpy as np
 
 from bert_jax import files, inference, model_io
-from bert_jax.config import BertConfig
+from bert_jax.model_config import BertConfig
 from bert_jax.embeddings import pooling as pooling_functions
 from bert_jax.embeddings.model_directory import EmbeddingSettings, read_settings
 from bert_jax.errors import UserError

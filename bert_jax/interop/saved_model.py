@@ -26,7 +26,7 @@ import tempfile
 
 import numpy as np
 
-from bert_jax.config import BertConfig, Precision
+from bert_jax.model_config import BertConfig, Precision
 from bert_jax.interop import tensor_map
 
 # What jax2tf can lower for; by default every platform TF Serving runs on, so the

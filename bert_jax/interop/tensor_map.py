@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-from bert_jax.config import BertConfig
+from bert_jax.model_config import BertConfig
 from bert_jax.errors import UserError
 
 PARTS = ("encoder", "pooler", "mlm_head", "nsp_head", "classifier", "qa_outputs")

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax.config import Precision
+from bert_jax.model_config import Precision
 from bert_jax.errors import UserError
 from bert_jax.layers import attention_kernels
 from bert_jax.layers.dropout import dropout

@@ -34,7 +34,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax.config import ATTENTION_IMPLEMENTATIONS
+from bert_jax.model_config import ATTENTION_IMPLEMENTATIONS
 
 Array = jax.Array
 # Splash attention's tiles: the sequence must be a multiple of this (its default block sizes).

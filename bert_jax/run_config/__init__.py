@@ -26,7 +26,7 @@ OVERRIDE_PREFIX = "--config."
 
 def base_config(model_preset: str = "base") -> ml_collections.ConfigDict:
     """Every field a run config has, with the original BERT recipe's values; files override."""
-    from bert_jax.config import preset  # light: a dataclass module
+    from bert_jax.model_config import preset  # light: a dataclass module
 
     config = ml_collections.ConfigDict()
     config.seed = 0  # parameter initialisation, dropout and data order

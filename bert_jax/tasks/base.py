@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax.config import BertConfig, Precision
+from bert_jax.model_config import BertConfig, Precision
 from bert_jax.errors import UserError
 
 # name -> (numpy dtype, shape as a function of (batch_size, seq_len)).

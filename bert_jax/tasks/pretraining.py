@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bert_jax import losses
-from bert_jax.config import BertConfig, Precision
+from bert_jax.model_config import BertConfig, Precision
 from bert_jax.model import BertForPreTraining
 from bert_jax.tasks.base import Task
 from input_pipeline import schema

@@ -7,7 +7,7 @@ tokens by default) into u and v. Losses (`--loss`):
   mnrl     multiple negatives ranking: each anchor against every positive of the global
            batch (scale 20), plus each row's hard negative with --hard-negatives; trained on
            the entailment pairs of an NLI file (hard negative: a contradiction of the premise);
-           no batch holds a text twice (`embeddings/distinct_batches.py`)
+           no batch holds a text twice (`training/distinct_batches.py`)
   softmax  SBERT's NLI classifier on (u, v, |u - v|), cross-entropy over the NLI labels
 Evaluation (every epoch, best/ kept by it): Spearman and Pearson (scipy) of cos(u, v)
 against the gold scores of an STS file.
@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bert_jax import files, json_values
-from bert_jax.config import BertConfig, Precision
+from bert_jax.model_config import BertConfig, Precision
 from bert_jax.embeddings import losses
 from bert_jax.embeddings.pooling import pool
 from bert_jax.errors import UserError
@@ -129,7 +129,7 @@ class SentenceEmbeddingTask(FineTuningTask):
     @property
     def training_batches(self):
         """mnrl's batches never hold a text twice (it would be its own in-batch negative)."""
-        from bert_jax.embeddings.distinct_batches import DistinctTextBatches
+        from bert_jax.training.distinct_batches import DistinctTextBatches
         from bert_jax.training.batching import BucketedBatches
 
         return DistinctTextBatches if self.loss == "mnrl" else BucketedBatches

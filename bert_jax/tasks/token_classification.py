@@ -18,7 +18,7 @@ Predictions are read at each word's first piece and scored per entity with seqev
 whose predictions are joined again.
 
 With `freeze_encoder` the encoder does not train: a head reads its chosen layers combined
-(`bert_jax/feature_layers.py`), the feature-based approach of the BERT paper's Table 7.
+(`bert_jax/frozen_encoder_heads.py`), the feature-based approach of the BERT paper's Table 7.
 """
 
 import dataclasses
@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bert_jax import json_values, losses
-from bert_jax.config import BertConfig, Precision
+from bert_jax.model_config import BertConfig, Precision
 from bert_jax.errors import UserError
 from bert_jax.tasks import arguments
 from bert_jax.tasks.base import Examples, FineTuningTask
@@ -126,7 +126,7 @@ class TokenClassificationTask(FineTuningTask):
     def build_model(self, model_config: BertConfig, precision: Precision):
         num_labels = len(self.ner.label_names)
         if self.ner.freeze_encoder:
-            from bert_jax.feature_layers import FrozenEncoderTokenClassifier
+            from bert_jax.frozen_encoder_heads import FrozenEncoderTokenClassifier
             from bert_jax.inference import resolve_layers
 
             layers = resolve_layers(self.ner.layers, model_config.num_layers)

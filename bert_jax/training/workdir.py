@@ -8,7 +8,7 @@ only then are the lock taken and model_config.json, run_config.json and vocab.tx
 import json
 
 from bert_jax import files
-from bert_jax.config import BertConfig
+from bert_jax.model_config import BertConfig
 from bert_jax.errors import UserError
 from bert_jax.run_config import to_json
 
