@@ -87,16 +87,17 @@ def search_latency(model, index_rows, queries: list[str], batch_size: int):
 def sts_dev(model, reference, batch_size: int) -> None:
     import numpy as np
 
+    from bert_jax.embeddings.encoder import embed_texts
     from bert_jax.embeddings.similarity import correlations, pair_cosines
 
     with open(STS_DEV, encoding="utf-8") as file:  # no header; GLUE-style, no quoting
         rows = [line.rstrip("\n").split("\t") for line in file if line.strip()]
     gold = np.array([float(row[4]) for row in rows])
     first, second = [row[5] for row in rows], [row[6] for row in rows]
-    ours = correlations(pair_cosines(model, first, second, batch_size), gold)
+    embeddings = embed_texts(model, first + second, batch_size, progress=False)  # (2N, D)
+    ours = correlations(pair_cosines(embeddings[:len(rows)], embeddings[len(rows):]), gold)
     left, right = (reference.encode(texts, batch_size=batch_size) for texts in (first, second))
-    theirs = correlations((left * right).sum(1) / (np.linalg.norm(left, axis=1)
-                                                    * np.linalg.norm(right, axis=1)), gold)
+    theirs = correlations(pair_cosines(left, right), gold)
     print(f"STS-B dev ({len(rows)} pairs), stock all-MiniLM-L6-v2, cosine: bert-jax "
           f"spearman {ours['spearman']:.4f} pearson {ours['pearson']:.4f}; "
           f"sentence-transformers spearman {theirs['spearman']:.4f} "

@@ -15,7 +15,7 @@ from bert_jax.embeddings import pooling, search
 from bert_jax.embeddings.encoder import embed_texts, load_embedding_model
 from bert_jax.embeddings.model_directory import (EmbeddingSettings, read_settings,
                                                  write_settings)
-from bert_jax.embeddings.similarity import evaluate_sts
+from bert_jax.commands.evaluate import evaluate_sts
 from bert_jax.errors import UserError
 from input_pipeline.tokenization import load_tokenizer
 

@@ -14,16 +14,12 @@ import sys
 
 import numpy as np
 
+from bert_jax.embeddings.similarity import unit_rows
 from bert_jax.errors import UserError
 
 # Corpus rows scored at once: (queries, CHUNK_ROWS) float32 scores live at a time.
 CHUNK_ROWS = 16384
 INDEX_SUFFIX = ".bert-jax-index.npz"
-
-
-def _unit_rows(vectors: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    return vectors / np.maximum(norms, 1e-12)
 
 
 def _best(scores: np.ndarray, indices: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -36,12 +32,12 @@ def top_k(corpus: np.ndarray, queries: np.ndarray, k: int, chunk_rows: int = CHU
           ) -> tuple[np.ndarray, np.ndarray]:
     """(N, D) corpus and (Q, D) queries -> (Q, min(k, N)) cosine scores and corpus rows, best
     first; equal scores keep corpus order."""
-    queries = _unit_rows(queries.astype(np.float32))
+    queries = unit_rows(queries.astype(np.float32))
     k = min(k, len(corpus))
     best_scores = np.empty((len(queries), 0), np.float32)
     best_rows = np.empty((len(queries), 0), np.int64)
     for start in range(0, len(corpus), chunk_rows):
-        scores = queries @ _unit_rows(corpus[start:start + chunk_rows]).T  # (Q, C)
+        scores = queries @ unit_rows(corpus[start:start + chunk_rows]).T  # (Q, C)
         keep = min(k, scores.shape[1])
         candidates = np.argpartition(-scores, keep - 1, axis=1)[:, :keep]  # (Q, keep)
         best_scores, best_rows = _best(
@@ -55,9 +51,9 @@ def similar_pairs(corpus: np.ndarray, threshold: float, chunk_rows: int = CHUNK_
     """Every (i, j, cosine) with i < j and cosine >= threshold, sorted by i then j."""
     pairs = []
     for start in range(0, len(corpus), chunk_rows):
-        left = _unit_rows(corpus[start:start + chunk_rows])
+        left = unit_rows(corpus[start:start + chunk_rows])
         for other in range(start, len(corpus), chunk_rows):
-            scores = left @ _unit_rows(corpus[other:other + chunk_rows]).T  # (C, C')
+            scores = left @ unit_rows(corpus[other:other + chunk_rows]).T  # (C, C')
             rows, columns = np.nonzero(scores >= threshold)
             for row, column in zip(rows + start, columns + other):
                 if row < column:

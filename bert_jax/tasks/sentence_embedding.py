@@ -27,6 +27,7 @@ from bert_jax import files, json_values
 from bert_jax.model_config import BertConfig, Precision
 from bert_jax.embeddings import losses
 from bert_jax.embeddings.pooling import pool
+from bert_jax.embeddings.similarity import correlations, pair_cosines
 from bert_jax.errors import UserError
 from bert_jax.model import FLOAT32, BertModel, Dense
 from bert_jax.tasks import arguments
@@ -255,13 +256,10 @@ class SentenceEmbeddingTask(FineTuningTask):
 
     def predictions(self, outputs, batch):
         first, second = np.asarray(outputs[0], np.float64)[:2]  # (B, D) each
-        norms = np.linalg.norm(first, axis=-1) * np.linalg.norm(second, axis=-1)
-        return {"cosine": (first * second).sum(-1) / np.maximum(norms, 1e-12)}
+        return {"cosine": pair_cosines(first, second)}
 
     def evaluate(self, predictions, gold):
         """spearman and pearson (scipy) of the pairs' cosine similarity against gold scores."""
-        from bert_jax.embeddings.similarity import correlations
-
         if gold is None:
             raise UserError("sentence-embedding evaluation needs scored pairs (an STS file, "
                             "e.g. sts-dev.tsv), not class labels")
