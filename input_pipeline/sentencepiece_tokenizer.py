@@ -11,7 +11,7 @@ import numpy as np
 import sentencepiece
 
 from bert_jax.errors import UserError
-from input_pipeline.tokenization import SPECIAL_TOKENS, vocabulary_hash
+from input_pipeline.vocabulary_files import SPECIAL_TOKENS, vocabulary_hash
 
 _ALTERNATIVES = {"[PAD]": "<pad>", "[UNK]": "<unk>"}
 WORD_START = "\u2581"  # SentencePiece's "▁": the piece begins a word

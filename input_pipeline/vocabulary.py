@@ -10,7 +10,7 @@ import os
 from bert_jax import files as file_layer
 from bert_jax.errors import UserError
 from input_pipeline import sources
-from input_pipeline.tokenization import SENTENCEPIECE_MODEL, SPECIAL_TOKENS
+from input_pipeline.vocabulary_files import SENTENCEPIECE_MODEL, SPECIAL_TOKENS
 
 
 def _sentences(files: list[str], input_format: str, encoding_errors: str, lowercase: bool):

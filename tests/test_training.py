@@ -154,7 +154,7 @@ def test_two_processes_give_the_losses_of_one(reference, tmp_path):
 
 def test_shards_made_with_another_vocabulary_are_refused(tmp_path):
     from input_pipeline import manifest as manifest_lib
-    from input_pipeline.tokenization import read_vocabulary, vocabulary_hash
+    from input_pipeline.vocabulary_files import read_vocabulary, vocabulary_hash
 
     vocab_path = tmp_path / "vocab.txt"
     tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat"]

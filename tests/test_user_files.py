@@ -14,7 +14,7 @@ from bert_jax.tasks.classification import ClassificationTask, positive_label, wa
 from input_pipeline import sources
 from input_pipeline.tasks import conll, conllu, mlm_text, squad
 from input_pipeline.tasks.columns import ColumnSpec, read_rows
-from input_pipeline.tokenization import read_vocabulary
+from input_pipeline.vocabulary_files import read_vocabulary
 
 BOM = "\ufeff"
 
