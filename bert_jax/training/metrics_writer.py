@@ -4,7 +4,8 @@
 `tensorboard.compat.tf`, which imports TensorFlow whenever it is installed (it is, for the
 input pipeline); importing TensorFlow in the training process costs seconds and memory and
 belongs to `input_pipeline/` alone. So this writer opens the file itself (local or gs://
-through etils.epath) and uses only the tensorboard package's protos and record framing.
+through etils.epath) and uses only the tensorboard package's protos and record framing;
+`read_scalars` reads them back with the record reader tensorboard uses without TensorFlow.
 Only process 0 writes.
 """
 
@@ -49,16 +50,21 @@ class MetricsWriter:
 
 
 def read_scalars(path: str) -> dict[str, list[tuple[int, float]]]:
-    """{tag: [(step, value), ...]} from an event file, for tests and reports."""
-    import struct
+    """{tag: [(step, value), ...]} from an event file (local or gs://), for tests and reports.
+
+    Read by tensorboard's own TensorFlow-free record reader (the one TensorBoard falls back
+    to without TensorFlow; it checks each record's CRCs and opens gs:// through fsspec).
+    """
+    from tensorboard.compat.tensorflow_stub import errors, pywrap_tensorflow
 
     scalars: dict[str, list[tuple[int, float]]] = {}
-    data = epath.Path(path).read_bytes()
-    offset = 0
-    while offset < len(data):
-        (length,) = struct.unpack("<Q", data[offset:offset + 8])
-        event = event_pb2.Event.FromString(data[offset + 12:offset + 12 + length])
-        offset += 12 + length + 4
-        for value in event.summary.value:
-            scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
-    return scalars
+    reader = pywrap_tensorflow.PyRecordReader_New(path)
+    with reader.file_handle:  # the reader itself has no close()
+        while True:
+            try:
+                reader.GetNext()
+            except errors.OutOfRangeError:  # the end of the file
+                return scalars
+            event = event_pb2.Event.FromString(reader.record())
+            for value in event.summary.value:
+                scalars.setdefault(value.tag, []).append((event.step, value.simple_value))

@@ -4,8 +4,9 @@ Two runs on one work directory would both resume from, and save into, the same
 checkpoints, leaving a silent mix of the two. So process 0 of a run takes the lock before
 it writes anything there, and a second run is refused with a message naming the first.
 
-- A local directory: `fcntl.flock` on WORKDIR/.run_lock, which the kernel releases when the
-  holder exits however it exits (kill -9 included); the file names the holder.
+- A local directory: the `filelock` package's flock on WORKDIR/.run_lock, which the kernel
+  releases when the holder exits however it exits (kill -9 included); the file names the
+  holder.
 - Object storage (`gs://`) has no locks: a lease object WORKDIR/run_lease.json names the
   holder and is renewed every RENEW_SECONDS by a background thread. Another run is refused
   while the lease is fresh and takes over one that has not been renewed for LEASE_SECONDS
@@ -13,13 +14,14 @@ it writes anything there, and a second run is refused with a message naming the 
 """
 
 import datetime
-import fcntl
 import json
 import os
 import socket
 import threading
 import time
 import uuid
+
+import filelock
 
 from bert_jax import files
 from bert_jax.errors import UserError
@@ -53,7 +55,7 @@ class RunLock:
         self.workdir = workdir
         self.lease = files.is_remote(workdir) if lease is None else lease
         self.lease_seconds, self.renew_seconds = lease_seconds, renew_seconds
-        self._file = None
+        self._local_lock = None
         self._stop = threading.Event()
         self._renewer = None
         self._holder = _holder()
@@ -61,25 +63,27 @@ class RunLock:
     # -- a local directory: flock --------------------------------------------------------
     def _acquire_local(self) -> None:
         path = os.path.join(self.workdir, LOCK_NAME)
+        # The lock file stays after release (as a plain flock's would) and is never replaced
+        # by a soft lock: a filesystem without flock is an error, not a silent weaker lock.
+        lock = filelock.FileLock(path, blocking=False, thread_local=False, is_singleton=False,
+                                 preserve_lock_file=True, fallback_to_soft=False,
+                                 on_acquired=self._write_holder)
         # The run's first write into the work directory: a read-only or full one is named here.
         with reported(path, "taking the run lock", "use a writable --workdir"):
             os.makedirs(self.workdir, exist_ok=True)
-            descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            with os.fdopen(descriptor) as file:
-                text = file.read()
-            raise _refusal(self.workdir, json.loads(text) if text.strip() else {}, path) \
-                from None
-        try:
-            with reported(path, "taking the run lock", "use a writable --workdir"):
-                os.ftruncate(descriptor, 0)
-                os.write(descriptor, json.dumps(self._holder).encode())
-        except BaseException:
-            os.close(descriptor)  # lets go of the lock: __exit__ does not run
-            raise
-        self._file = descriptor
+            try:
+                lock.acquire()
+            except filelock.Timeout:
+                with open(path, encoding="utf-8") as file:
+                    text = file.read()
+                raise _refusal(self.workdir, json.loads(text) if text.strip() else {}, path) \
+                    from None
+        self._local_lock = lock
+
+    def _write_holder(self, descriptor: int) -> None:
+        """Names this run in the lock file it has just locked (filelock's on_acquired)."""
+        os.ftruncate(descriptor, 0)
+        os.pwrite(descriptor, json.dumps(self._holder).encode(), 0)
 
     # -- object storage: a renewed lease -------------------------------------------------
     def _lease_path(self) -> str:
@@ -127,10 +131,9 @@ class RunLock:
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._file is not None:
-            fcntl.flock(self._file, fcntl.LOCK_UN)
-            os.close(self._file)
-            self._file = None
+        if self._local_lock is not None:
+            self._local_lock.release()
+            self._local_lock = None
         if self._renewer is not None:
             self._stop.set()
             self._renewer.join()
