@@ -69,8 +69,9 @@ def _column_spec(path: str):
     """STS-B's columns for TSV; for JSONL, the key set the first object has."""
     from bert_jax.embeddings.encoder import read_lines
     from input_pipeline.tasks import columns
+    from input_pipeline.tasks.record_files import file_format
 
-    kind = columns.file_format(path)
+    kind = file_format(path)
     if kind == "tsv":
         return columns.ColumnSpec(_TSV_COLUMNS[:2], _TSV_COLUMNS[2], header=False)
     if kind != "jsonl":

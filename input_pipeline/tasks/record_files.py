@@ -1,0 +1,95 @@
+"""Numbered records from a TSV, CSV, JSONL or plain-text file: how a file's text becomes
+rows of cells (or objects), before any column is chosen (that is `columns.py`).
+
+    TSV         as GLUE ships it (no quoting: a quote is a character), unless a field starts
+                with a quote and the whole file is valid as Excel and pandas quote a TSV
+                (`"a ""b"" c"`): then read so.
+    CSV         standard quoting (a quoted field may hold a delimiter or a newline).
+    JSONL       one object a line.
+    plain text  (`.txt`, for prediction): one text a line, `A<TAB>B` for a pair.
+
+Every file is read as UTF-8 with a leading byte-order mark dropped, and split into lines at
+newlines only. Every error names the file and line and says what was expected.
+"""
+
+import csv
+import io
+import json
+import os
+import re
+
+from bert_jax import files
+from bert_jax.errors import UserError
+
+
+def file_format(path: str) -> str:
+    """'jsonl', 'tsv', 'csv' or 'text', from the extension."""
+    extension = os.path.splitext(path)[1].lower()
+    formats = {".jsonl": "jsonl", ".json": "jsonl", ".tsv": "tsv", ".csv": "csv",
+               ".txt": "text"}
+    if extension not in formats:
+        raise UserError(f"{path}: unknown file type {extension!r}; expected .tsv, .csv, "
+                        ".jsonl or .txt")
+    return formats[extension]
+
+
+def read_records(path: str, kind: str) -> list[tuple[int, list[str] | dict]]:
+    """(first line number, cells or object) of every non-blank record.
+
+    TSV/CSV go to the csv module whole, so a quoted CSV field keeps its newline and the line
+    numbers after it stay right; every format splits lines at newlines only (a U+2028 in a
+    text is text).
+    """
+    text = files.read_user_text(path, "data", newline="")
+    if kind in ("tsv", "csv"):
+        return _table_records(path, text, kind)
+    numbered = [(number, line) for number, line in enumerate(files.split_lines(text), start=1)
+                if line.strip()]
+    if kind == "text":
+        return [(number, line.split("\t")) for number, line in numbered]
+    records = []
+    for number, line in numbered:
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise UserError(f"{path}:{number}: not valid JSON ({error.msg})") from None
+        if not isinstance(value, dict):
+            raise UserError(f"{path}:{number}: expected a JSON object, got "
+                            f"{type(value).__name__}")
+        records.append((number, value))
+    return records
+
+
+def _table_records(path: str, text: str, kind: str) -> list[tuple[int, list[str]]]:
+    if kind == "csv":
+        # A stray quote after a closing one is an error, not a silently joined field.
+        return _parsed(path, text, dict(strict=True))
+    if _QUOTED_FIELD.search(text):
+        # Excel and pandas quote a TSV field holding a quote, tab or newline; GLUE's TSVs
+        # hold unbalanced quotes and are not valid under that quoting (STS-B, MNLI).
+        try:
+            return _parsed(path, text, dict(dialect="excel-tab", strict=True), raise_csv=True)
+        except csv.Error:
+            pass
+    return _parsed(path, text, dict(delimiter="\t", quoting=csv.QUOTE_NONE))
+
+
+_QUOTED_FIELD = re.compile(r'(?:^|\t)"', re.MULTILINE)
+
+
+def _parsed(path: str, text: str, dialect: dict, raise_csv: bool = False
+            ) -> list[tuple[int, list[str]]]:
+    """(first line number, cells) of every record with a non-blank cell."""
+    reader = csv.reader(io.StringIO(text, newline=""), **dialect)
+    records, first_line = [], 1
+    try:
+        for cells in reader:
+            if any(cell.strip() for cell in cells):
+                records.append((first_line, cells))
+            first_line = reader.line_num + 1
+    except csv.Error as error:
+        if raise_csv:
+            raise
+        raise UserError(f"{path}:{first_line}: not valid CSV ({error}); a quoted field must "
+                        "end in a quote followed by the delimiter or the line's end") from None
+    return records
