@@ -1,7 +1,6 @@
 """Test data shared by the pipeline tests: a made-up corpus, its vocabulary, shard readers.
 
-Not a test module (no `test_` prefix); imported by tests/test_create_data.py, tests/test_reader.py
-and tests/test_pipeline_*.py.
+Not a test module (no `test_` prefix); imported by every test that makes or reads shards.
 """
 
 import collections
@@ -55,6 +54,15 @@ def make_corpus(path: str, num_documents: int, seed: int, zipf: bool = True,
     with open(path, "w", encoding="utf-8") as file:
         file.write("\n\n".join("\n".join(sentences) for sentences in documents) + "\n")
     return documents
+
+
+def vocabulary_and_corpus(directory, num_documents: int, seed: int) -> tuple[str, str]:
+    """(vocab.txt path, corpus.txt path): the test vocabulary and a made-up corpus of
+    `num_documents` documents, both written into `directory`."""
+    vocab = write_vocabulary(str(directory))
+    corpus = os.path.join(str(directory), "corpus.txt")
+    make_corpus(corpus, num_documents=num_documents, seed=seed)
+    return vocab, corpus
 
 
 def read_shards(paths: list[str], seq_len: int, max_predictions: int) -> dict[str, np.ndarray]:

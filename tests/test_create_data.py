@@ -80,9 +80,7 @@ def original_masking(tokens, rng, vocab_size):
 def made(tmp_path_factory):
     """A corpus, its vocabulary, and our shards of it (parsed with the original spec)."""
     directory = tmp_path_factory.mktemp("create_data")
-    vocab = helpers.write_vocabulary(str(directory))
-    corpus = str(directory / "corpus.txt")
-    helpers.make_corpus(corpus, num_documents=120, seed=0)
+    vocab, corpus = helpers.vocabulary_and_corpus(directory, num_documents=120, seed=0)
     output = str(directory / "shards")
     manifest = create_pretraining_data([corpus], vocab, output, num_shards=3, workers=1,
                                        show_progress=False, unit_bytes=20_000, **SETTINGS)

@@ -41,9 +41,7 @@ def shard_paths(manifest, directory):
 @pytest.fixture(scope="module")
 def made(tmp_path_factory):
     directory = tmp_path_factory.mktemp("packed")
-    vocab = helpers.write_vocabulary(str(directory))
-    corpus = str(directory / "corpus.txt")
-    helpers.make_corpus(corpus, num_documents=80, seed=1)
+    vocab, corpus = helpers.vocabulary_and_corpus(directory, num_documents=80, seed=1)
     made = dict(vocab=vocab, corpus=corpus)
     for name, per_row, workers in (("unpacked", 1, 1), ("packed", PER_ROW, 1),
                                    ("packed_two_workers", PER_ROW, 2)):

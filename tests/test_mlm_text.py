@@ -103,9 +103,7 @@ def test_shard_directories_read_as_blocks_packed_or_not(tmp_path):
     from bert_jax.tasks.masked_lm import MaskedLMTask
     from input_pipeline.create_data import create_pretraining_data
 
-    vocab = helpers.write_vocabulary(str(tmp_path))
-    corpus = str(tmp_path / "corpus.txt")
-    helpers.make_corpus(corpus, num_documents=20, seed=3)
+    vocab, corpus = helpers.vocabulary_and_corpus(tmp_path, num_documents=20, seed=3)
     tokenizer, loaded = load_tokenizer(vocab), {}
     for name, per_row in (("unpacked", 1), ("packed", 3)):
         output = str(tmp_path / name)

@@ -150,9 +150,7 @@ def test_changing_one_instance_leaves_the_others_bit_identical(batches, chunk_ro
 @pytest.fixture(scope="module")
 def packed_shards(tmp_path_factory):
     directory = tmp_path_factory.mktemp("packed_training")
-    vocab = helpers.write_vocabulary(str(directory))
-    corpus = str(directory / "corpus.txt")
-    helpers.make_corpus(corpus, num_documents=30, seed=2)
+    vocab, corpus = helpers.vocabulary_and_corpus(directory, num_documents=30, seed=2)
     output = str(directory / "shards")
     create_pretraining_data([corpus], vocab, output, num_shards=2, workers=1,
                             show_progress=False, max_seq_len=SEQ_LEN, max_predictions=PREDICTIONS,
