@@ -93,7 +93,7 @@ class QuestionAnsweringStep:
 
     def __init__(self, batch_size: int, seq_len: int):
         import jax
-        from finetune import minilm_directory
+        from finetune_recipe import minilm_directory
         from bert_jax import model_io, sharding
         from bert_jax.tasks.question_answering import QuestionAnsweringTask
         from bert_jax.training import finetune, train_step

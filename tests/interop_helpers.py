@@ -1,4 +1,4 @@
-"""Shared by test_interop.py and test_inference_commands.py: models, vocabularies, references."""
+"""Shared by the interop, inference and export tests: models, vocabularies, references."""
 
 import os
 
@@ -22,6 +22,17 @@ def write_vocab(directory) -> str:
     with open(path, "w", encoding="utf-8") as file:
         file.write("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]) + "\n")
     return path
+
+
+def tiny_random_model(directory, seed: int = 0, max_positions: int = 64):
+    """(config, random pre-training params, tokenizer): the tiny preset over write_vocab's
+    vocabulary (written into `directory`)."""
+    from bert_jax.model_config import preset
+    from input_pipeline.tokenization import load_tokenizer
+
+    tokenizer = load_tokenizer(write_vocab(directory))
+    config = preset("tiny", vocab_size=tokenizer.vocab_size, max_positions=max_positions)
+    return config, random_pretraining_params(config, seed=seed), tokenizer
 
 
 def random_pretraining_params(config, seed: int = 0) -> dict:

@@ -67,8 +67,12 @@ def vocabulary_and_corpus(directory, num_documents: int, seed: int) -> tuple[str
 
 def read_shards(paths: list[str], seq_len: int, max_predictions: int) -> dict[str, np.ndarray]:
     """Every record of the shards, parsed with the original's feature spec."""
+    return parse_shards(paths, original_feature_spec(seq_len, max_predictions))
+
+
+def parse_shards(paths: list[str], spec: dict) -> dict[str, np.ndarray]:
+    """Every record of the shards parsed with `spec`: one array per feature, rows in order."""
     import tensorflow as tf
-    spec = original_feature_spec(seq_len, max_predictions)
     columns = collections.defaultdict(list)
     for records in tf.data.TFRecordDataset(paths).batch(4096):
         for name, value in tf.io.parse_example(records, spec).items():

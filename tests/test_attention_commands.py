@@ -11,7 +11,7 @@ import tempfile
 
 import numpy as np
 import pytest
-from interop_helpers import minilm_directory, random_pretraining_params, torch_inputs, write_vocab
+from interop_helpers import minilm_directory, tiny_random_model, torch_inputs
 
 from bert_jax import inference, model_io
 from bert_jax.analysis.attention_maps import TruncationWarning, text_attention
@@ -19,7 +19,6 @@ from bert_jax.analysis.head_view import read_page_data
 from bert_jax.analysis.probe import ProbeCounts
 from bert_jax.analysis.word_attention import piece_word_ids, word_attention
 from bert_jax.cli import main
-from bert_jax.model_config import preset
 from input_pipeline.tasks.conllu import read_conllu
 from input_pipeline.tokenization import load_tokenizer
 
@@ -56,11 +55,9 @@ def test_attention_matches_transformers_eager_on_minilm():
 def tiny_model(tmp_path_factory):
     """A random 2-layer model with 64 positions, saved as a bert-jax directory."""
     directory = tmp_path_factory.mktemp("attention_model")
-    tokenizer = load_tokenizer(write_vocab(directory))
-    config = preset("tiny", vocab_size=tokenizer.vocab_size, max_positions=64)
+    config, params, tokenizer = tiny_random_model(directory, seed=5)
     model_directory = str(directory / "model")
-    model_io.save_model(config, random_pretraining_params(config, seed=5), tokenizer,
-                        model_directory)
+    model_io.save_model(config, params, tokenizer, model_directory)
     return model_directory
 
 

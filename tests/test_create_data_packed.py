@@ -25,13 +25,8 @@ SETTINGS = dict(max_seq_len=SEQ_LEN, max_predictions=PREDICTIONS, masked_lm_prob
 
 
 def read_rows(paths, max_sequences_per_row):
-    import tensorflow as tf
-    spec = schema.parsing_spec(SEQ_LEN, PREDICTIONS, max_sequences_per_row)
-    columns = collections.defaultdict(list)
-    for records in tf.data.TFRecordDataset(paths).batch(4096):
-        for name, value in tf.io.parse_example(records, spec).items():
-            columns[name].append(value.numpy())
-    return {name: np.concatenate(values) for name, values in columns.items()}
+    return helpers.parse_shards(paths, schema.parsing_spec(SEQ_LEN, PREDICTIONS,
+                                                           max_sequences_per_row))
 
 
 def shard_paths(manifest, directory):

@@ -11,7 +11,7 @@ import os
 import numpy as np
 import pytest
 from gcs_emulator import gcs_bucket, gcs_emulator  # noqa: F401  (fixtures)
-from interop_helpers import random_pretraining_params, write_vocab
+from interop_helpers import random_pretraining_params, tiny_random_model
 from pipeline_helpers import make_corpus, write_vocabulary
 
 from bert_jax import files, model_io
@@ -43,14 +43,8 @@ def test_file_layer_round_trip(gcs_bucket):
         assert open(os.path.join(local, "b.txt")).read() == "hello\n"
 
 
-def _tiny_model(directory):
-    tokenizer = load_tokenizer(write_vocab(directory))
-    config = preset("tiny", vocab_size=tokenizer.vocab_size, max_positions=64)
-    return config, random_pretraining_params(config, seed=3), tokenizer
-
-
 def test_convert_from_and_to_gs(gcs_bucket, tmp_path):
-    config, params, tokenizer = _tiny_model(tmp_path)
+    config, params, tokenizer = tiny_random_model(tmp_path, seed=3)
     local = str(tmp_path / "bert-jax")
     model_io.save_model(config, params, tokenizer, local)
     remote_hf, remote_bert_jax = f"{gcs_bucket}/hf", f"{gcs_bucket}/bert-jax"
@@ -70,7 +64,7 @@ def test_convert_from_and_to_gs(gcs_bucket, tmp_path):
 
 
 def test_features_reads_a_gs_model_and_writes_gs(gcs_bucket, tmp_path):
-    config, params, tokenizer = _tiny_model(tmp_path)
+    config, params, tokenizer = tiny_random_model(tmp_path, seed=3)
     local = str(tmp_path / "model")
     model_io.save_model(config, params, tokenizer, local)
     remote = f"{gcs_bucket}/model"
@@ -186,7 +180,7 @@ def test_a_manifest_cannot_point_outside_its_directory(tmp_path):
 
 
 def test_convert_refuses_a_destination_that_contains_its_source(tmp_path):
-    config, params, tokenizer = _tiny_model(tmp_path)
+    config, params, tokenizer = tiny_random_model(tmp_path, seed=3)
     source = tmp_path / "models" / "mine"
     model_io.save_model(config, params, tokenizer, str(source))
     for destination in (tmp_path / "models", source, tmp_path):
@@ -199,7 +193,7 @@ def test_convert_refuses_a_destination_that_contains_its_source(tmp_path):
 
 
 def test_exports_follow_the_umask(tmp_path):
-    config, params, tokenizer = _tiny_model(tmp_path)
+    config, params, tokenizer = tiny_random_model(tmp_path, seed=3)
     previous = os.umask(0o022)
     try:
         model_io.export_huggingface(config, params, tokenizer, str(tmp_path / "hf"))
@@ -215,7 +209,7 @@ def test_exports_follow_the_umask(tmp_path):
 
 @pytest.mark.parametrize("command", ["features", "fill-mask"])
 def test_a_vocabulary_larger_than_the_model_is_refused(command, tmp_path, capsys):
-    config, params, tokenizer = _tiny_model(tmp_path)
+    config, params, tokenizer = tiny_random_model(tmp_path, seed=3)
     model = tmp_path / "model"
     small = preset("tiny", vocab_size=tokenizer.vocab_size - 3, max_positions=64)
     model_io.save_model(small, random_pretraining_params(small), tokenizer, str(model))

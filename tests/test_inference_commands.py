@@ -6,11 +6,10 @@ import shutil
 
 import numpy as np
 import pytest
-from interop_helpers import minilm_directory, random_pretraining_params, torch_inputs, write_vocab
+from interop_helpers import minilm_directory, tiny_random_model, torch_inputs
 
 from bert_jax import inference, model_io
 from bert_jax.cli import main
-from bert_jax.model_config import preset
 from input_pipeline.tokenization import load_tokenizer
 
 LINES = [
@@ -89,11 +88,9 @@ def test_features_pooling_uses_only_real_tokens(minilm_features, tmp_path):
 @pytest.fixture(scope="module")
 def pretraining_export(tmp_path_factory):
     directory = tmp_path_factory.mktemp("fill")
-    tokenizer = load_tokenizer(write_vocab(directory))
-    config = preset("tiny", vocab_size=tokenizer.vocab_size, max_positions=64)
+    config, params, tokenizer = tiny_random_model(directory, seed=3)
     exported = str(directory / "hf")
-    model_io.export_huggingface(config, random_pretraining_params(config, seed=3), tokenizer,
-                                exported)
+    model_io.export_huggingface(config, params, tokenizer, exported)
     return exported, tokenizer
 
 

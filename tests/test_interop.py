@@ -9,10 +9,9 @@ import os
 
 import numpy as np
 import pytest
-from interop_helpers import minilm_directory, random_pretraining_params, torch_inputs, write_vocab
+from interop_helpers import minilm_directory, tiny_random_model, torch_inputs, write_vocab
 
 from bert_jax import inference, model_io
-from bert_jax.model_config import preset
 from bert_jax.errors import UserError
 from input_pipeline.tokenization import load_tokenizer
 
@@ -56,9 +55,7 @@ def minilm():
 def random_model(tmp_path_factory):
     """A tiny random BertForPreTraining and its HF export (BertForPreTraining layout)."""
     directory = tmp_path_factory.mktemp("random")
-    tokenizer = load_tokenizer(write_vocab(directory))
-    config = preset("tiny", vocab_size=tokenizer.vocab_size, max_positions=64)
-    params = random_pretraining_params(config)
+    config, params, tokenizer = tiny_random_model(directory)
     exported = str(directory / "hf")
     model_io.export_huggingface(config, params, tokenizer, exported)
     return config, params, tokenizer, exported
