@@ -13,7 +13,6 @@ from bert_jax import model_io, model_sources, sharding
 from bert_jax.model_config import BertConfig, Precision
 from bert_jax.tasks.pretraining import PretrainingTask, task_from_run_config
 from bert_jax.training import train_step
-from bert_jax.training.initial_state import LoadedWeights
 from input_pipeline import schema
 from test_training_support import synthetic_batch, synthetic_factory, tiny_run_config
 
@@ -128,36 +127,6 @@ def test_the_training_system_imports_no_task():
             if found:
                 offenders[name] = found
     assert offenders == {}
-
-
-def _init_weights(config, calls):
-    """init_weights for `config`'s model: random weights of another seed, counting its calls."""
-    bundle = train_step.build_train_step(config, sharding.make_mesh(1, 1, 1, jax.devices()[:1]),
-                                         task_from_run_config(config))
-
-    def load():
-        calls.append(1)
-        return LoadedWeights("SOURCE", bundle.model_config,
-                             jax.device_get(bundle.init_state(jax.random.PRNGKey(7)).params))
-    return load
-
-
-def test_init_weights_are_read_once_for_a_fresh_start_and_never_on_resume(tmp_path):
-    from bert_jax.training import trainer
-
-    config = tiny_run_config(num_train_steps=3, init_from="SOURCE")
-    calls, lines = [], []
-    trainer.train(config, str(tmp_path), task=task_from_run_config(config),
-                  dataset_factory=synthetic_factory(config),
-                  init_weights=_init_weights(config, calls), show_progress=False,
-                  log=lines.append)
-    assert calls == [1] and "initialised from SOURCE" in lines
-    config = tiny_run_config(num_train_steps=6, init_from="SOURCE")
-    trainer.train(config, str(tmp_path), task=task_from_run_config(config),
-                  dataset_factory=synthetic_factory(config),
-                  init_weights=_init_weights(config, calls), show_progress=False,
-                  log=lines.append)
-    assert calls == [1]  # resumed from step 3: the model's weights were not read again
 
 
 def test_init_from_without_init_weights_is_a_programming_error(tmp_path):

@@ -198,3 +198,30 @@ def test_init_from_a_training_run_takes_its_parameters_and_a_fresh_optimizer(ref
     assert all(float(abs(moment).max()) == 0.0 for moment in
                jax.tree.leaves(state.opt_state[1][0].mu))
     checkpoints.close()
+
+
+def test_init_weights_are_read_once_for_a_fresh_start_and_never_on_resume(reference, tmp_path):
+    import shutil
+
+    from bert_jax.tasks.pretraining import task_from_run_config
+    from bert_jax.training.initial_state import LoadedWeights
+    from bert_jax.training.train_step import model_config_of
+
+    # The reference run's schedule (12 steps): its step, compiled already.
+    config = tiny_run_config(init_from="SOURCE", num_train_steps=1, schedule_steps=12)
+    calls, lines = [], []
+
+    def init_weights():
+        calls.append(1)
+        return LoadedWeights("SOURCE", model_config_of(config), reference["params"])
+
+    trainer.train(config, str(tmp_path / "fresh"), task=task_from_run_config(config),
+                  dataset_factory=synthetic_factory(config), init_weights=init_weights,
+                  show_progress=False, log=lines.append)
+    assert calls == [1] and "initialised from SOURCE" in lines
+    shutil.copytree(reference["workdir"], tmp_path / "resumed")  # a checkpoint at step 12
+    config = tiny_run_config(init_from="SOURCE")
+    trainer.train(config, str(tmp_path / "resumed"), task=task_from_run_config(config),
+                  dataset_factory=synthetic_factory(config), init_weights=init_weights,
+                  show_progress=False, log=lines.append)
+    assert calls == [1] and any(line.startswith("the run is complete") for line in lines)
