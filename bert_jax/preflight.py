@@ -51,8 +51,9 @@ def check_run(run_config, num_devices: int, num_workers: int, log=print) -> None
     from bert_jax.training import train_step
 
     data = run_config.data
-    pretraining = prepare_run(run_config, log)  # what each worker does first: vocabulary,
-    tokenizer = pretraining.tokenizer  # manifests, vocab_size, the task
+    # What `pretrain` does first on every worker: vocabulary, manifests, vocab_size, the task.
+    pretraining = prepare_run(run_config, log)
+    tokenizer = pretraining.tokenizer
     if tokenizer is not None:
         log(f"  vocabulary   {data.vocab_path}: {tokenizer.vocab_size} tokens "
             f"(model.vocab_size {run_config.model.vocab_size})")
