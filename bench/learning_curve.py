@@ -64,11 +64,7 @@ def train_jax(run_config, batches, log_every: int) -> tuple[list[float], dict, f
     """MLM losses per step, the initial parameters (numpy) and seconds per step."""
     import jax
 
-    from bert_jax import sharding
-    from bert_jax.training import train_step
-
-    mesh = sharding.make_mesh(1, 1, 1, devices=jax.devices()[:1])
-    bundle = train_step.build_train_step(run_config, mesh)
+    bundle = single_device_bundle(run_config)
     state = bundle.init_state(jax.random.PRNGKey(run_config.seed))
     initial = jax.tree.map(np.asarray, jax.device_get(state.params))
     rng, losses, start = jax.random.PRNGKey(1), [], time.perf_counter()
@@ -121,11 +117,7 @@ def train_and_evaluate(run_config, batches, held_out: list) -> tuple[list[float]
     """bert-jax alone: train losses, the held-out means (no dropout) and seconds per step."""
     import jax
 
-    from bert_jax import sharding
-    from bert_jax.training import train_step
-
-    mesh = sharding.make_mesh(1, 1, 1, devices=jax.devices()[:1])
-    bundle = train_step.build_train_step(run_config, mesh)
+    bundle = single_device_bundle(run_config)
     state = bundle.init_state(jax.random.PRNGKey(run_config.seed))
     rng, losses, start = jax.random.PRNGKey(run_config.seed + 1), [], time.perf_counter()
     for batch in batches:
@@ -212,13 +204,15 @@ def packing_shards(seq_len: int, max_predictions: int) -> tuple[str, dict, str]:
 
 
 def single_device_bundle(run_config):
+    """The pre-training step of `run_config` on one device."""
     import jax
 
     from bert_jax import sharding
+    from bert_jax.tasks.pretraining import task_from_run_config
     from bert_jax.training import train_step
 
     return train_step.build_train_step(run_config, sharding.make_mesh(
-        1, 1, 1, devices=jax.devices()[:1]))
+        1, 1, 1, devices=jax.devices()[:1]), task_from_run_config(run_config))
 
 
 def train_until(run_config, data, evaluate, instances: int, seconds: float | None):

@@ -78,6 +78,7 @@ class JaxStep:
                  model_overrides: dict | None = None, data_overrides: dict | None = None):
         import jax
         from bert_jax import run_config, sharding
+        from bert_jax.tasks.pretraining import task_from_run_config
         from bert_jax.training import train_step
         config = run_config.base_config(preset_name)
         config.precision.dtype = dtype  # compute dtype; parameters stay float32
@@ -89,7 +90,7 @@ class JaxStep:
         config.data.update(data_overrides or {})  # packed rows: max_sequences_per_row
         config.optimizer.warmup_steps = 10  # a non-zero learning rate from the first steps
         mesh = sharding.make_mesh(devices=jax.devices()[:1])
-        self.bundle = train_step.build_train_step(config, mesh)
+        self.bundle = train_step.build_train_step(config, mesh, task_from_run_config(config))
         self.model_config = self.bundle.model_config
         self.state = self.bundle.init_state(jax.random.PRNGKey(0))
         self.batch = jax.device_put(batch, self.bundle.batch_shardings)

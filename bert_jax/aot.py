@@ -176,13 +176,13 @@ def _compile(bundle):
 def resolve_shapes(run_config) -> bool:
     """Fills unset data.seq_len / data.max_predictions from the shards' manifest, or, with no
     shards configured, the original phase-1 shapes (128, 20); True if the latter."""
-    from bert_jax.training import training_data
+    from bert_jax.tasks import pretraining_data
 
     data = run_config.data
     if None not in (data.seq_len, data.max_predictions) or data.train_files or data.demo_dir:
-        training_data.resolve_shapes(run_config, log=lambda message: None)
+        data.update(pretraining_data.shard_shapes(data, log=lambda message: None))
         return False
-    for key, value in training_data.PHASE_ONE_SHAPES.items():
+    for key, value in pretraining_data.PHASE_ONE_SHAPES.items():
         if data[key] is None:
             data[key] = value
     return True
@@ -191,13 +191,15 @@ def resolve_shapes(run_config) -> bool:
 def compile_train_step(run_config, devices: list, topology: str = "") -> CompileReport:
     """Compiles the real train step (bert_jax.training.train_step) for `devices` and measures it."""
     from bert_jax import flops, sharding
+    from bert_jax.tasks.pretraining import task_from_run_config
     from bert_jax.training import train_step
 
     resolve_shapes(run_config)
     model_config, _ = resolved_model_config(run_config)
     mesh = sharding.mesh_from_config(run_config.mesh, devices)
     start = time.perf_counter()
-    bundle = train_step.build_train_step(run_config, mesh, model_config=model_config)
+    bundle = train_step.build_train_step(run_config, mesh, task_from_run_config(run_config),
+                                         model_config=model_config)
     compiled, out_of_memory = _compile(bundle)
     compile_seconds = time.perf_counter() - start
     device, data = devices[0], run_config.data

@@ -47,10 +47,13 @@ def check_run(run_config, num_devices: int, num_workers: int, log=print) -> None
     import jax
 
     from bert_jax import sharding
-    from bert_jax.training import train_step, training_data
+    from bert_jax.commands.pretrain import prepare_run
+    from bert_jax.training import train_step
 
     data = run_config.data
-    tokenizer = training_data.prepare_data(run_config, log)  # vocabulary, manifests, size
+    # What `pretrain` does first on every worker: vocabulary, manifests, vocab_size, the task.
+    pretraining = prepare_run(run_config, log)
+    tokenizer = pretraining.tokenizer
     if tokenizer is not None:
         log(f"  vocabulary   {data.vocab_path}: {tokenizer.vocab_size} tokens "
             f"(model.vocab_size {run_config.model.vocab_size})")
@@ -72,7 +75,7 @@ def check_run(run_config, num_devices: int, num_workers: int, log=print) -> None
     shape = " x ".join(f"{name} {size}" for name, size in mesh.shape.items())
     log(f"  mesh         {num_devices} devices on {num_workers} worker(s): {shape}")
     start = time.perf_counter()
-    bundle = train_step.build_train_step(run_config, mesh)
+    bundle = train_step.build_train_step(run_config, mesh, pretraining.task)
     bundle.train_step.trace(bundle.abstract_state, bundle.abstract_batch, bundle.abstract_rng)
     num_params = sum(leaf.size for leaf in jax.tree.leaves(bundle.abstract_state.params))
     log(f"  train step   traced for this mesh in {time.perf_counter() - start:.1f} s: "

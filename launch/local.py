@@ -61,7 +61,7 @@ _PREPARE_DATA = """
 import sys
 from bert_jax.errors import UserError
 from bert_jax.run_config import load_run_config
-from bert_jax.training.training_data import prepare_data
+from bert_jax.tasks.pretraining_data import prepare_data
 try:
     prepare_data(load_run_config(sys.argv[1], sys.argv[2:]))
 except UserError as error:

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from bert_jax import sharding
+from bert_jax.tasks.pretraining import task_from_run_config
 from bert_jax.training import train_step
 from test_training_support import synthetic_batch, tiny_run_config
 
@@ -30,7 +31,7 @@ def bf16_step():
     config = tiny_run_config()
     config.precision.dtype = "bfloat16"
     mesh = sharding.make_mesh(1, 1, 1, devices=jax.devices()[:1])
-    bundle = train_step.build_train_step(config, mesh)
+    bundle = train_step.build_train_step(config, mesh, task_from_run_config(config))
     text = bundle.train_step.lower(bundle.abstract_state, bundle.abstract_batch,
                                    bundle.abstract_rng).as_text()
     return config, bundle, text

@@ -9,7 +9,7 @@ from finetune_helpers import made_up_sentences, tiny_model_directory
 
 from bert_jax.errors import UserError
 from bert_jax.run_config import load_run_config
-from bert_jax.training import training_data
+from bert_jax.tasks.pretraining_data import apply_settings, prepare_data, reader_factory
 
 SEQ_LEN, PREDICTIONS = 24, 5  # not the base config's 128 / 20, nor the demo's 64 / 10
 
@@ -44,24 +44,28 @@ def test_unset_lengths_come_from_the_manifest_and_set_ones_must_match(sources):
     config = load_run_config("laptop", data)
     assert (config.data.seq_len, config.data.max_predictions) == (None, None)  # unset
     messages = []
-    training_data.prepare_data(config, log=messages.append)
+    prepared = prepare_data(config, log=messages.append)
+    assert (config.data.seq_len, config.data.max_predictions) == (None, None)  # returned, not set
+    assert (prepared.settings["data.seq_len"], prepared.settings["data.max_predictions"]) == (
+        SEQ_LEN, PREDICTIONS)
+    apply_settings(config, prepared.settings)
     assert (config.data.seq_len, config.data.max_predictions) == (SEQ_LEN, PREDICTIONS)
     assert any("from " in message and "manifest.json" in message for message in messages)
-    batch = next(iter(training_data.reader_factory(config)("train", 4, 0, 1)))
+    batch = next(iter(reader_factory(config.data, config.seed)("train", 4, 0, 1)))
     assert batch["input_ids"].shape == (4, SEQ_LEN)
     assert batch["masked_lm_positions"].shape == (4, PREDICTIONS)
     # Set, and the shards disagree: one error naming both values.
     config = load_run_config("laptop", data + ["--config.data.seq_len=64"])
     with pytest.raises(UserError, match=f"max_seq_len={SEQ_LEN}, but 64 was asked for"):
-        training_data.prepare_data(config)
+        prepare_data(config)
     # Unset, with nothing to take them from.
     config = load_run_config("laptop", [f"--config.data.vocab_path={sources['model']}/vocab.txt"])
     with pytest.raises(UserError, match="data.seq_len and data.max_predictions unset, and "
                                         "data.train_files is not set"):
-        training_data.prepare_data(config)
+        prepare_data(config)
     config = load_run_config("laptop", [f"--config.data.train_files={sources['root']}/no/*"])
     with pytest.raises(UserError, match="no shard files match"):  # not "no manifest"
-        training_data.prepare_data(config)
+        prepare_data(config)
     with pytest.raises(UserError, match="expected an integer"):
         load_run_config("laptop", ["--config.data.seq_len=long"])
 
@@ -69,6 +73,7 @@ def test_unset_lengths_come_from_the_manifest_and_set_ones_must_match(sources):
 def test_init_from_adopts_the_source_architecture_and_trains_a_step(sources, tmp_path):
     from bert_jax import model_io, model_sources
     from bert_jax.training import trainer
+    from test_training_support import pretraining
 
     source = model_io.load_config(sources["model"])
     config = load_run_config("laptop", [  # a 4-layer, hidden-256 preset
@@ -78,8 +83,8 @@ def test_init_from_adopts_the_source_architecture_and_trains_a_step(sources, tmp
                   "max_positions", "num_segments"):
         assert config.model[field] == getattr(source, field), field
     assert config.model.dropout_rate == 0.0  # not architecture: the override stands
-    result = trainer.train(config, str(tmp_path / "run"), show_progress=False,
-                           log=lambda *_: None)
+    result = trainer.train(config, str(tmp_path / "run"), **pretraining(config),
+                           show_progress=False, log=lambda *_: None)
     assert result["step"] == 1
     with open(tmp_path / "run" / model_sources.MODEL_CONFIG) as file:
         saved = json.load(file)

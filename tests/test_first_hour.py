@@ -335,7 +335,7 @@ def test_regress_names_its_fresh_head_a_regression_head():
 
     from bert_jax.tasks.classification import ClassificationTask
     from bert_jax.tasks.regression import RegressionTask
-    from bert_jax.training import trainer
+    from bert_jax.training import initial_state
 
     @dataclasses.dataclass
     class State:
@@ -348,6 +348,6 @@ def test_regress_names_its_fresh_head_a_regression_head():
     encoder_only = {"bert": {"w": np.ones(2, np.float32)}}
     for task, head in ((RegressionTask, "regression head"), (ClassificationTask, "classifier")):
         lines = []
-        trainer._load_init_from("MODEL", encoder_only, state, lines.append,
-                                getattr(task, "head_names", {}))
+        initial_state.place_weights("MODEL", encoder_only, state, lines.append,
+                                    getattr(task, "head_names", {}))
         assert lines == [f"initialised from MODEL (fresh {head})"]

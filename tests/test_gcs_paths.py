@@ -119,9 +119,11 @@ def test_create_data_reads_and_writes_gs(shards_local_and_remote):
 
 def _train(config, workdir, log=None):
     from bert_jax.training import trainer
+    from test_training_support import pretraining
 
     messages = []
-    result = trainer.train(config, workdir, show_progress=False, log=messages.append)
+    result = trainer.train(config, workdir, **pretraining(config, log=messages.append),
+                           show_progress=False, log=messages.append)
     return result, messages
 
 

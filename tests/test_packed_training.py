@@ -22,6 +22,7 @@ from bert_jax.tasks.pretraining import PretrainingTask
 from bert_jax.training import checkpointing, trainer
 from input_pipeline import packing
 from input_pipeline.create_data import create_pretraining_data
+from test_training_support import pretraining
 
 SEQ_LEN, PREDICTIONS, PER_ROW, VOCAB = 48, 4, 3, 100
 # Instances of these lengths, packed as ROWS (instance indices): 44 of 48 tokens, 45, 30.
@@ -179,20 +180,23 @@ def params_at(workdir, step):
         f"{workdir}/checkpoints/{step}/params"))
 
 
+def _train(config, workdir, log=lambda *_: None):
+    """`bert-jax pretrain`'s run: the data section completed, the task, the shard reader."""
+    return trainer.train(config, workdir, **pretraining(config, log=log), show_progress=False,
+                         log=log)
+
+
 def test_training_on_packed_shards_resumes_bit_exactly(packed_shards, tmp_path):
     logs = []
-    whole = trainer.train(run_config(packed_shards), str(tmp_path / "whole"),
-                          show_progress=False, log=logs.append)
+    whole = _train(run_config(packed_shards), str(tmp_path / "whole"), logs.append)
     assert any("packed shards, up to 3 instances a row" in line for line in logs)
     assert any("instances/s" in line and "real tokens/s" in line for line in logs)
     evaluation = whole["evaluations"][-1][1]
     assert 0 < evaluation["nsp_accuracy"] <= 1 and np.isfinite(evaluation["mlm_loss"])
-    first = trainer.train(run_config(packed_shards, num_train_steps=2,
-                                     **{"data.eval_files": ""}),
-                          str(tmp_path / "resumed"), show_progress=False, log=lambda *_: None)
+    first = _train(run_config(packed_shards, num_train_steps=2, **{"data.eval_files": ""}),
+                   str(tmp_path / "resumed"))
     assert first["step"] == 2
-    second = trainer.train(run_config(packed_shards), str(tmp_path / "resumed"),
-                           show_progress=False, log=lambda *_: None)
+    second = _train(run_config(packed_shards), str(tmp_path / "resumed"))
     assert second["step"] == 4
     assert [loss for _, loss in second["losses"]] == [loss for _, loss in whole["losses"][2:]]
     jax.tree.map(np.testing.assert_array_equal, params_at(tmp_path / "resumed", 4),
@@ -201,11 +205,10 @@ def test_training_on_packed_shards_resumes_bit_exactly(packed_shards, tmp_path):
 
 def test_packed_shards_with_an_unpacked_config_are_refused(packed_shards, tmp_path):
     with pytest.raises(UserError, match="max_sequences_per_row=3.*but 1 was asked for"):
-        trainer.train(run_config(packed_shards, **{"data.max_sequences_per_row": 1}),
-                      str(tmp_path), show_progress=False, log=lambda *_: None)
+        _train(run_config(packed_shards, **{"data.max_sequences_per_row": 1}), str(tmp_path))
     with pytest.raises(UserError, match="dynamic masking.*packed"):
-        trainer.train(run_config(packed_shards, **{"data.dynamic_masking": True}),
-                      str(tmp_path / "dynamic"), show_progress=False, log=lambda *_: None)
+        _train(run_config(packed_shards, **{"data.dynamic_masking": True}),
+               str(tmp_path / "dynamic"))
 
 
 def test_a_packed_instance_encodes_as_it_would_alone():

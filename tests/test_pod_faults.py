@@ -7,10 +7,11 @@ import os
 import numpy as np
 import pytest
 from pipeline_helpers import VOCABULARY, make_corpus, read_shards, write_original_style_shard
-from test_training_support import VOCAB_SIZE, tiny_run_config
+from test_training_support import VOCAB_SIZE, pretraining, tiny_run_config
 
 from bert_jax.errors import UserError
-from bert_jax.training import trainer, training_data
+from bert_jax.tasks.pretraining_data import prepare_data
+from bert_jax.training import trainer
 
 SEQ_LEN, PREDICTIONS = 16, 4
 
@@ -47,8 +48,11 @@ def test_original_tool_shards_train_with_a_warning(original_shards, tmp_path):
         "data.train_files": original_shards["pattern"], "data.vocab_path": original_shards["vocab"],
         "model.vocab_size": 0, "data.shuffle_buffer": 16, "checkpoint.every_steps": 12})
     logged = []
-    result = trainer.train(config, str(tmp_path / "run"), show_progress=False,
-                           log=lambda *parts: logged.append(" ".join(map(str, parts))))
+
+    def log(*parts):
+        logged.append(" ".join(map(str, parts)))
+    result = trainer.train(config, str(tmp_path / "run"), **pretraining(config, log=log),
+                           show_progress=False, log=log)
     assert result["step"] == 12 and len(result["losses"]) == 12
     assert all(np.isfinite(loss) for _, loss in result["losses"])
     warning = next(line for line in logged if line.startswith("warning:"))
@@ -64,13 +68,13 @@ def test_original_shards_with_ids_beyond_the_vocabulary_are_refused(original_sha
                                 "data.vocab_path": str(small), "model.vocab_size": 0})
     with pytest.raises(UserError, match=r"tf_examples.tfrecord-0: record \d+: \w+ holds token "
                                         rf"id \d+ .*outside the vocabulary's {len(tokens)} ids"):
-        training_data.prepare_data(config, log=lambda *_: None)
+        prepare_data(config, log=lambda *_: None)
 
 
 def test_dynamic_masking_without_a_vocabulary_is_a_clear_error():
     config = tiny_run_config(**{"data.dynamic_masking": True})
     with pytest.raises(UserError, match="data.dynamic_masking needs data.vocab_path"):
-        training_data.prepare_data(config)
+        prepare_data(config)
 
 
 def test_a_shard_cut_at_a_record_boundary_is_named(original_shards, tmp_path):
@@ -220,7 +224,7 @@ def test_first_ctrl_c_saves_the_step_and_stops_then_a_changed_seed_is_refused(tm
     config = tiny_run_config()  # log_every_steps 1
     logged = []
     result = trainer.train(config, str(tmp_path), show_progress=False,
-                           dataset_factory=_interrupting_factory(config, at=4),
+                           **pretraining(config, _interrupting_factory(config, at=4)),
                            log=lambda *parts: logged.append(" ".join(map(str, parts))))
     assert result["preempted"] and result["step"] == 5  # the step in flight finished
     assert result["exit_status"] == 130  # 128 + SIGINT, as a shell reports Ctrl-C (was 143)
@@ -232,7 +236,7 @@ def test_first_ctrl_c_saves_the_step_and_stops_then_a_changed_seed_is_refused(tm
     with pytest.raises(UserError, match=r"checkpoints/5: this run was trained with seed 0, "
                                         r"not --config.seed 1"):
         trainer.train(resumed, str(tmp_path), show_progress=False, log=_quiet,
-                      dataset_factory=synthetic_factory(resumed))
+                      **pretraining(resumed, synthetic_factory(resumed)))
 
 
 def test_a_stopped_run_exits_with_the_status_of_its_signal(monkeypatch, capsys):
@@ -245,6 +249,11 @@ def test_a_stopped_run_exits_with_the_status_of_its_signal(monkeypatch, capsys):
         stops._handle(signal.SIGTERM, None)
     assert stops.exit_status == 143
     assert interrupts.StopRequests().exit_status == 143  # stopped by another process's vote
+    from bert_jax.commands import pretrain
+
+    # Neither the demo data nor a run: only how the command turns the result into a status.
+    monkeypatch.setattr(pretrain, "prepare_run", lambda *args: pretrain.PretrainingRun(
+        task=None, dataset_factory=None, init_weights=None, tokenizer=None))
     monkeypatch.setattr(trainer, "train", lambda *args, **kwargs: dict(
         step=3, preempted=True, stopped=False, evaluations=[], losses=[], exit_status=130))
     demo = os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs", "demo.py")
@@ -281,7 +290,7 @@ def test_non_finite_updated_parameters_stop_before_any_checkpoint(tmp_path):
                                         r"parameters are not finite .* No checkpoint has been "
                                         r"saved yet, so there is nothing to resume"):
         trainer.train(config, str(tmp_path), show_progress=False, log=_quiet,
-                      dataset_factory=synthetic_factory(config))
+                      **pretraining(config, synthetic_factory(config)))
     assert not [name for name in os.listdir(tmp_path / "checkpoints") if name.isdigit()]
 
 
@@ -304,7 +313,7 @@ def test_a_refused_start_writes_nothing_and_names_what_differs(tmp_path):
     with pytest.raises(UserError, match="init_from .*other: its hidden_dim is 128 but the run's "
                                         "model.hidden_dim is 32"):
         trainer.train(config, str(workdir), show_progress=False, log=_quiet,
-                      dataset_factory=synthetic_factory(config))
+                      **pretraining(config, synthetic_factory(config)))
     assert not workdir.exists()  # the corrected command is not refused afterwards
     workdir.mkdir()
     (workdir / "model_config.json").write_text(
@@ -313,11 +322,11 @@ def test_a_refused_start_writes_nothing_and_names_what_differs(tmp_path):
     with pytest.raises(UserError, match=r"holds a different model \(hidden_dim 48 there, 32 in "
                                         r"this run; num_layers 2 there, 1 in this run\)"):
         trainer.train(config, str(workdir), show_progress=False, log=_quiet,
-                      dataset_factory=synthetic_factory(config))
+                      **pretraining(config, synthetic_factory(config)))
     assert sorted(os.listdir(workdir)) == ["model_config.json"]
     (workdir / "model_config.json").unlink()
     with RunLock(str(workdir)):  # another run holds it
         with pytest.raises(UserError, match="is in use by another training run"):
             trainer.train(config, str(workdir), show_progress=False, log=_quiet,
-                          dataset_factory=synthetic_factory(config))
+                          **pretraining(config, synthetic_factory(config)))
     assert sorted(os.listdir(workdir)) == [".run_lock"]

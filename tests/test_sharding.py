@@ -6,6 +6,7 @@ import pytest
 from jax.sharding import PartitionSpec
 
 from bert_jax import sharding
+from bert_jax.tasks.pretraining import task_from_run_config
 from bert_jax.training import train_step
 from bert_jax.errors import UserError
 from test_training_support import synthetic_batch, tiny_run_config
@@ -31,7 +32,8 @@ def _spec(bundle, *path):
 def test_rule_table_places_parameters_and_optimizer_moments():
     config = tiny_run_config()
     config.model.update(num_heads=2, vocab_size=64)
-    bundle = train_step.build_train_step(config, sharding.make_mesh(2, 2, 2))
+    bundle = train_step.build_train_step(config, sharding.make_mesh(2, 2, 2),
+                                         task_from_run_config(config))
     query = _spec(bundle, "bert", "layer_0", "attention", "query", "kernel")
     assert query == PartitionSpec("fsdp", "tensor", None)  # (embed, heads, kv)
     assert _spec(bundle, "bert", "layer_0", "attention", "output", "kernel") == \
@@ -57,7 +59,7 @@ def test_activation_rules_keep_embed_whole_when_batch_takes_fsdp():
 
 def _losses(mesh, num_steps=5):
     config = tiny_run_config()
-    bundle = train_step.build_train_step(config, mesh)
+    bundle = train_step.build_train_step(config, mesh, task_from_run_config(config))
     state = bundle.init_state(jax.random.PRNGKey(0))
     rng = jax.random.PRNGKey(1)
     losses = []

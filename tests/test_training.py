@@ -15,10 +15,11 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax.training import checkpointing, trainer, training_data
+from bert_jax.training import checkpointing, trainer
 from bert_jax.errors import UserError
+from bert_jax.tasks.pretraining_data import apply_settings, prepare_data
 from bert_jax.training.metrics_writer import read_scalars
-from test_training_support import synthetic_factory, tiny_run_config
+from test_training_support import pretraining, synthetic_factory, tiny_run_config
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(TESTS)
@@ -29,9 +30,9 @@ sys.path.insert(0, {tests!r})
 from bert_jax.training import distributed
 distributed.initialize(*{init!r})
 from bert_jax.training import trainer
-from test_training_support import synthetic_factory, tiny_run_config
+from test_training_support import pretraining, synthetic_factory, tiny_run_config
 config = tiny_run_config(**{overrides!r})
-trainer.train(config, {workdir!r}, dataset_factory=synthetic_factory(config, delay={delay}),
+trainer.train(config, {workdir!r}, **pretraining(config, synthetic_factory(config, delay={delay})),
               show_progress=False)
 """
 
@@ -66,7 +67,7 @@ def reference(tmp_path_factory):
     workdir = str(tmp_path_factory.mktemp("reference"))
     config = tiny_run_config(**{"data.eval_files": "synthetic", "eval.every_steps": 6,
                                 "eval.num_batches": 2, "eval.batch_size": 8})
-    result = trainer.train(config, workdir, dataset_factory=synthetic_factory(config),
+    result = trainer.train(config, workdir, **pretraining(config, synthetic_factory(config)),
                            show_progress=False, log=lambda *_: None)
     return dict(workdir=workdir, result=result, params=_params_at(workdir, 12))
 
@@ -95,11 +96,11 @@ def test_sigterm_saves_the_current_step_and_resume_is_bit_identical(reference, t
     config = tiny_run_config()
     # SIGTERM arrives while the 5th batch is read: step 5 finishes, is saved, the run stops.
     result = trainer.train(config, str(tmp_path), show_progress=False, log=lambda *_: None,
-                           dataset_factory=synthetic_factory(config, sigterm_at=4))
+                           **pretraining(config, synthetic_factory(config, sigterm_at=4)))
     assert result["preempted"] and result["step"] == 5
     assert os.path.isdir(tmp_path / "checkpoints" / "5" / "params")
     result = trainer.train(config, str(tmp_path), show_progress=False, log=lambda *_: None,
-                           dataset_factory=synthetic_factory(config))
+                           **pretraining(config, synthetic_factory(config)))
     assert result["step"] == 12
     _assert_identical(_params_at(str(tmp_path), 12), reference["params"])
 
@@ -116,7 +117,7 @@ def test_kill_9_then_resume_is_bit_identical(reference, tmp_path):
         child.send_signal(signal.SIGKILL)
         child.wait()
     config = tiny_run_config()
-    trainer.train(config, str(tmp_path), dataset_factory=synthetic_factory(config),
+    trainer.train(config, str(tmp_path), **pretraining(config, synthetic_factory(config)),
                   show_progress=False, log=lambda *_: None)
     _assert_identical(_params_at(str(tmp_path), 12), reference["params"])
 
@@ -127,7 +128,7 @@ def test_nan_loss_stops_with_a_message_and_keeps_the_last_good_checkpoint(refere
                                         r"parameters are not finite.*last good checkpoint is "
                                         r"step 6"):
         trainer.train(config, str(tmp_path), show_progress=False, log=lambda *_: None,
-                      dataset_factory=synthetic_factory(config, nan_at=7))
+                      **pretraining(config, synthetic_factory(config, nan_at=7)))
     steps = checkpointing.Checkpoints(str(tmp_path / "checkpoints")).all_steps()
     assert sorted(steps) == [3, 6]
     _assert_identical(_params_at(str(tmp_path), 6), _params_at(reference["workdir"], 6))
@@ -171,23 +172,56 @@ def test_shards_made_with_another_vocabulary_are_refused(tmp_path):
     config = tiny_run_config(**{"data.train_files": str(shards),
                                 "data.vocab_path": str(vocab_path), "model.vocab_size": 0})
     write(read_vocabulary(str(vocab_path)))
-    training_data.prepare_data(config)  # the same vocabulary passes
-    assert config.model.vocab_size == len(tokens)
+    prepared = prepare_data(config)  # the same vocabulary passes
+    assert prepared.settings["model.vocab_size"] == len(tokens)
+    apply_settings(config, prepared.settings)
     write(tokens[:-1] + ["dog"])
     with pytest.raises(UserError, match=f"{shards}: these shards were made with vocabulary"):
-        training_data.prepare_data(config)
+        prepare_data(config)
 
 
 def test_init_from_a_training_run_takes_its_parameters_and_a_fresh_optimizer(reference,
                                                                              tmp_path):
     from bert_jax import sharding
+    from bert_jax.training import initial_state
 
     config = tiny_run_config(init_from=reference["workdir"])
-    bundle = trainer._bundle_for(config, sharding.mesh_from_config(config.mesh))
+    run = pretraining(config)
+    bundle = trainer._bundle_for(config, sharding.mesh_from_config(config.mesh), run["task"])
+    weights = initial_state.load_init_weights(run["init_weights"], config.init_from,
+                                              bundle.model_config)
     checkpoints = checkpointing.Checkpoints(str(tmp_path / "checkpoints"))
-    state, meta = trainer._initial_state(config, bundle, checkpoints, log=lambda *_: None)
+    state, meta = initial_state.initial_state(bundle, checkpoints, config.seed,
+                                              lambda *_: None, weights)
     assert meta is None and int(state.step) == 0
     _assert_identical(jax.device_get(state.params), reference["params"])
     assert all(float(abs(moment).max()) == 0.0 for moment in
                jax.tree.leaves(state.opt_state[1][0].mu))
     checkpoints.close()
+
+
+def test_init_weights_are_read_once_for_a_fresh_start_and_never_on_resume(reference, tmp_path):
+    import shutil
+
+    from bert_jax.tasks.pretraining import task_from_run_config
+    from bert_jax.training.initial_state import LoadedWeights
+    from bert_jax.training.train_step import model_config_of
+
+    # The reference run's schedule (12 steps): its step, compiled already.
+    config = tiny_run_config(init_from="SOURCE", num_train_steps=1, schedule_steps=12)
+    calls, lines = [], []
+
+    def init_weights():
+        calls.append(1)
+        return LoadedWeights("SOURCE", model_config_of(config), reference["params"])
+
+    trainer.train(config, str(tmp_path / "fresh"), task=task_from_run_config(config),
+                  dataset_factory=synthetic_factory(config), init_weights=init_weights,
+                  show_progress=False, log=lines.append)
+    assert calls == [1] and "initialised from SOURCE" in lines
+    shutil.copytree(reference["workdir"], tmp_path / "resumed")  # a checkpoint at step 12
+    config = tiny_run_config(init_from="SOURCE")
+    trainer.train(config, str(tmp_path / "resumed"), task=task_from_run_config(config),
+                  dataset_factory=synthetic_factory(config), init_weights=init_weights,
+                  show_progress=False, log=lines.append)
+    assert calls == [1] and any(line.startswith("the run is complete") for line in lines)

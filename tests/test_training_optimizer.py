@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bert_jax import sharding
+from bert_jax.tasks.pretraining import task_from_run_config
 from bert_jax.training import optimizer, train_step
 from bert_jax.model import BertForPreTraining
 from bert_jax.run_config import base_config
@@ -66,7 +67,7 @@ def test_lamb_first_step_matches_a_numpy_reference():
 
 
 def _one_step(config, mesh, batch):
-    bundle = train_step.build_train_step(config, mesh)
+    bundle = train_step.build_train_step(config, mesh, task_from_run_config(config))
     state = bundle.init_state(jax.random.PRNGKey(0))
     batch = {name: jax.device_put(value, bundle.batch_shardings[name])
              for name, value in batch.items()}

@@ -1,4 +1,5 @@
-"""Shared pieces of the training tests (no tests here): a tiny run config, synthetic batches.
+"""Shared pieces of the training tests (no tests here): a tiny run config, synthetic batches,
+the pre-training task.
 
 Also imported by the subprocesses those tests start, which put this directory on sys.path.
 """
@@ -91,6 +92,17 @@ class SyntheticDataset:
             os.kill(os.getpid(), signal.SIGTERM)
         self.position += 1
         return batch
+
+
+def pretraining(run_config, dataset_factory=None, log=lambda *_: None) -> dict:
+    """`trainer.train`'s task, dataset_factory and init_weights for a pre-training run, its
+    data section completed first as `bert-jax pretrain` does it; `dataset_factory` (e.g.
+    `synthetic_factory`) replaces the shard reader."""
+    from bert_jax.commands.pretrain import prepare_run
+
+    run = prepare_run(run_config, log)
+    return dict(task=run.task, dataset_factory=dataset_factory or run.dataset_factory,
+                init_weights=run.init_weights)
 
 
 def synthetic_factory(run_config, **faults):

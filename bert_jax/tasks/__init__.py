@@ -2,8 +2,8 @@
 
 A task supplies its model head, its batch schema, its loss (sums and denominators, so means
 stay exact across micro-batches and hosts), its evaluation metrics and a host-side predict
-hook; the training system in `bert_jax/training/` runs any of them. `bert_jax/tasks/base.py`
-states the interface.
+hook; the training system in `bert_jax/training/` runs any of them, and
+`bert_jax/training/task.py` states the interface it runs them through.
 """
 
 import ast

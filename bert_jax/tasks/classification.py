@@ -31,7 +31,7 @@ from bert_jax import files, json_values, losses
 from bert_jax.errors import UserError
 from bert_jax.heads import BertForSequenceClassification
 from bert_jax.tasks import arguments
-from bert_jax.tasks.base import Examples, FineTuningTask
+from bert_jax.training.task import Examples, FineTuningTask
 from input_pipeline.tasks import columns
 
 

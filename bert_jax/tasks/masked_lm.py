@@ -21,7 +21,7 @@ import numpy as np
 from bert_jax import files, json_values, losses
 from bert_jax.heads import BertForMaskedLM
 from bert_jax.tasks import arguments
-from bert_jax.tasks.base import Examples, FineTuningTask
+from bert_jax.training.task import Examples, FineTuningTask
 from bert_jax.training.batching import BucketedBatches
 from input_pipeline.tasks import mlm_text
 

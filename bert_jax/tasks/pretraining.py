@@ -16,7 +16,7 @@ import numpy as np
 from bert_jax import losses
 from bert_jax.model_config import BertConfig, Precision
 from bert_jax.model import BertForPreTraining
-from bert_jax.tasks.base import Task
+from bert_jax.training.task import Task
 from input_pipeline import schema
 
 # A feature's length key in the shard schema -> its shape in a batch.
@@ -108,3 +108,14 @@ class PretrainingTask(Task):
 def task_from_run_config(run_config) -> PretrainingTask:
     return PretrainingTask(run_config.data.max_predictions,
                            run_config.data.get("max_sequences_per_row") or 1)
+
+
+def format_evaluations(evaluations) -> str:
+    """The evaluation history as a table: step, loss, MLM loss and accuracy, NSP accuracy."""
+    lines = [f"{'step':>8} {'loss':>8} {'mlm_loss':>9} {'mlm_acc':>8} {'nsp_loss':>9} "
+             f"{'nsp_acc':>8}"]
+    for step, metrics in evaluations:
+        lines.append(f"{step:>8} {metrics['loss']:>8.4f} {metrics['mlm_loss']:>9.4f} "
+                     f"{metrics['mlm_accuracy']:>8.4f} {metrics['nsp_loss']:>9.4f} "
+                     f"{metrics['nsp_accuracy']:>8.4f}")
+    return "\n".join(lines)

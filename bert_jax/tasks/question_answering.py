@@ -21,7 +21,7 @@ from bert_jax.errors import UserError
 from bert_jax.heads import BertForQuestionAnswering
 from bert_jax.tasks import arguments
 from bert_jax.tasks.arguments import QuestionAnsweringSettings  # the flags' defaults
-from bert_jax.tasks.base import Examples, FineTuningTask
+from bert_jax.training.task import Examples, FineTuningTask
 from input_pipeline.tasks import squad, squad_metrics, squad_postprocess, squad_windows
 
 # The file the fine-tuning driver asks for; a QA run writes the official files instead.

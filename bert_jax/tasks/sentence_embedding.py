@@ -32,7 +32,7 @@ from bert_jax.errors import UserError
 from bert_jax.model import FLOAT32, BertModel, Dense
 from bert_jax.tasks import arguments
 from bert_jax.tasks.arguments import LOSSES  # defined with the --loss flag
-from bert_jax.tasks.base import Examples, FineTuningTask
+from bert_jax.training.task import Examples, FineTuningTask
 
 _TERMS = {"cosine": "cosine_mse", "cosent": "cosent", "mnrl": "mnrl", "softmax": "softmax_loss"}
 _TSV_COLUMNS = (5, 6, 4)  # STS-B: sentence1, sentence2, score

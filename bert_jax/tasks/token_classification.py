@@ -32,7 +32,7 @@ from bert_jax import json_values, losses
 from bert_jax.model_config import BertConfig, Precision
 from bert_jax.errors import UserError
 from bert_jax.tasks import arguments
-from bert_jax.tasks.base import Examples, FineTuningTask
+from bert_jax.training.task import Examples, FineTuningTask
 from bert_jax.training.batching import BucketedBatches
 
 SEQUENCE_FEATURES = ("input_ids", "segment_ids", "input_mask", "labels", "label_weights")

@@ -23,6 +23,7 @@ from bert_jax.run_config.ranges import check_ranges
 from bert_jax.storage_errors import reported
 from bert_jax.tasks.arguments import Settings  # with the flags `finetune` shares
 from bert_jax.training import batching, prediction, trainer
+from bert_jax.training.initial_state import LoadedWeights
 
 EVAL_RESULTS = "eval_results.json"
 EVAL_PREDICTIONS = "eval_predictions.jsonl"
@@ -157,7 +158,7 @@ def finetune(task, model_path: str, train_path: str, eval_path: str | None, work
     """Fine-tunes the model at `model_path` for `task`; returns eval_results.json's content."""
     from input_pipeline.tokenization import load_tokenizer
 
-    model_config, _, vocab = model_io.load_model(model_path)
+    model_config, params, vocab = model_io.load_model(model_path)
     if vocab is None:
         raise UserError(f"{model_path}: no vocab.txt beside the weights")
     tokenizer = load_tokenizer(vocab)
@@ -188,6 +189,7 @@ def finetune(task, model_path: str, train_path: str, eval_path: str | None, work
     evaluator = BestModelEvaluator(task, evaluation, run_config, workdir, tokenizer, info,
                                    log) if evaluation else None
     result = trainer.train(run_config, workdir, task=task, dataset_factory=dataset_factory,
+                           init_weights=lambda: LoadedWeights(model_path, model_config, params),
                            evaluator=evaluator, show_progress=show_progress, log=log)
     return _write_results(task, run_config, workdir, settings, evaluator, evaluation, result,
                           dict(model=model_path, train=train_path, eval=eval_path,

@@ -1,11 +1,10 @@
 """The train step of any task: a pure `train_step(state, batch, rng) -> (state, metrics)`, jitted once.
 
 `build_train_step(run_config, mesh, task)` is the one place that turns a run config, a mesh
-and a task (`bert_jax/tasks/base.py`; pre-training when none is given) into compiled-ready
-functions. The trainer runs them; AOT compilation for a TPU topology lowers them without
-any device memory:
+and a task (the interface in `task.py`) into compiled-ready functions. The trainer runs
+them; AOT compilation for a TPU topology lowers them without any device memory:
 
-    bundle = build_train_step(run_config, mesh)
+    bundle = build_train_step(run_config, mesh, task)
     bundle.train_step.lower(bundle.abstract_state, bundle.abstract_batch,
                             bundle.abstract_rng).compile()
 
@@ -35,7 +34,7 @@ from bert_jax import sharding
 from bert_jax.training import optimizer
 from bert_jax.model_config import BertConfig, Precision
 from bert_jax.errors import UserError
-from bert_jax.tasks.base import Task
+from bert_jax.training.task import Task
 
 
 class TrainState(flax.struct.PyTreeNode):
@@ -154,21 +153,59 @@ def predict_step(params: Any, batch: dict, *, task: Task, model: nn.Module) -> d
     return {"outputs": outputs, "sums": task.sums(outputs, batch), "counts": task.counts(batch)}
 
 
-def default_task(run_config) -> Task:
-    """Pre-training, the task of a run config that names none."""
-    from bert_jax.tasks.pretraining import task_from_run_config
+def _check_batch_size(batch_size: int, grad_accum_steps: int, mesh) -> None:
+    """Each micro-batch must split evenly over the data-parallel devices."""
+    if batch_size % (grad_accum_steps * sharding.data_parallel_size(mesh)):
+        raise UserError(
+            f"batch_size {batch_size} must be a multiple of grad_accum_steps "
+            f"({grad_accum_steps}) x data-parallel devices "
+            f"({sharding.data_parallel_size(mesh)})")
 
-    return task_from_run_config(run_config)
+
+def _abstract_state(boxed, mesh) -> tuple[TrainState, TrainState]:
+    """(abstract state as ShapeDtypeStructs carrying their shardings, the shardings), from the
+    boxed state's logical axis names."""
+    state_shardings = sharding.tree_shardings(boxed, mesh)
+    abstract_state = jax.tree.map(
+        lambda leaf, leaf_sharding: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype,
+                                                         sharding=leaf_sharding),
+        nn.meta.unbox(boxed), state_shardings)
+    return abstract_state, state_shardings
 
 
-def build_train_step(run_config, mesh, model_config: BertConfig | None = None,
-                     task: Task | None = None) -> TrainStepBundle:
-    """Jitted train/eval/predict/init functions, abstract state and shardings for `mesh`.
+def _jitted_steps(step_fn, eval_fn, predict_fn, init_fn, state_shardings, batch_shardings,
+                  mesh) -> dict:
+    """The four functions jitted with their shardings; the train step donates its state."""
+    replicated = sharding.replicated(mesh)
+
+    def under_mesh(function, name):  # the model's activation constraints need the mesh's rules
+        def traced(*args):
+            with sharding.activation_sharding(mesh):
+                return function(*args)
+        traced.__name__ = traced.__qualname__ = name  # XLA names the program jit_NAME
+        return traced
+
+    return dict(
+        train_step=jax.jit(under_mesh(step_fn, "train_step"),
+                           in_shardings=(state_shardings, batch_shardings, replicated),
+                           out_shardings=(state_shardings, replicated), donate_argnums=0),
+        eval_step=jax.jit(under_mesh(eval_fn, "eval_step"),
+                          in_shardings=(state_shardings.params, batch_shardings),
+                          out_shardings=replicated),
+        predict_step=jax.jit(under_mesh(predict_fn, "predict_step"),
+                             in_shardings=(state_shardings.params, batch_shardings),
+                             out_shardings=replicated),
+        init_state=jax.jit(init_fn, in_shardings=replicated, out_shardings=state_shardings))
+
+
+def build_train_step(run_config, mesh, task: Task,
+                     model_config: BertConfig | None = None) -> TrainStepBundle:
+    """Jitted train/eval/predict/init functions of `task`, abstract state and shardings for
+    `mesh`.
 
     Reads run_config.model (unless `model_config` is given), .precision, .optimizer,
     .batch_size, .grad_accum_steps, .num_train_steps, .schedule_steps and .data.seq_len.
     """
-    task = task or default_task(run_config)
     model_config = model_config or model_config_of(run_config)
     model_config.check_seq_len(run_config.data.seq_len, "data.seq_len")
     model = task.build_model(model_config, Precision.from_run_config(run_config))
@@ -176,11 +213,7 @@ def build_train_step(run_config, mesh, model_config: BertConfig | None = None,
     tx, schedule = optimizer.make_optimizer(run_config.optimizer, total_steps, task.trainable())
     batch = task.abstract_batch(run_config.batch_size, run_config.data.seq_len,
                                 lambda ndim: sharding.batch_sharding(mesh, ndim))
-    if run_config.batch_size % (run_config.grad_accum_steps * sharding.data_parallel_size(mesh)):
-        raise UserError(
-            f"batch_size {run_config.batch_size} must be a multiple of grad_accum_steps "
-            f"({run_config.grad_accum_steps}) x data-parallel devices "
-            f"({sharding.data_parallel_size(mesh)})")
+    _check_batch_size(run_config.batch_size, run_config.grad_accum_steps, mesh)
 
     def boxed_state(rng):
         dummy = {name: jnp.zeros((1, *spec.shape[1:]), spec.dtype) for name, spec in batch.items()}
@@ -191,38 +224,16 @@ def build_train_step(run_config, mesh, model_config: BertConfig | None = None,
                           opt_state=tx.init(params))
 
     rng_spec = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=sharding.replicated(mesh))
-    boxed = jax.eval_shape(boxed_state, rng_spec)
-    state_shardings = sharding.tree_shardings(boxed, mesh)
-    abstract_state = jax.tree.map(
-        lambda leaf, leaf_sharding: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype,
-                                                         sharding=leaf_sharding),
-        nn.meta.unbox(boxed), state_shardings)
+    abstract_state, state_shardings = _abstract_state(jax.eval_shape(boxed_state, rng_spec), mesh)
     batch_shardings = {name: spec.sharding for name, spec in batch.items()}
-    replicated = sharding.replicated(mesh)
-
-    def step_fn(state, batch, rng):
-        with sharding.activation_sharding(mesh):
-            return train_step(state, batch, rng, task=task, model=model, tx=tx,
-                              schedule=schedule, mesh=mesh,
-                              grad_accum_steps=run_config.grad_accum_steps)
-
-    def eval_fn(params, batch):
-        with sharding.activation_sharding(mesh):
-            return eval_step(params, batch, task=task, model=model)
-
-    def predict_fn(params, batch):
-        with sharding.activation_sharding(mesh):
-            return predict_step(params, batch, task=task, model=model)
-
+    steps = _jitted_steps(
+        lambda state, batch, rng: train_step(
+            state, batch, rng, task=task, model=model, tx=tx, schedule=schedule, mesh=mesh,
+            grad_accum_steps=run_config.grad_accum_steps),
+        lambda params, batch: eval_step(params, batch, task=task, model=model),
+        lambda params, batch: predict_step(params, batch, task=task, model=model),
+        lambda rng: nn.meta.unbox(boxed_state(rng)), state_shardings, batch_shardings, mesh)
     return TrainStepBundle(
-        train_step=jax.jit(step_fn, in_shardings=(state_shardings, batch_shardings, replicated),
-                           out_shardings=(state_shardings, replicated), donate_argnums=0),
-        eval_step=jax.jit(eval_fn, in_shardings=(state_shardings.params, batch_shardings),
-                          out_shardings=replicated),
-        predict_step=jax.jit(predict_fn, in_shardings=(state_shardings.params, batch_shardings),
-                             out_shardings=replicated),
-        init_state=jax.jit(lambda rng: nn.meta.unbox(boxed_state(rng)),
-                           in_shardings=replicated, out_shardings=state_shardings),
-        abstract_state=abstract_state, abstract_batch=batch, abstract_rng=rng_spec,
+        **steps, abstract_state=abstract_state, abstract_batch=batch, abstract_rng=rng_spec,
         state_shardings=state_shardings, batch_shardings=batch_shardings,
         model_config=model_config, schedule=schedule, mesh=mesh, task=task, model=model)

@@ -1,4 +1,4 @@
-"""The task seam: what one training run optimises, and how it is judged.
+"""The training task interface: what one training run optimises, and how it is judged.
 
 The training system (`bert_jax/training/`) owns everything every task shares: the jitted
 step, the mesh and logical-axis table, the optimizer, orbax checkpoints with exact resume,

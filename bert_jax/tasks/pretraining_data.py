@@ -1,23 +1,43 @@
-"""Training data for the loop: the demo corpus, the vocabulary, shard checks, data position.
+"""Pre-training's data: the demo corpus, the vocabulary, the shards' shapes and checks, the reader.
 
-`prepare_data` resolves the run config's data section (building the demo shards if asked,
-taking the vocabulary of `init_from`, setting vocab_size) and refuses shards made with
-another vocabulary; `reader_factory` opens the shard reader per process; the data position
-goes into each checkpoint and comes back on resume unless the data itself has changed.
+`prepare_data` resolves a run config's data section without changing it: it builds the demo
+shards if asked, takes the vocabulary of `init_from` (whose path the caller found, having
+resolved the model), reads the lengths and packing the shards were made with, sizes the
+model's vocabulary from vocab.txt and refuses shards made with another vocabulary. It
+returns the settings it derived; the caller applies them (`apply_settings`) before the
+trainer starts, so run_config.json records them. `reader_factory` opens the shard reader
+per process.
 """
 
-import jax
+import dataclasses
+from typing import Any, Callable
+
+import ml_collections
 
 from bert_jax import files
 from bert_jax.errors import UserError
 
 
-def reader_factory(run_config, tokenizer=None):
-    """`make(split, batch_size, process_index, process_count)` over the configured shards."""
+@dataclasses.dataclass(frozen=True)
+class PreparedData:
+    """What `prepare_data` derived from a run config's data section."""
+    settings: dict[str, Any]  # run-config key ('data.seq_len', 'model.vocab_size') -> value
+    tokenizer: Any  # the tokenizer of data.vocab_path, or None without a vocabulary
+
+
+def apply_settings(run_config, settings: dict[str, Any]) -> None:
+    """Writes `PreparedData.settings` into the run config (before the trainer records it)."""
+    for key, value in settings.items():
+        section, name = key.split(".")
+        run_config[section][name] = value
+
+
+def reader_factory(data, seed: int, tokenizer=None):
+    """`make(split, batch_size, process_index, process_count)` over the shards of the run
+    config's (prepared) data section; `seed` orders the training data."""
     from input_pipeline.reader import PretrainingDataset
 
     def make(split, batch_size, process_index, process_count):
-        data = run_config.data
         pattern = data.train_files if split == "train" else data.eval_files
         masking = {}
         if data.dynamic_masking and split == "train":
@@ -26,14 +46,14 @@ def reader_factory(run_config, tokenizer=None):
                                tokenizer.pad_id, tokenizer.cls_id, tokenizer.sep_id))
         return PretrainingDataset(
             [p for p in pattern.split(",") if p], batch_size, data.seq_len,
-            data.max_predictions, seed=run_config.seed if split == "train" else 0,
+            data.max_predictions, seed=seed if split == "train" else 0,
             shuffle_buffer=data.shuffle_buffer if split == "train" else 1,
             process_index=process_index, process_count=process_count,
             max_sequences_per_row=data.max_sequences_per_row or 1, **masking)
     return make
 
 
-def _check_shards(run_config, tokenizer, log) -> None:
+def _check_shards(data, tokenizer, log) -> None:
     """Refuses shards made with another vocabulary, sequence length or prediction count.
 
     Shards of the original `create_pretraining_data.py` have no manifest: their first
@@ -44,7 +64,6 @@ def _check_shards(run_config, tokenizer, log) -> None:
     from input_pipeline.reader import expand_patterns
     from input_pipeline.shard_check import check_first_records
 
-    data = run_config.data
     for pattern in filter(None, (data.train_files + "," + data.eval_files).split(",")):
         directory = pattern if files.isdir(pattern) else files.dirname(pattern)
         if files.exists(files.join(directory, manifest_lib.MANIFEST_NAME)):
@@ -68,30 +87,26 @@ def _check_shards(run_config, tokenizer, log) -> None:
 PHASE_ONE_SHAPES = dict(seq_len=128, max_predictions=20)
 
 
-def resolve_shapes(run_config, log=print) -> None:
-    """Fills data.seq_len / data.max_predictions left unset (None) from the first training
-    shards' manifest.json (the demo's defaults with data.demo_dir); a value that was set stays,
-    and `_check_shards` refuses it if the shards disagree."""
+def shard_shapes(data, log=print) -> dict[str, int]:
+    """data.seq_len / data.max_predictions left unset (None) -> their values, from the first
+    training shards' manifest.json (the demo's defaults with data.demo_dir); a value that was
+    set is not returned, and `_check_shards` refuses it if the shards disagree."""
     from input_pipeline import manifest as manifest_lib
 
-    data = run_config.data
     unset = [key for key in ("seq_len", "max_predictions") if data[key] is None]
     if not unset:
-        return
+        return {}
     if data.demo_dir:
-        for key in unset:
-            data[key] = PHASE_ONE_SHAPES[key]
-        return
+        return {key: PHASE_ONE_SHAPES[key] for key in unset}
     names = " and ".join(f"data.{key}" for key in unset)
     for pattern in filter(None, data.train_files.split(",")):
         directory = pattern if files.isdir(pattern) else files.dirname(pattern)
         if files.exists(files.join(directory, manifest_lib.MANIFEST_NAME)):
             settings = manifest_lib.read_manifest(directory)["settings"]
-            for key in unset:
-                data[key] = settings["max_seq_len" if key == "seq_len" else key]
+            shapes = {key: settings["max_seq_len" if key == "seq_len" else key] for key in unset}
             log(f"{names} from {files.join(directory, manifest_lib.MANIFEST_NAME)}: "
-                + ", ".join(f"{key} {data[key]}" for key in unset))
-            return
+                + ", ".join(f"{key} {value}" for key, value in shapes.items()))
+            return shapes
     if data.train_files:
         from input_pipeline.reader import expand_patterns
 
@@ -103,33 +118,57 @@ def resolve_shapes(run_config, log=print) -> None:
                     + " (the lengths the shards were made with)")
 
 
-def resolve_packing(run_config, log=print) -> None:
-    """Fills data.max_sequences_per_row left unset (None) from the first training shards'
-    manifest: packed shards say how many instances a row holds; shards without a manifest
-    (the original tool's) and the demo's are unpacked (1)."""
+def sequences_per_row(data, log=print) -> int:
+    """data.max_sequences_per_row, or where unset (None) the first training shards' manifest's:
+    packed shards say how many instances a row holds; shards without a manifest (the
+    original tool's) and the demo's are unpacked (1)."""
     from input_pipeline import manifest as manifest_lib
 
-    data = run_config.data
     if data.max_sequences_per_row is not None:
-        return
-    data.max_sequences_per_row = 1
+        return data.max_sequences_per_row
     for pattern in filter(None, data.train_files.split(",")):
         directory = pattern if files.isdir(pattern) else files.dirname(pattern)
         if files.exists(files.join(directory, manifest_lib.MANIFEST_NAME)):
-            data.max_sequences_per_row = manifest_lib.sequences_per_row(
-                manifest_lib.read_manifest(directory))
-            if data.max_sequences_per_row > 1:
+            per_row = manifest_lib.sequences_per_row(manifest_lib.read_manifest(directory))
+            if per_row > 1:
                 log(f"data.max_sequences_per_row from {directory}: packed shards, up to "
-                    f"{data.max_sequences_per_row} instances a row (batch_size counts rows)")
-            return
+                    f"{per_row} instances a row (batch_size counts rows)")
+            return per_row
+    return 1
 
 
-def prepare_data(run_config, log=print):
-    """Resolves the demo data, the shapes, the vocabulary and vocab_size; returns the
-    tokenizer or None."""
-    data = run_config.data
-    resolve_shapes(run_config, log)
-    resolve_packing(run_config, log)
+def _vocab_size(data, model_vocab_size: int, log):
+    """(tokenizer, vocab_size) of data.vocab_path, (None, the model's) without one."""
+    if not data.vocab_path:
+        if not model_vocab_size:
+            raise UserError("set data.vocab_path (the vocab.txt the shards were made with)")
+        if data.dynamic_masking:
+            raise UserError("data.dynamic_masking needs data.vocab_path: the [MASK] id, the "
+                            "special tokens and the random replacements come from it")
+        return None, model_vocab_size
+    from input_pipeline.tokenization import load_tokenizer
+
+    tokenizer = load_tokenizer(data.vocab_path)
+    if model_vocab_size and model_vocab_size < tokenizer.vocab_size:
+        raise UserError(f"model.vocab_size {model_vocab_size} is smaller than the "
+                        f"{tokenizer.vocab_size} tokens of {data.vocab_path}")
+    if data.train_files:
+        _check_shards(data, tokenizer, log)
+    return tokenizer, model_vocab_size or tokenizer.vocab_size
+
+
+def prepare_data(run_config, log=print,
+                 init_vocab_path: Callable[[], str | None] | None = None) -> PreparedData:
+    """Resolves the demo data, the shapes, the packing, the vocabulary and vocab_size.
+
+    `init_vocab_path()`: the vocab.txt of `init_from`'s model, or None if it has none;
+    asked only when data.vocab_path is unset (continued pre-training keeps its
+    vocabulary). The run config is left as it is: the settings come back, to be applied by
+    the caller.
+    """
+    data = ml_collections.ConfigDict(run_config.data.to_dict())  # derived values go here
+    data.update(shard_shapes(data, log))
+    data.max_sequences_per_row = sequences_per_row(data, log)
     if data.demo_dir:
         from input_pipeline.demo_corpus import prepare_demo_data
 
@@ -138,50 +177,11 @@ def prepare_data(run_config, log=print):
         for key, value in paths.items():
             if not data[key]:
                 data[key] = value
-    if not data.vocab_path and run_config.init_from:
-        from bert_jax import model_sources
-
-        # Continued pre-training keeps its vocabulary, wherever the source kind keeps it.
-        data.vocab_path = model_sources.vocab_path(run_config.init_from) or ""
-    if not data.vocab_path:
-        if not run_config.model.vocab_size:
-            raise UserError("set data.vocab_path (the vocab.txt the shards were made with)")
-        if data.dynamic_masking:
-            raise UserError("data.dynamic_masking needs data.vocab_path: the [MASK] id, the "
-                            "special tokens and the random replacements come from it")
-        return None
-    from input_pipeline.tokenization import load_tokenizer
-
-    tokenizer = load_tokenizer(data.vocab_path)
-    if not run_config.model.vocab_size:
-        run_config.model.vocab_size = tokenizer.vocab_size
-    elif run_config.model.vocab_size < tokenizer.vocab_size:
-        raise UserError(f"model.vocab_size {run_config.model.vocab_size} is smaller than the "
-                        f"{tokenizer.vocab_size} tokens of {data.vocab_path}")
-    if data.train_files:
-        _check_shards(run_config, tokenizer, log)
-    return tokenizer
-
-
-def data_source(run_config) -> dict:
-    data = run_config.data
-    source = dict(train_files=data.train_files, seq_len=data.seq_len,
-                  max_predictions=data.max_predictions, batch_size=run_config.batch_size)
-    if (data.max_sequences_per_row or 1) > 1:  # unpacked runs keep the checkpoints' key set
-        source["max_sequences_per_row"] = data.max_sequences_per_row
-    return source
-
-
-def restore_position(dataset, meta, run_config, log) -> None:
-    """Puts the data stream where the checkpoint left it, unless the data has changed."""
-    if meta is None:
-        return
-    if meta.get("data_source") != data_source(run_config):
-        log(f"the data differs from the checkpoint's ({meta.get('data_source')}); the new data "
-            "starts from its beginning (e.g. phase 2 of a two-phase run)")
-        return
-    if len(meta["data"]) != jax.process_count():
-        log(f"the checkpoint was written by {len(meta['data'])} process(es), this run has "
-            f"{jax.process_count()}; the data starts from its beginning")
-        return
-    dataset.restore(meta["data"][jax.process_index()])
+    if not data.vocab_path and init_vocab_path is not None:
+        data.vocab_path = init_vocab_path() or ""
+    tokenizer, vocab_size = _vocab_size(data, run_config.model.vocab_size, log)
+    settings = {f"data.{key}": value for key, value in data.items()
+                if value != run_config.data[key]}
+    if vocab_size != run_config.model.vocab_size:
+        settings["model.vocab_size"] = vocab_size
+    return PreparedData(settings=settings, tokenizer=tokenizer)

@@ -1,0 +1,71 @@
+"""Evaluation during training: the task's exact term means on held-out batches.
+
+`TermEvaluator` is the default evaluator (any task, data.eval_files through the run's
+dataset_factory); a fine-tuning run brings its own (`finetune.BestModelEvaluator`). Every
+evaluator has: `every_steps` (and at the last step), `baseline` (also at step 0),
+`__call__(bundle, state, step) -> metrics`, `stop` (end the run now, e.g. early stopping),
+`state()` / `restore(state)` for checkpoints, and `show_progress` (set by the loop:
+whether an evaluation shows its own bar).
+"""
+
+import jax
+import numpy as np
+
+from bert_jax.errors import UserError
+from bert_jax.training import distributed
+
+
+def evaluate(bundle, params, dataset, num_batches: int | None = None,
+             progress: bool = False) -> dict:
+    """Each term's exact mean over `num_batches` batches (None: all), and the loss.
+
+    Sums and counts are added over batches before dividing, so a mean does not depend on
+    how the data falls into batches.
+    """
+    from tqdm import tqdm
+
+    task, sums, counts, batches = bundle.task, None, None, 0
+    with tqdm(total=num_batches, unit="batch", desc="evaluate", disable=not progress,
+              leave=False) as bar:
+        for local in (dataset if num_batches is None else
+                      (batch for _, batch in zip(range(num_batches), dataset))):
+            values = jax.device_get(bundle.eval_step(  # device_get: the bar counts done work
+                params, distributed.global_batch(local, bundle.batch_shardings)))
+            sums = values["sums"] if sums is None else jax.tree.map(np.add, sums,
+                                                                     values["sums"])
+            counts = (values["counts"] if counts is None
+                      else jax.tree.map(np.add, counts, values["counts"]))
+            batches += 1
+            bar.update(1)
+    if not batches:
+        raise UserError("evaluation data gave no batches; check data.eval_files")
+    means = task.means({name: np.float64(value) for name, value in sums.items()},
+                       {name: np.float64(value) for name, value in counts.items()}, xp=np)
+    return {name: float(means[name]) for name in task.evaluated}
+
+
+class TermEvaluator:
+    """The default evaluation: the task's term means on the dataset_factory's "eval" split
+    (data.eval_files), every eval.every_steps (see the module docstring for the interface)."""
+    baseline = True
+    stop = False
+    show_progress = False  # set by the training loop: its own bar, if the run shows one
+
+    def __init__(self, eval_settings, dataset_factory):
+        """`eval_settings`: the run config's `eval` section (every_steps, batch_size,
+        num_batches)."""
+        self.settings, self.dataset_factory = eval_settings, dataset_factory
+        self.every_steps = eval_settings.every_steps
+
+    def __call__(self, bundle, state, step) -> dict:
+        processes, index = jax.process_count(), jax.process_index()
+        dataset = self.dataset_factory("eval", self.settings.batch_size // processes,
+                                       index, processes)
+        return evaluate(bundle, state.params, dataset, self.settings.num_batches,
+                        self.show_progress)
+
+    def state(self):
+        return None
+
+    def restore(self, state) -> None:
+        pass
