@@ -289,15 +289,15 @@ def test_a_refused_start_writes_nothing_and_names_what_differs(tmp_path):
     from interop_helpers import random_pretraining_params, write_vocab
     from test_training_support import synthetic_factory
 
-    from bert_jax import model_io
+    from bert_jax.interop import model_writers
     from bert_jax.model_config import preset
     from bert_jax.training.run_lock import RunLock
     from input_pipeline.tokenization import load_tokenizer
 
     tokenizer = load_tokenizer(write_vocab(tmp_path))
     other = preset("tiny", vocab_size=tokenizer.vocab_size)  # hidden 128, 2 layers
-    model_io.export_huggingface(other, random_pretraining_params(other, seed=0), tokenizer,
-                                str(tmp_path / "other"))
+    model_writers.export_huggingface(other, random_pretraining_params(other, seed=0),
+                                     tokenizer, str(tmp_path / "other"))
     config = tiny_run_config(**{"init_from": str(tmp_path / "other"), "data.train_files": "",
                                 "model.vocab_size": tokenizer.vocab_size})
     workdir = tmp_path / "run"

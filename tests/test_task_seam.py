@@ -5,7 +5,8 @@ import json
 import jax
 import numpy as np
 
-from bert_jax import model_io, model_sources, sharding
+from bert_jax import sharding
+from bert_jax.interop import model_source, source_kinds
 from bert_jax.model_config import BertConfig, Precision
 from bert_jax.tasks.pretraining import PretrainingTask
 from bert_jax.training import train_step
@@ -16,9 +17,11 @@ from test_training_support import synthetic_batch, tiny_run_config
 def test_old_model_configs_with_precision_keys_still_load(tmp_path):
     values = dict(BertConfig(num_layers=1).to_dict(), dtype="bfloat16", param_dtype="float32",
                   remat=True)
-    path = tmp_path / model_sources.MODEL_CONFIG
+    path = tmp_path / source_kinds.MODEL_CONFIG
     path.write_text(json.dumps(values))
-    config = model_io._read_model_config(str(path))
+    directory = str(tmp_path)
+    config = model_source.ModelSource(directory, directory, "bert-jax", directory, str(path),
+                                      None).config()
     assert config == BertConfig(num_layers=1)
     assert "dtype" not in config.to_dict()
 

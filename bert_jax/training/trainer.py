@@ -58,7 +58,7 @@ def _bundle_for(run_config, mesh, task=None):
 def _initial_state(run_config, bundle, checkpoints, log, init_source=None):
     """(state, meta or None): resume > init_from > from scratch (see the module docstring).
 
-    `init_source` is `_read_init_from`'s (path, params), read before anything was written."""
+    `init_source` is `_fitting_weights`' (name, params), read before anything was written."""
     step = checkpoints.latest_step()
     if step is not None:
         abstract = bundle.abstract_state
@@ -70,7 +70,7 @@ def _initial_state(run_config, bundle, checkpoints, log, init_source=None):
             params=params, opt_state=opt_state)
         return state, meta
     state = bundle.init_state(jax.random.PRNGKey(run_config.seed))
-    if run_config.init_from:
+    if init_source is not None or run_config.init_from:
         path, params = init_source or _read_init_from(run_config.init_from, bundle.model_config)
         state = _load_init_from(path, params, state, log,
                                 getattr(bundle.task, "head_names", {}))
@@ -94,15 +94,22 @@ def _check_seed(meta: dict, seed: int, directory, step: int) -> None:
 
 def _read_init_from(path, model_config):
     """(path, params) of a model directory, refused if its sizes differ from the run's."""
-    from bert_jax import model_io
+    from bert_jax.interop import model_source
+
+    return _fitting_weights(model_source.resolve(path).load(), model_config)
+
+
+def _fitting_weights(loaded, model_config):
+    """(name, params) of loaded weights (`.name`, `.config`, `.params`), refused if their
+    sizes differ from the run's."""
     from bert_jax.run_config.init_from import ARCHITECTURE
 
-    config, params, _ = model_io.load_model(path)
+    config, name = loaded.config, loaded.name
     for key in ARCHITECTURE:
         if getattr(config, key) != getattr(model_config, key):
-            raise UserError(f"init_from {path}: its {key} is {getattr(config, key)} but the run's "
+            raise UserError(f"init_from {name}: its {key} is {getattr(config, key)} but the run's "
                             f"model.{key} is {getattr(model_config, key)}")
-    return path, params
+    return name, loaded.params
 
 
 def _load_init_from(path, params, state, log, head_names=None):
@@ -252,7 +259,7 @@ class TermEvaluator:
 
 
 def train(run_config, workdir: str, *, task=None, dataset_factory=None, evaluator=None,
-          show_progress: bool = True, log=print) -> dict:
+          show_progress: bool = True, log=print, init_weights=None) -> dict:
     """Runs (or resumes) `task` to run_config.num_train_steps in `workdir`.
 
     Returns {'step', 'preempted', 'stopped', 'evaluations': [(step, metrics)],
@@ -262,6 +269,9 @@ def train(run_config, workdir: str, *, task=None, dataset_factory=None, evaluato
     process_count)` gives the batches (required with a task; tests feed synthetic
     pre-training batches through it). `evaluator` (see `TermEvaluator`, the default when
     data.eval_files is set) evaluates during the run and may stop it early.
+    `init_weights()` gives the starting weights (`.name`, `.config`, `.params`) in place of
+    reading run_config.init_from; it is called once, before anything is written, and only
+    when the run starts fresh.
     """
     if task is None:
         tokenizer = training_data.prepare_data(run_config, log)
@@ -275,8 +285,9 @@ def train(run_config, workdir: str, *, task=None, dataset_factory=None, evaluato
     # Everything that can refuse the run is checked before anything is written.
     workdir_lib.check_model_config(workdir, bundle.model_config)
     init_source = None
-    if run_config.init_from and not workdir_lib.has_checkpoint(workdir):
-        init_source = _read_init_from(run_config.init_from, bundle.model_config)
+    if (init_weights or run_config.init_from) and not workdir_lib.has_checkpoint(workdir):
+        init_source = (_fitting_weights(init_weights(), bundle.model_config) if init_weights
+                       else _read_init_from(run_config.init_from, bundle.model_config))
     with RunLock(workdir) if is_chief else contextlib.nullcontext():
         if is_chief:
             workdir_lib.write_run_files(run_config, workdir, bundle.model_config)

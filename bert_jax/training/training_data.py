@@ -139,10 +139,10 @@ def prepare_data(run_config, log=print):
             if not data[key]:
                 data[key] = value
     if not data.vocab_path and run_config.init_from:
-        from bert_jax import model_sources
+        from bert_jax.interop import model_source
 
         # Continued pre-training keeps its vocabulary, wherever the source kind keeps it.
-        data.vocab_path = model_sources.vocab_path(run_config.init_from) or ""
+        data.vocab_path = model_source.resolve(run_config.init_from).vocab_path or ""
     if not data.vocab_path:
         if not run_config.model.vocab_size:
             raise UserError("set data.vocab_path (the vocab.txt the shards were made with)")
