@@ -209,12 +209,10 @@ def main() -> None:
     from bert_jax.interop import model_source
     from bert_jax.tasks.entity_metrics import entity_scores
     from input_pipeline.tasks.conll import label_names, read_conll
-    from input_pipeline.tokenization import load_tokenizer
 
     model = args.model or minilm_directory()
     loaded = model_source.resolve(model).load()
-    config, params, vocab = loaded.config, loaded.params, loaded.source.vocab_path
-    tokenizer = load_tokenizer(os.path.dirname(vocab))
+    config, params, tokenizer = loaded.config, loaded.params, loaded.tokenizer
     train = read_conll(os.path.join(args.data, "train.txt")).sentences[:args.train_sentences]
     dev = read_conll(os.path.join(args.data, "valid.txt")).sentences
     labels = label_names(train)

@@ -325,7 +325,7 @@ def test_weights_holding_nan_are_refused_naming_the_tensor_and_file(random_model
         with pytest.raises(UserError, match=rf"^{re.escape(weights)}: the weights hold NaN or "
                                             rf"infinite values: {words}"):
             model_source.resolve(source).load()
-    # The commands refuse it too (init_from reads through the same load_model).
+    # The commands refuse it too (init_from reads through the same ModelSource.load).
     (tmp_path / "in.txt").write_text("the man went to the store\n")
     assert main(["embed", "--model", ours, "--input", str(tmp_path / "in.txt"),
                  "--output", str(tmp_path / "out.npy")]) == 2

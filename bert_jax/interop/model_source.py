@@ -56,7 +56,7 @@ class ModelSource:
     metadata_directory: str  # where its config, vocab.txt and task.json are (a step: its run's)
     config_path: str  # config.json, bert_config.json or model_config.json
     vocab_path: str | None  # its vocab.txt; None when it has none
-    _cache: dict = dataclasses.field(default_factory=dict, repr=False)
+    _cache: dict = dataclasses.field(default_factory=dict, init=False, repr=False)
 
     def config(self) -> BertConfig:
         """The model config, read once (no weights)."""
