@@ -49,11 +49,13 @@ def parity(texts: list[str]) -> float:
     import torch
     import transformers
 
-    from bert_jax import inference, model_io
+    from bert_jax import inference
+    from bert_jax.interop import model_source
     from input_pipeline.tokenization import load_tokenizer
 
     directory = minilm_directory()
-    config, params, vocab_path = model_io.load_model(directory)
+    loaded = model_source.resolve(directory).load()
+    config, params, vocab_path = loaded.config, loaded.params, loaded.source.vocab_path
     batch = load_tokenizer(vocab_path).encode_for_model(texts, 128)
     layers = tuple(range(1, config.num_layers + 1))
     ours = inference.extract_features(config, params, batch, layers, 128, batch_size=16,

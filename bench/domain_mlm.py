@@ -55,9 +55,11 @@ def split_corpus(path: str, directory: str) -> tuple[str, str]:
 
 
 def show_fill_mask(label, sentences, model_directory, tokenizer) -> None:
-    from bert_jax import inference, model_io
+    from bert_jax import inference
+    from bert_jax.interop import model_source
 
-    config, params, _ = model_io.load_model(model_directory)
+    loaded = model_source.resolve(model_directory).load()
+    config, params = loaded.config, loaded.params
     print(f"fill-mask, {label}:")
     for text in sentences:
         (candidates,) = inference.fill_mask(config, params, tokenizer, text, top_k=3)

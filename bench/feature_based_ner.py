@@ -205,14 +205,14 @@ def main() -> None:
                         help="eval_results.json of a `bert-jax finetune ner` run to list beside")
     args = parser.parse_args()
 
-    from bert_jax import inference, model_io
+    from bert_jax import inference
+    from bert_jax.interop import model_source
     from bert_jax.tasks.entity_metrics import entity_scores
     from input_pipeline.tasks.conll import label_names, read_conll
-    from input_pipeline.tokenization import load_tokenizer
 
     model = args.model or minilm_directory()
-    config, params, vocab = model_io.load_model(model)
-    tokenizer = load_tokenizer(os.path.dirname(vocab))
+    loaded = model_source.resolve(model).load()
+    config, params, tokenizer = loaded.config, loaded.params, loaded.tokenizer
     train = read_conll(os.path.join(args.data, "train.txt")).sentences[:args.train_sentences]
     dev = read_conll(os.path.join(args.data, "valid.txt")).sentences
     labels = label_names(train)

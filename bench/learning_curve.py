@@ -335,7 +335,7 @@ def main() -> int:
         return attention_dropout_comparison(args)
     if args.packing:
         return packing_comparison(args)
-    from bert_jax.model_io import export_huggingface
+    from bert_jax.interop.model_writers import export_huggingface
     from input_pipeline.reader import PretrainingDataset
     from input_pipeline.tokenization import load_tokenizer
 

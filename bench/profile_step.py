@@ -94,10 +94,11 @@ class QuestionAnsweringStep:
     def __init__(self, batch_size: int, seq_len: int):
         import jax
         from finetune_recipe import minilm_directory
-        from bert_jax import model_io, sharding
+        from bert_jax import sharding
+        from bert_jax.interop import model_source
         from bert_jax.tasks.question_answering import QuestionAnsweringTask
         from bert_jax.training import finetune, train_step
-        model_config, _, _ = model_io.load_model(minilm_directory())
+        model_config = model_source.resolve(minilm_directory()).load().config
         task = QuestionAnsweringTask()
         config = finetune.run_config_for(
             model_config, finetune.Settings(epochs=1, batch_size=batch_size, max_seq_len=seq_len))

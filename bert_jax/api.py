@@ -11,7 +11,9 @@ Inputs are strings or lists of strings (a (text_a, text_b) tuple for a pair); ou
 numpy arrays and plain Python values. The commands `features`, `embed`, `predict`,
 `fill-mask` and `attention` run the same library functions (`inference`,
 `embeddings.encoder`, `training.prediction` with each task's `prediction_values`,
-`analysis.attention_maps`, `model_io`), so the API and the CLI cannot drift apart.
+`analysis.attention_maps`, `interop.model_source`, `interop.model_writers`), so the API and
+the CLI cannot drift apart. The path is resolved once (`model_source.resolve`) and the model
+keeps its `ModelSource`, so later calls read no file twice.
 `model.predict(texts)` is for fine-tuned task models (finetune's WORKDIR/best).
 """
 
@@ -20,8 +22,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from bert_jax.model_config import BertConfig
 from bert_jax.errors import UserError
+from bert_jax.interop.model_source import LoadedModel, ModelSource
+from bert_jax.model_config import BertConfig
 
 FORMATS = ("bert-jax", "hf", "tf-checkpoint", "saved-model")
 POOLING = ("none", "mean", "cls", "max")  # as `features --pool`
@@ -40,7 +43,8 @@ class Model:
     config: BertConfig
     params: dict  # nested numpy dicts: bert, and mlm_head / nsp_head when the source has them
     tokenizer: object  # input_pipeline.tokenization's tokenizer of the model's vocabulary
-    source: str  # the path or name it was loaded from
+    source: ModelSource  # where it was loaded from (source.name: the path or name given)
+    _loaded: LoadedModel | None = dataclasses.field(default=None, repr=False)  # the one copy
     # Loaded on first use: the directory's pooling settings, the fine-tuned task by batch size.
     _embedding_settings: object = dataclasses.field(default=None, repr=False)
     _finetuned: dict = dataclasses.field(default_factory=dict, repr=False)
@@ -80,11 +84,10 @@ class Model:
         """
         from bert_jax.embeddings.encoder import embed_texts, embedding_model
         from bert_jax.embeddings.model_directory import read_settings
-        from bert_jax.interop import hub
 
         items, single = _as_list(texts)
         if self._embedding_settings is None:
-            self._embedding_settings = read_settings(hub.resolve(self.source))[1]
+            self._embedding_settings = read_settings(self.source.directory)[1]
         pooling = (pool,) if isinstance(pool, str) else pool
         model = embedding_model(self.config, self.params, self.tokenizer,
                                 self._embedding_settings, pooling, normalize, max_seq_len)
@@ -99,16 +102,14 @@ class Model:
         list of words); qa: the answer text for a {"question", "context"} dict. One input
         (not a list) gives its own value. Needs a fine-tuned task model.
         """
-        from bert_jax import model_io
-        from bert_jax.interop import hub
+        from bert_jax.tasks import task_from_info
         from bert_jax.training import prediction
         from bert_jax.training.finetune import load_finetuned
 
         items, single = _as_list(inputs)
-        path = hub.resolve(self.source)
-        if model_io.load_task_info(path) is None:
+        if self.source.task_info() is None:
             raise UserError(
-                f"{self.source}: not a fine-tuned task model (no task.json and no Hugging Face "
+                f"{self.source.name}: not a fine-tuned task model (no task.json and no Hugging Face "
                 "classification/token/QA head), so it has nothing to predict; fine-tune it "
                 "first (bert-jax finetune classify|regress|ner|qa --model ...) and load the "
                 "run's best/ directory, or use features() / embed() / fill_mask() on this one")
@@ -116,7 +117,8 @@ class Model:
             return []
         key = (batch_size, max_seq_len)  # the length is checked against the model there
         if key not in self._finetuned:
-            self._finetuned[key] = load_finetuned(path, batch_size, max_seq_len=max_seq_len)
+            self._finetuned[key] = load_finetuned(self.source, batch_size, task_from_info,
+                                                  max_seq_len=max_seq_len)
         task, examples, predictions = prediction.predict_inputs(
             self._finetuned[key],
             lambda task, tokenizer, length: task.examples_from_inputs(items, tokenizer, length),
@@ -164,11 +166,12 @@ class Model:
         bert-jax: model_config.json + params/; hf: a transformers directory; tf-checkpoint:
         an original google-research/bert checkpoint; saved-model: a TensorFlow SavedModel.
         """
-        from bert_jax import model_io
+        from bert_jax.interop import model_writers
 
-        writers = {"bert-jax": model_io.save_model, "hf": model_io.export_huggingface,
-                   "tf-checkpoint": model_io.export_tf_checkpoint,
-                   "saved-model": model_io.export_saved_model}
+        writers = {"bert-jax": model_writers.save_model,
+                   "hf": model_writers.export_huggingface,
+                   "tf-checkpoint": model_writers.export_tf_checkpoint,
+                   "saved-model": model_writers.export_saved_model}
         if format not in writers:
             raise UserError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
         writers[format](self.config, self.params, self.tokenizer, directory,
@@ -180,7 +183,8 @@ def load(path_or_name: str) -> Model:
     """The model at `path_or_name`: a Hugging Face, sentence-transformers or bert-jax model
     directory, a training run or one of its checkpoints/<step>, an original BERT checkpoint,
     or a Hugging Face Hub name (from the cache, downloaded when online)."""
-    from bert_jax.commands.features import load_text_model
+    from bert_jax.interop.model_source import load_text_model, resolve
 
-    config, params, tokenizer = load_text_model(path_or_name, None)
-    return Model(config, params, tokenizer, path_or_name)
+    source = resolve(path_or_name)
+    loaded = load_text_model(source)
+    return Model(loaded.config, loaded.params, loaded.tokenizer, source, _loaded=loaded)

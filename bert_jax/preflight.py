@@ -47,7 +47,7 @@ def check_run(run_config, num_devices: int, num_workers: int, log=print) -> None
     import jax
 
     from bert_jax import sharding
-    from bert_jax.commands.pretrain import prepare_run
+    from bert_jax.tasks.pretraining_data import prepare_run
     from bert_jax.training import train_step
 
     data = run_config.data

@@ -3,7 +3,7 @@
 import numpy as np
 from interop_helpers import WORDS, random_pretraining_params, write_vocab
 
-from bert_jax import model_io
+from bert_jax.interop import model_writers
 from bert_jax.model_config import preset
 from input_pipeline.tokenization import load_tokenizer
 
@@ -15,7 +15,7 @@ def tiny_model_directory(root) -> str:
     config = preset("tiny", vocab_size=tokenizer.vocab_size, hidden_dim=32, num_layers=1,
                     num_heads=2, mlp_dim=64, max_positions=64)
     destination = str(root / "tiny_model")
-    model_io.save_model(config, random_pretraining_params(config), tokenizer, destination)
+    model_writers.save_model(config, random_pretraining_params(config), tokenizer, destination)
     return destination
 
 

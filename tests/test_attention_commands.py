@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from interop_helpers import minilm_directory, tiny_random_model, torch_inputs
 
-from bert_jax import inference, model_io
+from bert_jax import inference
+from bert_jax.interop import model_source, model_writers
 from bert_jax.analysis.attention_maps import TruncationWarning, text_attention
 from bert_jax.analysis.head_view import read_page_data
 from bert_jax.analysis.probe import ProbeCounts
@@ -32,7 +33,8 @@ def test_attention_matches_transformers_eager_on_minilm():
     import transformers
 
     directory = minilm_directory()
-    config, params, vocab_path = model_io.load_model(directory)
+    loaded = model_source.resolve(directory).load()
+    config, params, vocab_path = loaded.config, loaded.params, loaded.source.vocab_path
     batch = load_tokenizer(vocab_path).encode_for_model(TEXTS, 64)  # padded to the longest
     layers = tuple(range(1, config.num_layers + 1))
     ours = inference.extract_features(config, params, batch, layers, 64, batch_size=3,
@@ -57,7 +59,7 @@ def tiny_model(tmp_path_factory):
     directory = tmp_path_factory.mktemp("attention_model")
     config, params, tokenizer = tiny_random_model(directory, seed=5)
     model_directory = str(directory / "model")
-    model_io.save_model(config, params, tokenizer, model_directory)
+    model_writers.save_model(config, params, tokenizer, model_directory)
     return model_directory
 
 
@@ -81,7 +83,8 @@ def test_attention_command_writes_figures_arrays_and_a_page(tiny_model, attentio
                                           "layer_1.png", "layer_2.png"]
     assert "warning: the input is 18 tokens long, more than the limit of 17" in errors
     arrays = np.load(output / "attention.npz")
-    config, params, vocab_path = model_io.load_model(tiny_model)
+    loaded = model_source.resolve(tiny_model).load()
+    config, params, vocab_path = loaded.config, loaded.params, loaded.source.vocab_path
     batch = load_tokenizer(vocab_path).encode_for_model([PAIR], 17)
     direct = inference.encode(params["bert"], batch["input_ids"], batch["segment_ids"],
                               batch["input_mask"], config=config, layers=(1, 2),
@@ -100,7 +103,8 @@ def test_attention_command_writes_figures_arrays_and_a_page(tiny_model, attentio
 
 
 def test_long_text_is_truncated_with_a_warning(tiny_model):
-    config, params, vocab_path = model_io.load_model(tiny_model)
+    loaded = model_source.resolve(tiny_model).load()
+    config, params, vocab_path = loaded.config, loaded.params, loaded.source.vocab_path
     long_text = " ".join(["the man went to the store ."] * 20)  # 140 tokens for 64 positions
     with pytest.warns(TruncationWarning, match="142 tokens long, more than the limit of 64"):
         result = text_attention(config, params, load_tokenizer(vocab_path), long_text)
@@ -157,7 +161,8 @@ def test_probe_command_matches_sentence_by_sentence_scoring(tiny_model, tmp_path
     assert report["settings"]["sentences"] == 2
     assert report["settings"]["skipped_longer_than_max_seq_len"] == 1
     # The reference: each sentence alone through the encoder, no batching or padding.
-    config, params, vocab_path = model_io.load_model(tiny_model)
+    loaded = model_source.resolve(tiny_model).load()
+    config, params, vocab_path = loaded.config, loaded.params, loaded.source.vocab_path
     tokenizer = load_tokenizer(vocab_path)
     counts = ProbeCounts(config.num_layers, config.num_heads)
     for sentence in list(read_conllu(str(treebank)))[:2]:

@@ -71,11 +71,11 @@ def test_unset_lengths_come_from_the_manifest_and_set_ones_must_match(sources):
 
 
 def test_init_from_adopts_the_source_architecture_and_trains_a_step(sources, tmp_path):
-    from bert_jax import model_io, model_sources
+    from bert_jax.interop import model_source, source_kinds
     from bert_jax.training import trainer
     from test_training_support import pretraining
 
-    source = model_io.load_config(sources["model"])
+    source = model_source.resolve(sources["model"]).config()
     config = load_run_config("laptop", [  # a 4-layer, hidden-256 preset
         f"--config.init_from={sources['model']}", f"--config.data.train_files={sources['shards']}",
         "--config.batch_size=8", "--config.num_train_steps=1", "--config.model.dropout_rate=0.0"])
@@ -86,7 +86,7 @@ def test_init_from_adopts_the_source_architecture_and_trains_a_step(sources, tmp
     result = trainer.train(config, str(tmp_path / "run"), **pretraining(config),
                            show_progress=False, log=lambda *_: None)
     assert result["step"] == 1
-    with open(tmp_path / "run" / model_sources.MODEL_CONFIG) as file:
+    with open(tmp_path / "run" / source_kinds.MODEL_CONFIG) as file:
         saved = json.load(file)
     assert (saved["num_layers"], saved["hidden_dim"]) == (source.num_layers, source.hidden_dim)
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from interop_helpers import WORDS, minilm_directory, random_pretraining_params, write_vocab
 
-from bert_jax import model_io
+from bert_jax.interop import model_writers
 from bert_jax.cli import main
 from bert_jax.model_config import preset
 from bert_jax.embeddings import pooling, search
@@ -88,7 +88,7 @@ def tiny_model(tmp_path_factory):
                     max_positions=64)
     params = random_pretraining_params(config)
     directory = str(work / "model")
-    model_io.save_model(config, params, load_tokenizer(vocab), directory)
+    model_writers.save_model(config, params, load_tokenizer(vocab), directory)
     write_settings(directory, EmbeddingSettings(("cls", "max"), True, 24), config.hidden_dim)
     return directory
 

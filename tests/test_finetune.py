@@ -42,11 +42,12 @@ def test_finetune_writes_results_best_model_and_predictions(run):
 
 def _direct_logits(model_directory, texts):
     """Our model's logits called directly (no batching, no bucketing)."""
-    from bert_jax import model_io
+    from bert_jax.interop import model_source
     from bert_jax.heads import BertForSequenceClassification
     from input_pipeline.tokenization import load_tokenizer
 
-    config, params, vocab = model_io.load_model(model_directory)
+    loaded = model_source.resolve(model_directory).load()
+    config, params, vocab = loaded.config, loaded.params, loaded.source.vocab_path
     batch = load_tokenizer(vocab).encode_for_model(texts, 32)
     logits = BertForSequenceClassification(config, 2).apply(
         {"params": params}, batch["input_ids"], batch["segment_ids"], batch["input_mask"])

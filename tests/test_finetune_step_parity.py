@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 from interop_helpers import random_pretraining_params, torch_inputs, write_vocab
 
-from bert_jax import model_io, sharding
+from bert_jax import sharding
+from bert_jax.interop import model_writers
 from bert_jax.model_config import preset
 from bert_jax.training import distributed, finetune, train_step
 from input_pipeline.tokenization import load_tokenizer
@@ -146,7 +147,7 @@ def test_fine_tuning_steps_equal_pytorch_adamw_on_hf_model(tmp_path, task_name, 
 
     exported = str(tmp_path / "hf")
     tokenizer = load_tokenizer(write_vocab(tmp_path))
-    model_io.export_huggingface(CONFIG, params, tokenizer, exported, head=task.head())
+    model_writers.export_huggingface(CONFIG, params, tokenizer, exported, head=task.head())
     model = auto_model.from_pretrained(
         exported, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     model.train()

@@ -149,14 +149,16 @@ def test_hub_names_load_from_the_cache_offline(tmp_path, monkeypatch):
     import numpy as np
     import jax
 
-    from bert_jax import model_io
+    from bert_jax.interop import model_source
 
     source = _hub_cache_with_minilm(tmp_path)
     monkeypatch.setenv("HF_HOME", str(tmp_path))
     monkeypatch.delenv("HF_HUB_CACHE", raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    config, params, vocab = model_io.load_model("sentence-transformers/all-MiniLM-L6-v2")
-    expected_config, expected_params, _ = model_io.load_model(source)
+    loaded = model_source.resolve("sentence-transformers/all-MiniLM-L6-v2").load()
+    config, params, vocab = loaded.config, loaded.params, loaded.source.vocab_path
+    loaded = model_source.resolve(source).load()
+    expected_config, expected_params = loaded.config, loaded.params
     assert config == expected_config and open(vocab).read() == open(
         os.path.join(source, "vocab.txt")).read()
     assert jax.tree.all(jax.tree.map(np.array_equal, params, expected_params))
@@ -165,7 +167,7 @@ def test_hub_names_load_from_the_cache_offline(tmp_path, monkeypatch):
 def test_hub_name_offline_and_not_cached_says_where_it_looked(tmp_path, monkeypatch):
     import pytest
 
-    from bert_jax import model_io
+    from bert_jax.interop import model_source
     from bert_jax.errors import UserError
 
     monkeypatch.setenv("HF_HOME", str(tmp_path))
@@ -173,7 +175,7 @@ def test_hub_name_offline_and_not_cached_says_where_it_looked(tmp_path, monkeypa
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.chdir(tmp_path)
     with pytest.raises(UserError) as error:
-        model_io.load_model("bert-base-uncased")
+        model_source.resolve("bert-base-uncased").load()
     message = str(error.value)
     assert "'bert-base-uncased'" in message and str(tmp_path / "hub") in message
     assert "local model directory" in message and "offline" in message
@@ -184,7 +186,7 @@ def test_hub_name_offline_and_not_cached_says_where_it_looked(tmp_path, monkeypa
 def test_hub_model_with_only_pickled_weights_is_refused(tmp_path, monkeypatch):
     import pytest
 
-    from bert_jax import model_io
+    from bert_jax.interop import model_source
     from bert_jax.errors import UserError
 
     snapshot = _hub_snapshot(tmp_path, "someone/pickled-bert")
@@ -194,7 +196,7 @@ def test_hub_model_with_only_pickled_weights_is_refused(tmp_path, monkeypatch):
     monkeypatch.delenv("HF_HUB_CACHE", raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(UserError, match="no safetensors weights.*pickled"):
-        model_io.load_model("someone/pickled-bert")
+        model_source.resolve("someone/pickled-bert").load()
 
 
 def test_python_api_matches_the_library_functions(tmp_path):
@@ -202,14 +204,15 @@ def test_python_api_matches_the_library_functions(tmp_path):
     from interop_helpers import random_pretraining_params, write_vocab
 
     import bert_jax
-    from bert_jax import inference, model_io
+    from bert_jax import inference
+    from bert_jax.interop import model_writers
     from bert_jax.model_config import preset
     from input_pipeline.tokenization import load_tokenizer
 
     tokenizer = load_tokenizer(write_vocab(tmp_path))
     config = preset("tiny", vocab_size=tokenizer.vocab_size, max_positions=32)
     params = random_pretraining_params(config, seed=2)
-    model_io.save_model(config, params, tokenizer, str(tmp_path / "model"))
+    model_writers.save_model(config, params, tokenizer, str(tmp_path / "model"))
     model = bert_jax.load(str(tmp_path / "model"))
     texts = ["the house on the hill", ("a question", "an answer here")]
     both = model.features(texts, layers=[0, -1], max_seq_len=32)
@@ -232,14 +235,15 @@ def test_python_api_matches_the_library_functions(tmp_path):
 def test_finetune_print_config_after_flags_and_overrides(tmp_path, capsys):
     from interop_helpers import random_pretraining_params, write_vocab
 
-    from bert_jax import cli, model_io
+    from bert_jax import cli
+    from bert_jax.interop import model_writers
     from bert_jax.model_config import preset
     from input_pipeline.tokenization import load_tokenizer
 
     tokenizer = load_tokenizer(write_vocab(tmp_path))
     config = preset("tiny", vocab_size=tokenizer.vocab_size)
-    model_io.save_model(config, random_pretraining_params(config), tokenizer,
-                        str(tmp_path / "model"))
+    model_writers.save_model(config, random_pretraining_params(config), tokenizer,
+                             str(tmp_path / "model"))
     assert cli.main(["finetune", "classify", "--model", str(tmp_path / "model"), "--train",
                      "train.tsv", "--workdir", str(tmp_path / "run"), "--learning-rate", "3e-5",
                      "--print-config", "--config.finetune.patience=2"]) == 0
@@ -256,14 +260,14 @@ def test_every_api_method_takes_a_string_or_a_list(tmp_path):
     from interop_helpers import random_pretraining_params, write_vocab
 
     import bert_jax
-    from bert_jax import model_io
+    from bert_jax.interop import model_writers
     from bert_jax.model_config import preset
     from input_pipeline.tokenization import load_tokenizer
 
     tokenizer = load_tokenizer(write_vocab(tmp_path))
     config = preset("tiny", vocab_size=tokenizer.vocab_size, max_positions=32)
-    model_io.save_model(config, random_pretraining_params(config, seed=3), tokenizer,
-                        str(tmp_path / "model"))
+    model_writers.save_model(config, random_pretraining_params(config, seed=3), tokenizer,
+                             str(tmp_path / "model"))
     model = bert_jax.load(str(tmp_path / "model"))
     texts = ["the house on the [MASK]", "a [MASK] on the hill"]
     # fill_mask raised AttributeError ('list' object has no attribute 'split') on a list.

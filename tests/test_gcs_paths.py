@@ -14,7 +14,8 @@ from gcs_emulator import gcs_bucket, gcs_emulator  # noqa: F401  (fixtures)
 from interop_helpers import random_pretraining_params, tiny_random_model
 from pipeline_helpers import make_corpus, write_vocabulary
 
-from bert_jax import files, model_io
+from bert_jax import files
+from bert_jax.interop import model_source, model_writers
 from bert_jax.cli import main
 from bert_jax.model_config import preset
 from bert_jax.errors import UserError
@@ -46,7 +47,7 @@ def test_file_layer_round_trip(gcs_bucket):
 def test_convert_from_and_to_gs(gcs_bucket, tmp_path):
     config, params, tokenizer = tiny_random_model(tmp_path, seed=3)
     local = str(tmp_path / "bert-jax")
-    model_io.save_model(config, params, tokenizer, local)
+    model_writers.save_model(config, params, tokenizer, local)
     remote_hf, remote_bert_jax = f"{gcs_bucket}/hf", f"{gcs_bucket}/bert-jax"
     assert main(["convert", local, remote_hf, "--to", "hf"]) == 0
     assert main(["convert", remote_hf, remote_bert_jax]) == 0
@@ -55,7 +56,8 @@ def test_convert_from_and_to_gs(gcs_bucket, tmp_path):
     for name in ("model.safetensors", "config.json", "vocab.txt"):  # via gs:// == direct
         assert (tmp_path / "back-hf" / name).read_bytes() == \
             (tmp_path / "direct-hf" / name).read_bytes()
-    loaded_config, loaded, _ = model_io.load_model(remote_bert_jax)
+    model = model_source.resolve(remote_bert_jax).load()
+    loaded_config, loaded = model.config, model.params
     assert loaded_config == config
     np.testing.assert_array_equal(loaded["bert"]["embeddings"]["word_embeddings"]["embedding"],
                                   params["bert"]["embeddings"]["word_embeddings"]["embedding"])
@@ -66,9 +68,9 @@ def test_convert_from_and_to_gs(gcs_bucket, tmp_path):
 def test_features_reads_a_gs_model_and_writes_gs(gcs_bucket, tmp_path):
     config, params, tokenizer = tiny_random_model(tmp_path, seed=3)
     local = str(tmp_path / "model")
-    model_io.save_model(config, params, tokenizer, local)
+    model_writers.save_model(config, params, tokenizer, local)
     remote = f"{gcs_bucket}/model"
-    model_io.save_model(config, params, tokenizer, remote)
+    model_writers.save_model(config, params, tokenizer, remote)
     texts = tmp_path / "texts.txt"
     texts.write_text("the man went to the store .\nthe dog sat on the mat\tit was happy\n")
     arguments = ["--layers=-1", "--max-seq-len", "16"]
@@ -141,8 +143,8 @@ def test_pretrain_with_gs_shards_vocabulary_init_from_and_workdir(shards_local_a
     config = preset("tiny", vocab_size=tokenizer.vocab_size, hidden_dim=32, num_layers=1,
                     num_heads=2, mlp_dim=64, max_positions=16)
     start = random_pretraining_params(config, seed=5)
-    model_io.save_model(config, start, tokenizer, str(tmp_path / "start"))
-    model_io.save_model(config, start, tokenizer, f"{gcs_bucket}/start")
+    model_writers.save_model(config, start, tokenizer, str(tmp_path / "start"))
+    model_writers.save_model(config, start, tokenizer, f"{gcs_bucket}/start")
 
     def run_config(root, shards, steps):
         return tiny_run_config(**{"data.train_files": shards, "data.vocab_path": "",
@@ -184,22 +186,22 @@ def test_a_manifest_cannot_point_outside_its_directory(tmp_path):
 def test_convert_refuses_a_destination_that_contains_its_source(tmp_path):
     config, params, tokenizer = tiny_random_model(tmp_path, seed=3)
     source = tmp_path / "models" / "mine"
-    model_io.save_model(config, params, tokenizer, str(source))
+    model_writers.save_model(config, params, tokenizer, str(source))
     for destination in (tmp_path / "models", source, tmp_path):
         assert main(["convert", str(source), str(destination), "--to", "hf",
                      "--overwrite"]) == 2
         assert (source / "params").is_dir()  # the source survives
     with pytest.raises(UserError, match="refusing to write over the source"):
-        model_io.export_huggingface(config, params, tokenizer, str(tmp_path / "models"),
-                                    overwrite=True, sources=(str(source),))
+        model_writers.export_huggingface(config, params, tokenizer, str(tmp_path / "models"),
+                                         overwrite=True, sources=(str(source),))
 
 
 def test_exports_follow_the_umask(tmp_path):
     config, params, tokenizer = tiny_random_model(tmp_path, seed=3)
     previous = os.umask(0o022)
     try:
-        model_io.export_huggingface(config, params, tokenizer, str(tmp_path / "hf"))
-        model_io.save_model(config, params, tokenizer, str(tmp_path / "bj"))
+        model_writers.export_huggingface(config, params, tokenizer, str(tmp_path / "hf"))
+        model_writers.save_model(config, params, tokenizer, str(tmp_path / "bj"))
     finally:
         os.umask(previous)
     for root in (tmp_path / "hf", tmp_path / "bj"):
@@ -214,7 +216,7 @@ def test_a_vocabulary_larger_than_the_model_is_refused(command, tmp_path, capsys
     config, params, tokenizer = tiny_random_model(tmp_path, seed=3)
     model = tmp_path / "model"
     small = preset("tiny", vocab_size=tokenizer.vocab_size - 3, max_positions=64)
-    model_io.save_model(small, random_pretraining_params(small), tokenizer, str(model))
+    model_writers.save_model(small, random_pretraining_params(small), tokenizer, str(model))
     texts = tmp_path / "texts.txt"
     texts.write_text("the man went to the store .\n")
     argv = (["features", "--model", str(model), "--input", str(texts), "--output",

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from interop_helpers import random_pretraining_params, torch_inputs, write_vocab
 
-from bert_jax import losses, model_io
+from bert_jax import losses
+from bert_jax.interop import model_source, model_writers
 from bert_jax.model_config import preset
 from bert_jax.heads import BertForSequenceClassification, BertForTokenClassification
 from bert_jax.model import BertModel
@@ -93,7 +94,7 @@ def test_hf_export_and_import_of_heads(tmp_path, architecture, labels, problem):
     config = CONFIG
     assert tokenizer.vocab_size == config.vocab_size
     exported = str(tmp_path / "hf")
-    model_io.export_huggingface(config, params, tokenizer, exported, head=head)
+    model_writers.export_huggingface(config, params, tokenizer, exported, head=head)
     auto = (transformers.AutoModelForTokenClassification if token else
             transformers.AutoModelForSequenceClassification)
     model, info = auto.from_pretrained(exported, output_loading_info=True)
@@ -112,12 +113,12 @@ def test_hf_export_and_import_of_heads(tmp_path, architecture, labels, problem):
         ours, theirs = ours[batch["input_mask"] > 0], theirs[batch["input_mask"] > 0]
     np.testing.assert_allclose(theirs, ours, atol=1e-5, rtol=0)
     # Back again: the same parameters, and the head with its labels.
-    _, imported, _ = model_io.load_model(exported)
+    imported = model_source.resolve(exported).load().params
     flat = flax.traverse_util.flatten_dict
     assert set(flat(imported)) == set(flat(params))
     for path, value in flat(params).items():
         np.testing.assert_allclose(flat(imported)[path], value, atol=1e-7, err_msg=str(path))
-    info = model_io.load_task_info(exported)
+    info = model_source.resolve(exported).task_info()
     assert info["head"]["label_names"] == labels
     assert info["task"] == {"single_label_classification": "classify", "regression": "regress",
                             None: "ner"}[problem]

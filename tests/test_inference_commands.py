@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from interop_helpers import minilm_directory, tiny_random_model, torch_inputs
 
-from bert_jax import inference, model_io
+from bert_jax import inference
+from bert_jax.interop import model_source, model_writers
 from bert_jax.cli import main
 from input_pipeline.tokenization import load_tokenizer
 
@@ -37,7 +38,8 @@ def minilm_features(tmp_path_factory):
 
 def test_features_match_a_direct_model_call(minilm_features):
     directory, _, arrays = minilm_features
-    config, params, vocab_path = model_io.load_model(directory)
+    loaded = model_source.resolve(directory).load()
+    config, params, vocab_path = loaded.config, loaded.params, loaded.source.vocab_path
     texts = [tuple(line.split("\t")) if "\t" in line else line for line in LINES]
     batch = load_tokenizer(vocab_path).encode_for_model(texts, 32)
     count, seq_len = batch["input_ids"].shape
@@ -90,7 +92,7 @@ def pretraining_export(tmp_path_factory):
     directory = tmp_path_factory.mktemp("fill")
     config, params, tokenizer = tiny_random_model(directory, seed=3)
     exported = str(directory / "hf")
-    model_io.export_huggingface(config, params, tokenizer, exported)
+    model_writers.export_huggingface(config, params, tokenizer, exported)
     return exported, tokenizer
 
 
@@ -103,7 +105,8 @@ def test_fill_mask_probabilities_match_transformers(pretraining_export, capsys):
     assert main(["fill-mask", "--model", exported, "--top-k", "4", text]) == 0
     printed = capsys.readouterr().out.splitlines()
     assert printed[0] == text and len(printed) == 3
-    config, params, _ = model_io.load_model(exported)
+    loaded = model_source.resolve(exported).load()
+    config, params = loaded.config, loaded.params
     predictions = inference.fill_mask(config, params, tokenizer, text, top_k=4)
     ids, positions = inference.masked_input(tokenizer, text, 64)
     model = transformers.BertForPreTraining.from_pretrained(exported).eval()

@@ -10,7 +10,8 @@ import pytest
 from interop_helpers import random_pretraining_params, write_vocab
 from pipeline_helpers import WORDS, make_corpus, write_vocabulary
 
-from bert_jax import model_io, sharding
+from bert_jax import sharding
+from bert_jax.interop import model_writers
 from bert_jax.cli import main
 from bert_jax.model_config import preset
 from bert_jax.errors import UserError
@@ -85,8 +86,8 @@ def test_fill_mask_checks_every_text_before_printing_any(tmp_path, capsys):
     tokenizer = load_tokenizer(write_vocab(tmp_path))
     config = preset("tiny", vocab_size=tokenizer.vocab_size, max_positions=64)
     exported = str(tmp_path / "hf")
-    model_io.export_huggingface(config, random_pretraining_params(config, seed=3), tokenizer,
-                                exported)
+    model_writers.export_huggingface(config, random_pretraining_params(config, seed=3),
+                                     tokenizer, exported)
     status = main(["fill-mask", "--model", exported, "the [MASK] went home",
                    "no mask in this one", "a [MASK] b"])
     captured = capsys.readouterr()

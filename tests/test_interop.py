@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from interop_helpers import minilm_directory, tiny_random_model, torch_inputs, write_vocab
 
-from bert_jax import inference, model_io
+from bert_jax import inference
+from bert_jax.interop import model_source, model_writers
 from bert_jax.errors import UserError
 from input_pipeline.tokenization import load_tokenizer
 
@@ -47,7 +48,8 @@ def read_safetensors(path: str) -> dict:
 @pytest.fixture(scope="module")
 def minilm():
     directory = minilm_directory()
-    config, params, vocab_path = model_io.load_model(directory)
+    loaded = model_source.resolve(directory).load()
+    config, params, vocab_path = loaded.config, loaded.params, loaded.source.vocab_path
     return directory, config, params, load_tokenizer(vocab_path)
 
 
@@ -57,7 +59,7 @@ def random_model(tmp_path_factory):
     directory = tmp_path_factory.mktemp("random")
     config, params, tokenizer = tiny_random_model(directory)
     exported = str(directory / "hf")
-    model_io.export_huggingface(config, params, tokenizer, exported)
+    model_writers.export_huggingface(config, params, tokenizer, exported)
     return config, params, tokenizer, exported
 
 
@@ -123,7 +125,7 @@ def test_export_loads_cleanly_into_each_architecture(random_model, tmp_path, arc
 
     config, params, tokenizer, full_export = random_model
     destination = str(tmp_path / architecture)
-    model_io.export_huggingface(config, params, tokenizer, destination, architecture)
+    model_writers.export_huggingface(config, params, tokenizer, destination, architecture)
     model_class = getattr(transformers, architecture)
     model, info = model_class.from_pretrained(destination, output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"], info
@@ -132,7 +134,7 @@ def test_export_loads_cleanly_into_each_architecture(random_model, tmp_path, arc
     assert not info["missing_keys"], info
     # What transformers itself saves for this class reads back as exactly those parts.
     model.save_pretrained(str(tmp_path / "resaved"))
-    _, reread, _ = model_io.load_model(str(tmp_path / "resaved"))
+    reread = model_source.resolve(str(tmp_path / "resaved")).load().params
     expected = dict(params)
     if architecture == "BertModel":
         del expected["mlm_head"], expected["nsp_head"]
@@ -165,18 +167,20 @@ def test_minilm_round_trip_through_bert_jax_is_bit_identical(minilm, tmp_path):
 
 def test_bert_jax_round_trip_through_huggingface_is_bit_identical(random_model, tmp_path):
     config, params, tokenizer, exported = random_model
-    reread_config, reread, vocab_path = model_io.load_model(exported)
+    loaded = model_source.resolve(exported).load()
+    reread_config, reread, vocab_path = loaded.config, loaded.params, loaded.source.vocab_path
     assert reread_config == config
     assert_trees_identical(reread, params)
     assert load_tokenizer(vocab_path).tokens == tokenizer.tokens
-    model_io.save_model(config, params, tokenizer, str(tmp_path / "bj"))
-    saved_config, saved, _ = model_io.load_model(str(tmp_path / "bj"))
+    model_writers.save_model(config, params, tokenizer, str(tmp_path / "bj"))
+    loaded = model_source.resolve(str(tmp_path / "bj")).load()
+    saved_config, saved = loaded.config, loaded.params
     assert saved_config == config
     assert_trees_identical(saved, params)
     wrong = dict(config.to_dict(), mlp_dim=2 * config.mlp_dim)
     (tmp_path / "bj" / "model_config.json").write_text(json.dumps(wrong))
     with pytest.raises(UserError, match="do not fit its model config.*layer_0/mlp/intermediate"):
-        model_io.load_model(str(tmp_path / "bj"))
+        model_source.resolve(str(tmp_path / "bj")).load()
 
 
 def _original_tf_name(hf_name: str) -> tuple[str, bool]:
@@ -222,7 +226,8 @@ def test_original_tf_checkpoint_imports_the_same_weights(random_model, tmp_path)
     with open(tmp_path / "bert_config.json", "w") as file:
         json.dump({key: hf_config[key] for key in original_keys}, file)
     write_vocab(tmp_path)
-    tf_config, tf_params, vocab_path = model_io.load_model(str(tmp_path))
+    loaded = model_source.resolve(str(tmp_path)).load()
+    tf_config, tf_params, vocab_path = loaded.config, loaded.params, loaded.source.vocab_path
     assert tf_config == config and vocab_path == str(tmp_path / "vocab.txt")
     assert_trees_identical(tf_params, params)
 
@@ -249,13 +254,14 @@ def test_training_run_directories_read_latest_or_chosen_step(random_model, tmp_p
                 params=ocp.args.StandardSave(sharded(tree)),
                 meta=ocp.args.JsonSave({"step": step})))
         manager.wait_until_finished()
-    _, latest, _ = model_io.load_model(str(run))
+    latest = model_source.resolve(str(run)).load().params
     assert_trees_identical(latest, jax.tree.map(np.asarray, later))
-    step_config, first, vocab_path = model_io.load_model(str(run / "checkpoints" / "1"))
+    loaded = model_source.resolve(str(run / "checkpoints" / "1")).load()
+    step_config, first, vocab_path = loaded.config, loaded.params, loaded.source.vocab_path
     assert step_config == config and vocab_path == str(run / "vocab.txt")
     assert_trees_identical(first, params)
     with pytest.raises(UserError, match="inside the training run"):
-        model_io.export_huggingface(config, params, tokenizer, str(run / "exported"))
+        model_writers.export_huggingface(config, params, tokenizer, str(run / "exported"))
     assert not (run / "exported").exists()
 
 
@@ -280,7 +286,7 @@ def test_import_errors_name_the_problem(random_model, tmp_path):
         save_file(case_tensors, str(directory / "model.safetensors"))
         (directory / "config.json").write_text(json.dumps(case_config))
         with pytest.raises(UserError, match=message):
-            model_io.load_model(str(directory))
+            model_source.resolve(str(directory)).load()
 
 
 def test_weights_holding_nan_are_refused_naming_the_tensor_and_file(random_model, tmp_path):
@@ -297,8 +303,8 @@ def test_weights_holding_nan_are_refused_naming_the_tensor_and_file(random_model
             params["bert"]["embeddings"]["word_embeddings"]["embedding"], np.nan)}}}}
     damaged["nsp_head"] = {**params["nsp_head"], "bias": np.array([np.inf, 0], np.float32)}
     hf, ours, tf_checkpoint = (str(tmp_path / name) for name in ("hf", "bert-jax", "tf"))
-    model_io.export_huggingface(config, damaged, tokenizer, hf)
-    model_io.save_model(config, damaged, tokenizer, ours)
+    model_writers.export_huggingface(config, damaged, tokenizer, hf)
+    model_writers.save_model(config, damaged, tokenizer, ours)
     # One step of a training run: the run's model config and vocabulary, the step's params.
     run = tmp_path / "run"
     (run / "checkpoints" / "7").mkdir(parents=True)
@@ -308,15 +314,15 @@ def test_weights_holding_nan_are_refused_naming_the_tensor_and_file(random_model
     size = config.vocab_size * config.hidden_dim
     words = (rf"bert/embeddings/word_embeddings/embedding \({size} of {size} values\), "
              r"nsp_head/bias \(1 of 2 values\)")
-    model_io.export_tf_checkpoint(config, damaged, tokenizer, tf_checkpoint)
+    model_writers.export_tf_checkpoint(config, damaged, tokenizer, tf_checkpoint)
     sources = {hf: os.path.join(hf, "model.safetensors"), ours: os.path.join(ours, "params"),
                str(run): str(run / "checkpoints" / "7" / "params"),
                tf_checkpoint: os.path.join(tf_checkpoint, "bert_model.ckpt")}
     for source, weights in sources.items():
         with pytest.raises(UserError, match=rf"^{re.escape(weights)}: the weights hold NaN or "
                                             rf"infinite values: {words}"):
-            model_io.load_model(source)
-    # The commands refuse it too (init_from reads through the same load_model).
+            model_source.resolve(source).load()
+    # The commands refuse it too (init_from reads through the same ModelSource.load).
     (tmp_path / "in.txt").write_text("the man went to the store\n")
     assert main(["embed", "--model", ours, "--input", str(tmp_path / "in.txt"),
                  "--output", str(tmp_path / "out.npy")]) == 2

@@ -12,7 +12,7 @@ from interop_helpers import random_pretraining_params, write_vocab
 from pipeline_helpers import make_corpus, write_vocabulary
 
 import bert_jax
-from bert_jax import model_io
+from bert_jax.interop import model_writers
 from bert_jax.cli import main
 from bert_jax.model_config import preset
 from bert_jax.errors import UserError
@@ -38,7 +38,7 @@ def classifier(tmp_path_factory):
                              "bias": np.zeros(2, np.float32)}}
     task = task_module("classify").TASK.from_settings({"label_names": ["neg", "pos"]})
     model = str(root / "model")
-    model_io.save_model(config, params, tokenizer, model, task_info=task_info(task, 32))
+    model_writers.save_model(config, params, tokenizer, model, task_info=task_info(task, 32))
     data = write_tsv(root / "dev.tsv", made_up_sentences(12, seed=1))
     return model, data
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from interop_helpers import WORDS, random_pretraining_params, write_vocab
 
-from bert_jax import model_io
+from bert_jax.interop import model_writers
 from bert_jax.cli import main
 from bert_jax.model_config import preset
 from bert_jax.inference import masked_input
@@ -24,7 +24,7 @@ def encoder_only_model(root) -> str:
                     num_heads=2, mlp_dim=64, max_positions=64)
     params = random_pretraining_params(config)
     destination = str(root / "encoder_only")
-    model_io.save_model(config, {"bert": params["bert"]}, tokenizer, destination)
+    model_writers.save_model(config, {"bert": params["bert"]}, tokenizer, destination)
     return destination
 
 

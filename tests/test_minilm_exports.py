@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from interop_helpers import minilm_directory, torch_inputs
 
-from bert_jax import model_io
+from bert_jax.interop import model_source
 from bert_jax.cli import main
 
 tf = pytest.importorskip("tensorflow")
@@ -72,8 +72,10 @@ def test_minilm_saved_model_equals_transformers(minilm, saved_model):
 def test_minilm_tf_checkpoint_reads_back_bit_identical(minilm, tmp_path):
     exported = str(tmp_path / "tf")
     assert main(["convert", minilm, exported, "--to", "tf-checkpoint"]) == 0
-    config, params, _ = model_io.load_model(minilm)
-    reread_config, reread, _ = model_io.load_model(exported)
+    loaded = model_source.resolve(minilm).load()
+    config, params = loaded.config, loaded.params
+    loaded = model_source.resolve(exported).load()
+    reread_config, reread = loaded.config, loaded.params
     assert reread_config == config
     import flax
 

@@ -7,7 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax import cli, model_io
+from bert_jax import cli
+from bert_jax.interop import model_source
 from bert_jax.tasks.entity_metrics import entity_scores
 from bert_jax.tasks.token_classification import NerSettings, TokenClassificationTask
 from input_pipeline.tasks.conll import read_conll
@@ -123,8 +124,8 @@ def test_finetune_ner_learns_and_reports_seqeval_metrics(run):
     for name in ("precision", "recall", "f1", "accuracy", "loss", "LOC_f1", "PER_support"):
         assert name in best
     assert best["f1"] > 0.9, best  # the made-up entities are learnable
-    assert model_io.load_task_info(os.path.join(run, "best"))["settings"]["label_names"] == [
-        "O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
+    info = model_source.resolve(os.path.join(run, "best")).task_info()
+    assert info["settings"]["label_names"] == ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
 
 
 def test_predict_writes_conll_columns_that_score_as_evaluate_does(run, data, tmp_path):
@@ -154,8 +155,8 @@ def test_frozen_encoder_trains_only_the_layer_mix_and_head(data):
     workdir = str(data["root"] / "frozen")
     assert finetune(data, workdir, 1, "--freeze-encoder", "--layers=0,-1",
                     "--combine", "scalar-mix") == 0
-    _, initial, _ = model_io.load_model(data["model"])
-    _, trained, _ = model_io.load_model(os.path.join(workdir, "best"))
+    initial = model_source.resolve(data["model"]).load().params
+    trained = model_source.resolve(os.path.join(workdir, "best")).load().params
     np.testing.assert_array_equal(trained["bert"]["layer_0"]["mlp"]["output"]["kernel"],
                                   initial["bert"]["layer_0"]["mlp"]["output"]["kernel"])
     mix = trained["head"]["combination"]
@@ -187,7 +188,8 @@ def test_hf_export_is_a_token_classifier_with_our_logits_and_tags(run, data, tmp
         exported, output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"]
     assert model.config.id2label == dict(enumerate(["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]))
-    config, params, vocab = model_io.load_model(best)
+    loaded = model_source.resolve(best).load()
+    config, params, vocab = loaded.config, loaded.params, loaded.source.vocab_path
     sentences = [s.words for s in read_conll(data["eval"]).sentences[:4]]
     windows = word_labels.align(load_tokenizer(vocab), sentences, None, {}, 16)
     batch = word_labels.pad_windows(windows, 16)

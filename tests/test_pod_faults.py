@@ -249,11 +249,12 @@ def test_a_stopped_run_exits_with_the_status_of_its_signal(monkeypatch, capsys):
         stops._handle(signal.SIGTERM, None)
     assert stops.exit_status == 143
     assert interrupts.StopRequests().exit_status == 143  # stopped by another process's vote
-    from bert_jax.commands import pretrain
+    from bert_jax.tasks import pretraining_data
 
     # Neither the demo data nor a run: only how the command turns the result into a status.
-    monkeypatch.setattr(pretrain, "prepare_run", lambda *args: pretrain.PretrainingRun(
-        task=None, dataset_factory=None, init_weights=None, tokenizer=None))
+    monkeypatch.setattr(pretraining_data, "prepare_run", lambda *args: (
+        pretraining_data.PretrainingRun(task=None, dataset_factory=None, init_weights=None,
+                                        tokenizer=None)))
     monkeypatch.setattr(trainer, "train", lambda *args, **kwargs: dict(
         step=3, preempted=True, stopped=False, evaluations=[], losses=[], exit_status=130))
     demo = os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs", "demo.py")
@@ -298,15 +299,15 @@ def test_a_refused_start_writes_nothing_and_names_what_differs(tmp_path):
     from interop_helpers import random_pretraining_params, write_vocab
     from test_training_support import synthetic_factory
 
-    from bert_jax import model_io
+    from bert_jax.interop import model_writers
     from bert_jax.model_config import preset
     from bert_jax.training.run_lock import RunLock
     from input_pipeline.tokenization import load_tokenizer
 
     tokenizer = load_tokenizer(write_vocab(tmp_path))
     other = preset("tiny", vocab_size=tokenizer.vocab_size)  # hidden 128, 2 layers
-    model_io.export_huggingface(other, random_pretraining_params(other, seed=0), tokenizer,
-                                str(tmp_path / "other"))
+    model_writers.export_huggingface(other, random_pretraining_params(other, seed=0),
+                                     tokenizer, str(tmp_path / "other"))
     config = tiny_run_config(**{"init_from": str(tmp_path / "other"), "data.train_files": "",
                                 "model.vocab_size": tokenizer.vocab_size})
     workdir = tmp_path / "run"

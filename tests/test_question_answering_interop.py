@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from interop_helpers import minilm_directory
 
-from bert_jax import model_io
+from bert_jax.interop import model_source, model_writers
 from bert_jax.cli import main
 from bert_jax.heads import BertForQuestionAnswering
 from input_pipeline.tokenization import load_tokenizer
@@ -18,7 +18,8 @@ QUESTIONS = [("Who wrote the letter?", "The letter was written by Anna in Moscow
 
 
 def _our_logits(directory, batch):
-    config, params, _ = model_io.load_model(directory)
+    loaded = model_source.resolve(directory).load()
+    config, params = loaded.config, loaded.params
     start, end = BertForQuestionAnswering(config).apply(
         {"params": {"bert": params["bert"], "qa_outputs": params["qa_outputs"]}},
         batch["input_ids"], batch["segment_ids"], batch["input_mask"])
@@ -29,7 +30,8 @@ def _our_logits(directory, batch):
 def qa_model(tmp_path_factory):
     """MiniLM's encoder with a random span head, as `finetune qa` saves it."""
     root = tmp_path_factory.mktemp("qa_interop")
-    config, params, vocab = model_io.load_model(minilm_directory())
+    loaded = model_source.resolve(minilm_directory()).load()
+    config, params, vocab = loaded.config, loaded.params, loaded.source.vocab_path
     rng = np.random.default_rng(0)
     bert = {key: value for key, value in params["bert"].items() if key != "pooler"}
     head = dict(kernel=rng.normal(0, 0.5, (config.hidden_dim, 2)).astype(np.float32),
@@ -37,8 +39,8 @@ def qa_model(tmp_path_factory):
     directory = str(root / "qa")
     info = dict(task="qa", settings={}, head=dict(architecture="BertForQuestionAnswering"),
                 max_seq_len=64)
-    model_io.save_model(config, {"bert": bert, "qa_outputs": head}, load_tokenizer(vocab),
-                        directory, task_info=info)
+    model_writers.save_model(config, {"bert": bert, "qa_outputs": head}, load_tokenizer(vocab),
+                             directory, task_info=info)
     return root, directory
 
 
@@ -63,7 +65,7 @@ def test_export_loads_in_transformers_with_equal_logits(qa_model):
     assert np.abs(end - output.end_logits.numpy())[real].max() < 1e-5
     assert np.abs(start).max() > 0.5  # the head is not a near-zero one that hides a mix-up
     # And back: the HF directory imports as a qa model with the same logits.
-    info = model_io.load_task_info(exported)
+    info = model_source.resolve(exported).task_info()
     assert info["task"] == "qa"
     back_start, back_end = _our_logits(exported, batch)
     np.testing.assert_allclose(back_start, start, atol=1e-5)

@@ -33,7 +33,7 @@ import numpy as np
 import pytest
 from interop_helpers import random_pretraining_params, write_vocab
 
-from bert_jax import model_io
+from bert_jax.interop import model_source, model_writers
 from bert_jax.model_config import preset
 from input_pipeline.tokenization import load_tokenizer
 
@@ -55,8 +55,8 @@ def test_readme_using_a_model_runs_as_written(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     tokenizer = load_tokenizer(write_vocab(tmp_path))
     config = preset("tiny", vocab_size=tokenizer.vocab_size)  # as configs/demo.py
-    model_io.save_model(config, random_pretraining_params(config, seed=1), tokenizer,
-                        "runs/demo")
+    model_writers.save_model(config, random_pretraining_params(config, seed=1), tokenizer,
+                             "runs/demo")
     blocks = [block for section in RUN_SECTIONS for block in readme_blocks(section)]
     assert [language for language, _ in blocks] == ["bash", "python"]
     result = run_block(blocks[0][1], str(tmp_path), PLANS["Using a model"][0])
@@ -69,8 +69,7 @@ def test_readme_using_a_model_runs_as_written(tmp_path, monkeypatch, capsys):
     exec(compile(blocks[1][1], "README.md", "exec"), {})
     printed = capsys.readouterr().out
     assert printed.startswith(f"(2, {config.hidden_dim}) (2, {config.hidden_dim}) [(")
-    reloaded, params, _ = model_io.load_model("runs/demo_model")
-    assert reloaded == config
+    assert model_source.resolve("runs/demo_model").load().config == config
 
 
 SHARED = os.path.join(os.path.dirname(REPOSITORY), "shared")

@@ -9,7 +9,8 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import model_io, model_sources, sharding
+from bert_jax import sharding
+from bert_jax.interop import model_source, source_kinds
 from bert_jax.model_config import BertConfig, Precision
 from bert_jax.tasks.pretraining import PretrainingTask, task_from_run_config
 from bert_jax.training import train_step
@@ -23,9 +24,11 @@ TRAINING = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 def test_old_model_configs_with_precision_keys_still_load(tmp_path):
     values = dict(BertConfig(num_layers=1).to_dict(), dtype="bfloat16", param_dtype="float32",
                   remat=True)
-    path = tmp_path / model_sources.MODEL_CONFIG
+    path = tmp_path / source_kinds.MODEL_CONFIG
     path.write_text(json.dumps(values))
-    config = model_io._read_model_config(str(path))
+    directory = str(tmp_path)
+    config = model_source.ModelSource(directory, directory, "bert-jax", directory, str(path),
+                                      None).config()
     assert config == BertConfig(num_layers=1)
     assert "dtype" not in config.to_dict()
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from interop_helpers import random_pretraining_params, write_vocab
 
-from bert_jax import model_io
+from bert_jax.interop import model_source, model_writers
 from bert_jax.cli import main
 from bert_jax.model_config import preset
 from bert_jax.errors import UserError
@@ -99,7 +99,7 @@ def tiny(tmp_path_factory):
     tokenizer = load_tokenizer(write_vocab(directory))
     config = preset("tiny", vocab_size=tokenizer.vocab_size, max_positions=32, num_layers=3)
     params = random_pretraining_params(config, seed=1)
-    model_io.save_model(config, params, tokenizer, str(directory / "bert-jax"))
+    model_writers.save_model(config, params, tokenizer, str(directory / "bert-jax"))
     return config, params, tokenizer, str(directory / "bert-jax")
 
 
@@ -134,7 +134,7 @@ def test_tf_round_trip_is_bit_identical_with_the_original_names(tiny, tmp_path, 
     # TF -> bert-jax (a model directory on disk) -> TF, through the command line.
     assert main(["convert", str(source), str(tmp_path / "ours"), "--to", "bert-jax"]) == 0
     if "classifier" in parts:
-        _, params, _ = model_io.load_model(str(tmp_path / "ours"))
+        params = model_source.resolve(str(tmp_path / "ours")).load().params
         assert params["classifier"]["kernel"].shape == (config.hidden_dim, NUM_LABELS)
     assert main(["convert", str(tmp_path / "ours"), str(tmp_path / "back"),
                  "--to", "tf-checkpoint"]) == 0
@@ -158,12 +158,13 @@ def test_bert_jax_export_holds_exactly_the_original_variables(tiny, tmp_path, pa
     # BertForPreTraining, BertModel, BertForMaskedLM (no pooler) and a sequence classifier.
     subset = with_parts(params, parts)
     destination = str(tmp_path / "tf")
-    assert model_io.export_tf_checkpoint(config, subset, tokenizer, destination) == sorted(parts)
+    parts_written = model_writers.export_tf_checkpoint(config, subset, tokenizer, destination)
+    assert parts_written == sorted(parts)
     written = read_checkpoint(os.path.join(destination, "bert_model.ckpt"))
     assert {name: tensor.shape for name, tensor in written.items()} == original_variables(
         config, parts)
     # ... and bert-jax -> TF -> bert-jax is bit-identical.
-    _, restored, _ = model_io.load_model(destination)
+    restored = model_source.resolve(destination).load().params
     restored, subset = (flax.traverse_util.flatten_dict(tree) for tree in (restored, subset))
     assert restored.keys() == subset.keys()
     for path, value in subset.items():
@@ -232,7 +233,7 @@ def test_exported_checkpoint_computes_in_the_original_graph_what_bert_jax_comput
         tiny, tmp_path, parts):
     config, params, tokenizer, _ = tiny
     params = with_parts(params, parts)
-    model_io.export_tf_checkpoint(config, params, tokenizer, str(tmp_path / "tf"))
+    model_writers.export_tf_checkpoint(config, params, tokenizer, str(tmp_path / "tf"))
     variables = read_checkpoint(str(tmp_path / "tf" / "bert_model.ckpt"))
     feed = _inputs(np.random.default_rng(5), 3, 11, config.vocab_size)
     expected = original_bert_forward(variables, config, **feed)
@@ -317,8 +318,10 @@ def test_saved_model_in_a_fresh_process_equals_bert_jax(tiny, tmp_path):
             ("masked_lm", ("encoder", "mlm_head"), ["pretraining", "serving_default"]),
             ("classifier", CLASSIFIER, ["serving_default"])):
         models[str(tmp_path / name)] = (with_parts(params, parts), ("small",))
-        assert model_io.export_saved_model(config, models[str(tmp_path / name)][0], tokenizer,
-                                           str(tmp_path / name), platforms=("cpu",)) == signatures
+        written = model_writers.export_saved_model(config, models[str(tmp_path / name)][0],
+                                                   tokenizer, str(tmp_path / name),
+                                                   platforms=("cpu",))
+        assert written == signatures
     rng = np.random.default_rng(3)
     shapes = {"small": (2, 7), "large": (5, 19)}
     inputs = {shape: _inputs(rng, *size, config.vocab_size) for shape, size in shapes.items()}
@@ -362,8 +365,8 @@ def test_saved_model_serves_lengths_where_a_cpu_forward_pass_chunks_attention(tm
     config = preset("tiny", vocab_size=tokenizer.vocab_size, max_positions=192, num_layers=1)
     params = with_parts(random_pretraining_params(config, seed=4), ("encoder", "pooler"))
     destination = str(tmp_path / "serving" / "1")
-    assert model_io.export_saved_model(config, params, tokenizer, destination,
-                                       platforms=("cpu",)) == ["serving_default"]
+    assert model_writers.export_saved_model(config, params, tokenizer, destination,
+                                            platforms=("cpu",)) == ["serving_default"]
     serve = tf.saved_model.load(destination).signatures["serving_default"]
     rng = np.random.default_rng(6)
     for batch_size, seq_len in ((2, 9), (4, 170), (2, 192)):
@@ -401,8 +404,8 @@ def test_exports_refuse_a_full_directory_and_heads_without_a_tf_counterpart(tiny
              "token": (token_classifier,
                        r"head 'classifier' scores every position \(token classification, no "
                        r"pooler\): it has no counterpart in {target}")}
-    exports = {"an original BERT checkpoint": model_io.export_tf_checkpoint,
-               "the SavedModel export": model_io.export_saved_model}
+    exports = {"an original BERT checkpoint": model_writers.export_tf_checkpoint,
+               "the SavedModel export": model_writers.export_saved_model}
     for target, export in exports.items():
         for case_params, message in cases.values():
             destination = tmp_path / "refused"
@@ -418,5 +421,5 @@ def test_exports_refuse_a_full_directory_and_heads_without_a_tf_counterpart(tiny
     # The sequence classifier that an original run_classifier.py checkpoint imports with is
     # refused by the Hugging Face writer rather than dropped.
     with pytest.raises(UserError, match=r"\['classifier'\] have no counterpart"):
-        model_io.export_huggingface(config, with_parts(params, CLASSIFIER), tokenizer,
-                                    str(tmp_path / "hf"))
+        model_writers.export_huggingface(config, with_parts(params, CLASSIFIER), tokenizer,
+                                         str(tmp_path / "hf"))

@@ -98,7 +98,7 @@ def pretraining(run_config, dataset_factory=None, log=lambda *_: None) -> dict:
     """`trainer.train`'s task, dataset_factory and init_weights for a pre-training run, its
     data section completed first as `bert-jax pretrain` does it; `dataset_factory` (e.g.
     `synthetic_factory`) replaces the shard reader."""
-    from bert_jax.commands.pretrain import prepare_run
+    from bert_jax.tasks.pretraining_data import prepare_run
 
     run = prepare_run(run_config, log)
     return dict(task=run.task, dataset_factory=dataset_factory or run.dataset_factory,

@@ -40,16 +40,18 @@ def run(args) -> int:
 
     import numpy as np
 
-    from bert_jax import model_io
     from bert_jax.analysis import figures
     from bert_jax.analysis.attention_maps import TruncationWarning, text_attention
     from bert_jax.analysis.head_view import head_view_html
-    from bert_jax.commands.features import load_text_model, write_npz
+    from bert_jax.commands.features import write_npz
     from bert_jax.errors import UserError
+    from bert_jax.interop.model_source import load_text_model
+    from bert_jax.interop.model_writers import write_directory_atomically
 
     if not args.text.strip():
         raise UserError("--text is empty; expected some text to analyse")
-    config, params, tokenizer = load_text_model(args.model, args.max_seq_len)
+    model = load_text_model(args.model, args.max_seq_len)  # resolved and read once
+    config, params, tokenizer = model.config, model.params, model.tokenizer
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", TruncationWarning)
         result = text_attention(config, params, tokenizer, args.text, args.text_b,
@@ -69,7 +71,7 @@ def run(args) -> int:
         with open(os.path.join(directory, "head_view.html"), "w", encoding="utf-8") as file:
             file.write(head_view_html(result.tokens, result.attention, title=title))
 
-    model_io.write_directory_atomically(args.output, fill, args.overwrite)
+    write_directory_atomically(args.output, fill, args.overwrite)
     print(f"wrote {args.output}: layer_1..{config.num_layers}.png, heads.png, attention.npz "
           f"({config.num_layers} layers x {config.num_heads} heads x {len(result.tokens)} "
           "tokens), head_view.html")

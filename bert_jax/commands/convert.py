@@ -78,25 +78,32 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from bert_jax import model_io, model_sources
+    from bert_jax.interop import model_source, model_writers
 
-    kind = model_sources.source_kind(args.source)
-    if args.to == "sentence-transformers":
-        from bert_jax.interop import sentence_transformers
+    if args.to == "sentence-transformers":  # its encoder may sit in a subdirectory
+        from bert_jax.embeddings.sentence_transformers_export import export
 
-        summary = sentence_transformers.export(args.source, args.destination, args.overwrite)
+        summary = export(args.source, args.destination, args.overwrite)
         print(f"wrote sentence-transformers model ({summary}) to {args.destination}")
         return 0
+    source = model_source.resolve(args.source)
+    kind = source.kind
     target = args.to or ("bert-jax" if kind == "huggingface" else "hf")
-    config, params, tokenizer, vocab_path = model_io.load_model_and_tokenizer(
-        args.source, args.vocab)
-    task_info = model_io.load_task_info(args.source)  # a fine-tuned model's task and labels
+    vocab_path = args.vocab or source.vocab_path
+    if vocab_path is None:
+        raise UserError(f"{args.source}: no vocab.txt beside the weights; pass the vocabulary "
+                        "(--vocab)")
+    config = source.config()
+    tokenizer = model_source.checked_tokenizer(vocab_path, config, args.source)
     if tokenizer.vocab_size != config.vocab_size:
         raise UserError(f"{vocab_path}: {tokenizer.vocab_size} tokens, but the model's "
                         f"vocab_size is {config.vocab_size}")
+    params = source.load().params
+    task_info = source.task_info()  # a fine-tuned model's task and labels
+    sources = (source.directory,)
     if target == "tf-checkpoint":
-        parts = model_io.export_tf_checkpoint(config, params, tokenizer, args.destination,
-                                              args.overwrite, (args.source,))
+        parts = model_writers.export_tf_checkpoint(config, params, tokenizer, args.destination,
+                                                   args.overwrite, sources)
         print(f"wrote original TF checkpoint ({kind} -> {', '.join(parts)}) to "
               f"{args.destination}")
     elif target == "saved-model":
@@ -104,21 +111,21 @@ def run(args) -> int:
 
         # Lowering the model for every platform takes from seconds to minutes: say so.
         with elapsed(f"lowering the model for {args.platforms} and writing the SavedModel"):
-            signatures = model_io.export_saved_model(
+            signatures = model_writers.export_saved_model(
                 config, params, tokenizer, args.destination, _platforms(args.platforms),
-                args.overwrite, (args.source,))
+                args.overwrite, sources)
         print(f"wrote TensorFlow SavedModel ({kind} -> signatures {', '.join(signatures)}) to "
               f"{args.destination}")
     elif target == "hf":
         architecture = None if args.hf_architecture == "auto" else args.hf_architecture
         head = task_info["head"] if task_info and architecture is None else None
-        written = model_io.export_huggingface(config, params, tokenizer, args.destination,
-                                              architecture, args.overwrite, head=head,
-                                              sources=(args.source,))
+        written = model_writers.export_huggingface(config, params, tokenizer, args.destination,
+                                                   architecture, args.overwrite, head=head,
+                                                   sources=sources)
         print(f"wrote {written} ({kind} -> Hugging Face) to {args.destination}")
     else:
-        model_io.save_model(config, params, tokenizer, args.destination, args.overwrite,
-                            task_info=task_info, sources=(args.source,))
+        model_writers.save_model(config, params, tokenizer, args.destination, args.overwrite,
+                                 task_info=task_info, sources=sources)
         print(f"wrote bert-jax model ({kind} -> bert-jax) to {args.destination}")
     return 0
 

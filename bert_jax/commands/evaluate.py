@@ -39,17 +39,18 @@ def add_arguments(parser) -> None:
     add_progress_argument(parser)
 
 
-def evaluate_file(model: str, task_name: str, path: str, batch_size: int = 64,
+def evaluate_file(model, task_name: str, path: str, batch_size: int = 64,
                   max_seq_len: int | None = None, header: bool | None = None,
                   progress: bool = True) -> dict:
     """{'loss' (where the file carries the training objective), and the task's metrics} of
-    `model` on the labelled file `path`."""
+    `model` (a `ModelSource`, or a path) on the labelled file `path`."""
+    from bert_jax.tasks import task_from_info
     from bert_jax.tasks.classification import force_header
     from bert_jax.training import prediction
     from bert_jax.training.finetune import load_finetuned
 
-    task, bundle, params, tokenizer, info = load_finetuned(model, batch_size, task_name,
-                                                           max_seq_len)
+    task, bundle, params, tokenizer, info = load_finetuned(model, batch_size, task_from_info,
+                                                           task_name, max_seq_len)
     force_header(task, header)
     max_seq_len = max_seq_len or info.get("max_seq_len", 128)
     examples = task.read_examples(path, tokenizer, max_seq_len)
@@ -84,14 +85,15 @@ def run(args) -> int:
     import os
 
     from bert_jax import json_values
+    from bert_jax.interop import model_source
 
-    if args.task == "sts":
-        metrics = evaluate_sts(args.model, args.data, args.batch_size, args.max_seq_len,
+    source = model_source.resolve(args.model)
+    if args.task == "sts":  # any embedding model: its encoder may sit in a subdirectory
+        metrics = evaluate_sts(source, args.data, args.batch_size, args.max_seq_len,
                                progress=not args.no_progress)
     else:
-        metrics = evaluate_file(args.model, args.task, args.data, args.batch_size,
-                                args.max_seq_len, args.header,
-                                progress=not args.no_progress)
+        metrics = evaluate_file(source, args.task, args.data, args.batch_size,
+                                args.max_seq_len, args.header, progress=not args.no_progress)
     for name, value in metrics.items():
         print(f"{name}: {value:.4f}")
     if args.output:

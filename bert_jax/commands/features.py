@@ -76,29 +76,17 @@ def write_npz(path: str, arrays: dict) -> None:
         np.savez(file, **arrays)
 
 
-def load_text_model(path: str, max_seq_len: int | None):
-    """(config, params, tokenizer) of the model at `path`, with `max_seq_len` (if given)
-    checked against its positions; shared by the commands that run a model on text."""
-    from bert_jax import model_io
-    from bert_jax.errors import UserError
-
-    config, params, tokenizer, _ = model_io.load_model_and_tokenizer(path)
-    if max_seq_len is not None:
-        if max_seq_len < 3:  # [CLS], one piece, [SEP]
-            raise UserError(f"--max-seq-len must be at least 3, got {max_seq_len}")
-        config.check_seq_len(max_seq_len)
-    return config, params, tokenizer
-
-
 def run(args) -> int:
     from bert_jax import inference
     from bert_jax.errors import UserError
+    from bert_jax.interop.model_source import load_text_model
 
     requested = inference.parse_layers(args.layers)
     if args.batch_size < 1:
         raise UserError(f"--batch-size must be at least 1, got {args.batch_size}")
     texts = read_texts(args.input)
-    config, params, tokenizer = load_text_model(args.model, args.max_seq_len)
+    model = load_text_model(args.model, args.max_seq_len)  # resolved and read once
+    config, params, tokenizer = model.config, model.params, model.tokenizer
     layers = inference.resolve_layers(requested, config.num_layers)
     encoded = tokenizer.encode_for_model(texts, args.max_seq_len)
     results = inference.extract_features(

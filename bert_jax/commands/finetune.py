@@ -32,7 +32,7 @@ TAKES_OVERRIDES = True
 
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     from bert_jax.commands import add_progress_argument
-    from bert_jax.tasks.arguments import Settings  # no JAX: `finetune TASK --help` is instant
+    from bert_jax.training.finetune_settings import Settings  # no JAX: --help is instant
 
     defaults = Settings()
     parser.add_argument("--model", required=True,
@@ -84,24 +84,23 @@ def _task_arguments(name: str):
 
 
 def run(args) -> int:
+    from bert_jax.interop import model_source
     from bert_jax.tasks import task_module
     from bert_jax.training.finetune import Settings, finetune
-    from input_pipeline.tokenization import load_tokenizer
-    from bert_jax import model_io, model_sources
 
     task_class = task_module(args.task).TASK
-    tokenizer = load_tokenizer(model_sources.vocab_path(args.model) or args.model)
+    source = model_source.resolve(args.model)  # once: config, vocabulary, weights known
     settings = Settings(epochs=args.epochs, learning_rate=args.learning_rate,
                         batch_size=args.batch_size, max_seq_len=args.max_seq_len, seed=args.seed)
-    if args.print_config:
+    if args.print_config:  # the model's config only: no weights, no vocabulary read
         from bert_jax.run_config.docs import format_config
         from bert_jax.training.finetune import run_config_for
 
-        config = run_config_for(model_io.load_model(args.model)[0], settings, args.overrides)
+        config = run_config_for(source.config(), settings, args.overrides)
         print(format_config(config, defined_in=[run_config_for]))
         return 0
-    task = task_class.from_arguments(args, tokenizer)
-    results = finetune(task, args.model, args.train, args.eval, args.workdir, settings,
+    task = task_class.from_arguments(args, source.tokenizer())
+    results = finetune(task, source, args.train, args.eval, args.workdir, settings,
                        args.overrides, show_progress=not args.no_progress)
     if "exit_status" in results:  # stopped by Ctrl-C or SIGTERM: the run said how to resume
         return results["exit_status"]

@@ -32,11 +32,14 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
+    from bert_jax.interop import model_source
+    from bert_jax.tasks import task_from_info
     from bert_jax.tasks.classification import force_header
     from bert_jax.training import prediction
     from bert_jax.training.finetune import load_finetuned
 
-    finetuned = load_finetuned(args.model, args.batch_size, max_seq_len=args.max_seq_len)
+    finetuned = load_finetuned(model_source.resolve(args.model), args.batch_size,
+                               task_from_info, max_seq_len=args.max_seq_len)
     force_header(finetuned[0], args.header)
     task, examples, predictions = prediction.predict_inputs(
         finetuned,

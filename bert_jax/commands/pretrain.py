@@ -4,7 +4,6 @@ import argparse
 import functools
 import os
 import sys
-import typing
 
 HELP = "pre-train BERT (MLM + NSP) from a run config, resuming where a run left off"
 DESCRIPTION = """\
@@ -93,45 +92,6 @@ def warmup_warning(run_config) -> str | None:
             f"--config.optimizer.warmup_steps={max(1, steps // 10)} (10% of it) as well")
 
 
-def init_from_source(path: str):
-    """(vocab_path(), init_weights()) of the model --config.init_from names: the one place
-    pre-training reads that model. Both are asked only when needed: the vocabulary when
-    data.vocab_path is unset, the weights when the run starts fresh (not on a resume)."""
-    from bert_jax import model_io, model_sources
-    from bert_jax.training.initial_state import LoadedWeights
-
-    def init_weights() -> LoadedWeights:
-        config, params, _ = model_io.load_model(path)
-        return LoadedWeights(name=path, config=config, params=params)
-
-    return (lambda: model_sources.vocab_path(path)), init_weights
-
-
-class PretrainingRun(typing.NamedTuple):
-    """What `trainer.train` takes for a pre-training run, and the run's tokenizer."""
-    task: typing.Any  # tasks.pretraining.PretrainingTask of the completed run config
-    dataset_factory: typing.Callable  # the shard reader, per process
-    init_weights: typing.Callable | None  # init_from's weights, None without init_from
-    tokenizer: typing.Any  # data.vocab_path's, or None without a vocabulary
-
-
-def prepare_run(run_config, log=print) -> PretrainingRun:
-    """Completes `run_config`'s data section (demo shards, shapes, packing, vocabulary,
-    model.vocab_size: `tasks/pretraining_data.py`) in place, before the trainer records
-    it, and gives the task, the shard reader and init_from's weights."""
-    from bert_jax.tasks import pretraining, pretraining_data
-
-    init_vocab_path, init_weights = (init_from_source(run_config.init_from)
-                                     if run_config.init_from else (None, None))
-    prepared = pretraining_data.prepare_data(run_config, log, init_vocab_path)
-    pretraining_data.apply_settings(run_config, prepared.settings)
-    return PretrainingRun(
-        task=pretraining.task_from_run_config(run_config),
-        dataset_factory=pretraining_data.reader_factory(run_config.data, run_config.seed,
-                                                        prepared.tokenizer),
-        init_weights=init_weights, tokenizer=prepared.tokenizer)
-
-
 def run(args: argparse.Namespace) -> int:
     if args.print_config:
         print_config(args.config, args.overrides)
@@ -142,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
     import jax
 
     from bert_jax.run_config import load_run_config
+    from bert_jax.tasks import pretraining_data
     from bert_jax.tasks.pretraining import format_evaluations
     from bert_jax.training import trainer
 
@@ -153,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     warning = warmup_warning(run_config)
     if warning:
         say(warning, file=sys.stderr)
-    pretraining = prepare_run(run_config, say)
+    pretraining = pretraining_data.prepare_run(run_config, say)
     result = trainer.train(run_config, workdir, task=pretraining.task,
                            dataset_factory=pretraining.dataset_factory,
                            init_weights=pretraining.init_weights,

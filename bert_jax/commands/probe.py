@@ -51,12 +51,13 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     import os
 
-    from bert_jax import json_values, model_io
+    from bert_jax import json_values
     from bert_jax.analysis import figures
     from bert_jax.analysis.probe_report import report_dict, report_markdown
     from bert_jax.analysis.treebank import probe_treebank
     from bert_jax.errors import UserError
-    from bert_jax.commands.features import load_text_model
+    from bert_jax.interop.model_source import load_text_model
+    from bert_jax.interop.model_writers import write_directory_atomically
     from input_pipeline.tasks.conllu import read_conllu
 
     if args.batch_size < 1 or args.min_count < 1:
@@ -65,7 +66,8 @@ def run(args) -> int:
     total = sum(1 for _ in read_conllu(args.treebank))
     if total == 0:
         raise UserError(f"{args.treebank}: no sentences found (expected CoNLL-U)")
-    config, params, tokenizer = load_text_model(args.model, args.max_seq_len)
+    model = load_text_model(args.model, args.max_seq_len)  # resolved and read once
+    config, params, tokenizer = model.config, model.params, model.tokenizer
     probe = probe_treebank(config, params, tokenizer, read_conllu(args.treebank),
                            args.max_seq_len, args.batch_size, total=total)
     if probe.sentences == 0:
@@ -89,7 +91,7 @@ def run(args) -> int:
         figures.save(figures.statistics_figure(probe.statistics),
                      os.path.join(directory, "attention_statistics.png"))
 
-    model_io.write_directory_atomically(args.output, fill, args.overwrite)
+    write_directory_atomically(args.output, fill, args.overwrite)
     print(f"probed {probe.sentences} sentences ({probe.skipped} skipped as longer than "
           f"{args.max_seq_len} pieces) in {probe.seconds:.1f} s "
           f"({probe.sentences / probe.seconds:.1f} sentences/s)")

@@ -14,11 +14,12 @@ import json
 import jax
 import numpy as np
 
-from bert_jax import files, inference, model_io
+from bert_jax import files, inference
 from bert_jax.model_config import BertConfig
 from bert_jax.embeddings import pooling as pooling_functions
 from bert_jax.embeddings.model_directory import EmbeddingSettings, read_settings
 from bert_jax.errors import UserError
+from bert_jax.interop import model_source
 
 # Lines tokenised at once; bounds the padded id arrays to this many rows.
 CHUNK_LINES = 16384
@@ -50,20 +51,30 @@ class EmbeddingModel:
         return digest.hexdigest()
 
 
-def load_embedding_model(path: str, pooling: tuple[str, ...] | None = None,
+def load_embedding_model(model, pooling: tuple[str, ...] | None = None,
                          normalize: bool | None = None, max_seq_len: int | None = None
                          ) -> EmbeddingModel:
-    """The model at `path` with its own pooling settings, each overridden where not None."""
-    from bert_jax.interop import hub
-    from input_pipeline.tokenization import load_tokenizer
-
-    # A Hub name's snapshot, so its pooling files are read too (as the API's Model.embed does).
-    encoder_directory, settings = read_settings(hub.resolve(path))
-    config, params, vocab_path = model_io.load_model(encoder_directory)
-    if vocab_path is None:
-        raise UserError(f"{encoder_directory}: no vocab.txt beside the weights")
-    return embedding_model(config, params, load_tokenizer(vocab_path), settings, pooling,
+    """The model at `model` (a path, a Hub name or a `ModelSource`) with its own pooling
+    settings, each overridden where not None."""
+    source, settings = embedding_source(model)
+    loaded = model_source.load_text_model(source)
+    return embedding_model(loaded.config, loaded.params, loaded.tokenizer, settings, pooling,
                            normalize, max_seq_len)
+
+
+def embedding_source(model) -> tuple[model_source.ModelSource, EmbeddingSettings]:
+    """(the source of the encoder's weights, how it pools) of a path, Hub name or
+    `ModelSource`: a sentence-transformers directory may keep its encoder in a subdirectory
+    (modules.json), so the settings are read before the encoder's source is told apart."""
+    from bert_jax.interop import hub
+
+    given = model if isinstance(model, model_source.ModelSource) else None
+    # A Hub name's snapshot (looked up once, here), so its pooling files are read too.
+    directory = given.directory if given else hub.resolve(model)
+    encoder_directory, settings = read_settings(directory)
+    if given and encoder_directory.rstrip("/") == directory.rstrip("/"):
+        return given, settings
+    return model_source.in_directory(encoder_directory, given.name if given else model), settings
 
 
 def embedding_model(config: BertConfig, params: dict, tokenizer, settings: EmbeddingSettings,

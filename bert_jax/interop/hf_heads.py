@@ -8,9 +8,6 @@ A head is described by a small dict, the same in task.json and here:
   {"architecture": "BertForQuestionAnswering"}
 """
 
-import json
-
-from bert_jax import files
 from bert_jax.model_config import BertConfig
 from bert_jax.errors import UserError
 from bert_jax.interop.tensor_map import Entry, dense_entries
@@ -82,9 +79,3 @@ def head_from_config(values: dict, source: str) -> dict | None:
         REGRESSION if num_labels == 1 else "single_label_classification")
     return dict(architecture=architectures[0], label_names=names, problem_type=problem_type)
 
-
-def read_head(directory: str) -> dict | None:
-    """The head of an HF directory (None when it has none of ours)."""
-    path = files.join(directory, "config.json")
-    with files.open_file(path) as file:
-        return head_from_config(json.load(file), path)

@@ -1,9 +1,9 @@
 """Hugging Face Hub names (`bert-base-uncased`, `org/name`) as model directories.
 
-`model_io` calls `resolve` on every model path: a path that exists is returned as it is;
-anything else that looks like a Hub name is looked up in the Hugging Face cache first
-(`HF_HUB_CACHE`, or `HF_HOME/hub`, or ~/.cache/huggingface/hub), then downloaded when
-online. Only safetensors weights and the small JSON/text files beside them are fetched:
+`model_source.resolve` calls `resolve` once for every model path: a path that exists is
+returned as it is; anything else that looks like a Hub name is looked up in the Hugging Face
+cache first (`HF_HUB_CACHE`, or `HF_HOME/hub`, or ~/.cache/huggingface/hub), then downloaded
+when online. Only safetensors weights and the small JSON/text files beside them are fetched:
 never pickled PyTorch weights (`pytorch_model.bin`), which can run code when loaded.
 """
 

@@ -178,23 +178,17 @@ def _canonical_names(tensors: dict[str, np.ndarray], source: str) -> dict[str, n
     return renamed
 
 
-def read_directory(directory: str) -> tuple[BertConfig, dict]:
-    """(config, params) from an HF BERT directory; params hold the parts the file has."""
-    tensors = _read_tensors(directory)
-    config_path = os.path.join(directory, "config.json")
-    try:
-        with open(config_path, encoding="utf-8") as file:
-            config = config_from_hf(json.load(file), config_path)
-    except json.JSONDecodeError as error:
-        raise UserError(f"{config_path}: not valid JSON ({error})") from None
-    tensors = _canonical_names(tensors, directory)
+def read_directory(directory: str, config: BertConfig, head: dict | None = None) -> dict:
+    """The params of an HF BERT directory (the parts its file holds), given its config and
+    task head as its config.json describes them (`config_from_hf`, `hf_heads.head_from_config`:
+    the caller reads config.json once)."""
+    tensors = _canonical_names(_read_tensors(directory), directory)
     entries = name_table(config, _encoder_prefix(tensors))
     shapes = tensor_map.parameter_shapes(config)
-    head = hf_heads.read_head(directory)
     if head is not None:
         entries += hf_heads.head_entries(head)
         shapes.update(hf_heads.head_shapes(config, head))
-    return config, tensor_map.tensors_to_params(tensors, entries, shapes, directory)
+    return tensor_map.tensors_to_params(tensors, entries, shapes, directory)
 
 
 def default_architecture(params: dict) -> str:

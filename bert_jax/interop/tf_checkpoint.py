@@ -108,14 +108,11 @@ def checkpoint_prefix(directory: str) -> str:
     return indexes[0][:-len(".index")]
 
 
-def read_directory(directory: str) -> tuple[BertConfig, dict]:
-    """(config, params) from an original BERT checkpoint directory."""
+def read_directory(directory: str, config: BertConfig) -> dict:
+    """The params of an original BERT checkpoint directory, given its config (bert_config.json,
+    read by the caller: `config_from_original`)."""
     import tensorflow as tf
 
-    config_path = os.path.join(directory, CONFIG_NAME)
-    with open(config_path, encoding="utf-8") as file:
-        # bert_config.json uses the same keys as an HF config.json, without model_type.
-        config = huggingface.config_from_hf({"model_type": "bert", **json.load(file)}, config_path)
     prefix = checkpoint_prefix(directory)
     try:
         reader = tf.train.load_checkpoint(prefix)
@@ -123,8 +120,13 @@ def read_directory(directory: str) -> tuple[BertConfig, dict]:
         raise UserError(f"{prefix}: cannot read TensorFlow checkpoint ({error})") from None
     tensors = {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
                if name not in _TRAINING_STATE_NAMES and not name.endswith(_TRAINING_STATE_SUFFIXES)}
-    return config, tensor_map.tensors_to_params(
+    return tensor_map.tensors_to_params(
         tensors, name_table(config), tensor_map.parameter_shapes(config), prefix)
+
+
+def config_from_original(values: dict, source: str) -> BertConfig:
+    """A BertConfig from bert_config.json: an HF config.json's keys, without model_type."""
+    return huggingface.config_from_hf({"model_type": "bert", **values}, source)
 
 
 def config_to_original(config: BertConfig) -> dict:

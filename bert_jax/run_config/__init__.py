@@ -236,9 +236,11 @@ def load_run_config(path: str, overrides: list[str] | None = None) -> ml_collect
                         "config: --config laptop is a small model)")
     apply_overrides(config, pairs, source=path)
     if config.get("init_from"):
+        from bert_jax.interop import model_source
         from bert_jax.run_config.init_from import adopt_architecture
 
-        adopt_architecture(config, [key for key, _ in pairs], source=path)
+        adopt_architecture(config, [key for key, _ in pairs],
+                           model_source.resolve(config.init_from).config(), source=path)
     check_ranges(flatten(config), source=path)
     return config
 

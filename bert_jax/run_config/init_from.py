@@ -37,13 +37,11 @@ def explicit_model_fields(config, override_keys) -> set[str]:
     return explicit
 
 
-def adopt_architecture(config, override_keys, source: str = "run config") -> None:
-    """Sets config.model's architecture from config.init_from's model where not explicit;
-    raises one UserError listing every explicit field that disagrees with it."""
-    from bert_jax import model_io
-
+def adopt_architecture(config, override_keys, model, source: str = "run config") -> None:
+    """Sets config.model's architecture from `model` (the BertConfig of config.init_from's
+    source, `ModelSource.config()`) where not explicit; raises one UserError listing every
+    explicit field that disagrees with it."""
     path = config.init_from
-    model = model_io.load_config(path)
     explicit = explicit_model_fields(config, override_keys)
     conflicts = [f"model.{field} is {config.model[field]}, the source's {getattr(model, field)}"
                  for field in ARCHITECTURE if field in explicit

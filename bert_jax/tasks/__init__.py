@@ -61,3 +61,9 @@ def task_module(name: str) -> ModuleType:
     if name not in modules:
         raise UserError(f"unknown task {name!r}; expected one of {sorted(modules)}")
     return modules[name]
+
+
+def task_from_info(info: dict):
+    """The task a fine-tuned model was trained for, from its task info (task.json, or a Hugging
+    Face head's): what `training.finetune.load_finetuned` is given to rebuild it."""
+    return task_module(info["task"]).TASK.from_settings(info["settings"])

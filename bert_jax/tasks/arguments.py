@@ -1,7 +1,8 @@
 """The flags of `bert-jax finetune TASK`, apart from the task modules (which import JAX and Flax),
 so that `bert-jax finetune TASK --help` answers at once (it took 6-8 s on a loaded machine).
 
-`Settings` holds the flags every task shares; `TASK_ARGUMENTS[name](parser)` adds one task's
+The flags every task shares take their defaults from `Settings`
+(bert_jax/training/finetune_settings.py); `TASK_ARGUMENTS[name](parser)` adds one task's
 own, and each task class's `add_arguments` calls the same function. The defaults the task
 modules use (QA windows, the sentence-embedding losses, the ways to join frozen layers) are
 defined here, once.
@@ -10,16 +11,6 @@ defined here, once.
 import dataclasses
 
 from input_pipeline.tasks import columns
-
-
-@dataclasses.dataclass(frozen=True)
-class Settings:
-    """The common flags of `bert-jax finetune`; defaults follow the BERT paper's recipe."""
-    epochs: int = 3  # the paper: 2-4
-    learning_rate: float = 2e-5  # the paper: 2e-5 .. 5e-5 (AdamW)
-    batch_size: int = 32  # the paper: 16 or 32
-    max_seq_len: int = 128
-    seed: int = 0
 
 
 @dataclasses.dataclass(frozen=True)

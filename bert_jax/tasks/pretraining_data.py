@@ -6,11 +6,13 @@ resolved the model), reads the lengths and packing the shards were made with, si
 model's vocabulary from vocab.txt and refuses shards made with another vocabulary. It
 returns the settings it derived; the caller applies them (`apply_settings`) before the
 trainer starts, so run_config.json records them. `reader_factory` opens the shard reader
-per process.
+per process. `prepare_run` does all of it for `bert-jax pretrain` and its pod rehearsal
+(`preflight.py`): the task, the reader and init_from's weights (read only on a fresh start).
 """
 
 import dataclasses
-from typing import Any, Callable
+import functools
+from typing import Any, Callable, NamedTuple
 
 import ml_collections
 
@@ -185,3 +187,38 @@ def prepare_data(run_config, log=print,
     if vocab_size != run_config.model.vocab_size:
         settings["model.vocab_size"] = vocab_size
     return PreparedData(settings=settings, tokenizer=tokenizer)
+
+
+def init_from_source(path: str):
+    """(vocab_path(), init_weights()) of the model --config.init_from names: the one place
+    pre-training reads that model. Both are asked only when needed: the vocabulary when
+    data.vocab_path is unset, the weights when the run starts fresh (not on a resume)."""
+    from bert_jax.interop import model_source
+
+    # Resolved on first use: a resumed run whose init_from has since been deleted needs neither.
+    source = functools.cache(lambda: model_source.resolve(path))
+    return (lambda: source().vocab_path), (lambda: source().load())
+
+
+class PretrainingRun(NamedTuple):
+    """What `trainer.train` takes for a pre-training run, and the run's tokenizer."""
+    task: Any  # tasks.pretraining.PretrainingTask of the completed run config
+    dataset_factory: Callable  # the shard reader, per process
+    init_weights: Callable | None  # init_from's weights, None without init_from
+    tokenizer: Any  # data.vocab_path's, or None without a vocabulary
+
+
+def prepare_run(run_config, log=print) -> PretrainingRun:
+    """Completes `run_config`'s data section (demo shards, shapes, packing, vocabulary,
+    model.vocab_size: `prepare_data` above) in place, before the trainer records
+    it, and gives the task, the shard reader and init_from's weights."""
+    from bert_jax.tasks import pretraining
+
+    init_vocab_path, init_weights = (init_from_source(run_config.init_from)
+                                     if run_config.init_from else (None, None))
+    prepared = prepare_data(run_config, log, init_vocab_path)
+    apply_settings(run_config, prepared.settings)
+    return PretrainingRun(
+        task=pretraining.task_from_run_config(run_config),
+        dataset_factory=reader_factory(run_config.data, run_config.seed, prepared.tokenizer),
+        init_weights=init_weights, tokenizer=prepared.tokenizer)

@@ -7,6 +7,8 @@ evaluations without improvement, and writes WORKDIR/eval_results.json (final and
 metrics, the run's settings) and WORKDIR/eval_predictions.jsonl. A rerun of the same
 command resumes bit-identically from the last checkpoint (checkpoints are taken at each
 evaluation). `load_finetuned(...)` gives `predict` and `evaluate` a task, params and bundle.
+Both take a `ModelSource` (interop/model_source.py): the model's config, vocabulary and
+weights are each read once, and the trainer is handed the weights, not a path to read again.
 """
 
 import dataclasses
@@ -16,14 +18,14 @@ import jax
 import ml_collections
 import numpy as np
 
-from bert_jax import files, json_values, model_io, sharding
+from bert_jax import files, json_values, sharding
 from bert_jax.errors import UserError
+from bert_jax.interop import model_source, model_writers
 from bert_jax.run_config import apply_overrides, base_config, flatten, parse_overrides
 from bert_jax.run_config.ranges import check_ranges
 from bert_jax.storage_errors import reported
-from bert_jax.tasks.arguments import Settings  # with the flags `finetune` shares
 from bert_jax.training import batching, prediction, trainer
-from bert_jax.training.initial_state import LoadedWeights
+from bert_jax.training.finetune_settings import Settings  # with the flags `finetune` shares
 
 EVAL_RESULTS = "eval_results.json"
 EVAL_PREDICTIONS = "eval_predictions.jsonl"
@@ -136,7 +138,7 @@ class BestModelEvaluator:
     def _save_best(self, bundle, state) -> None:
         params = _host_params(state.params)
         if jax.process_index() == 0:
-            model_io.save_model(bundle.model_config, params, self.tokenizer,
+            model_writers.save_model(bundle.model_config, params, self.tokenizer,
                                 os.path.join(self.workdir, BEST), overwrite=True,
                                 task_info=self.task_info, inside_run=True)
 
@@ -153,18 +155,16 @@ def task_info(task, max_seq_len: int) -> dict:
                 max_seq_len=max_seq_len)
 
 
-def finetune(task, model_path: str, train_path: str, eval_path: str | None, workdir: str,
+def finetune(task, model, train_path: str, eval_path: str | None, workdir: str,
              settings: Settings, overrides=(), show_progress: bool = True, log=print) -> dict:
-    """Fine-tunes the model at `model_path` for `task`; returns eval_results.json's content."""
-    from input_pipeline.tokenization import load_tokenizer
-
-    model_config, params, vocab = model_io.load_model(model_path)
-    if vocab is None:
-        raise UserError(f"{model_path}: no vocab.txt beside the weights")
-    tokenizer = load_tokenizer(vocab)
-    run_config = run_config_for(model_config, settings, overrides)
-    run_config.init_from = model_path
-    run_config.data.vocab_path = vocab
+    """Fine-tunes `model` (a `ModelSource`, or a path or Hub name) for `task`; returns
+    eval_results.json's content. Its weights are read once, by the trainer, and only when
+    the run starts fresh (a resumed run reads none)."""
+    source = model_source.resolve(model)
+    tokenizer = source.tokenizer()
+    run_config = run_config_for(source.config(), settings, overrides)
+    run_config.init_from = source.name  # recorded in run_config.json; the weights come below
+    run_config.data.vocab_path = source.vocab_path
     run_config.data.train_files = os.path.abspath(train_path)
     train = task.read_examples(train_path, tokenizer, run_config.data.seq_len)
     evaluation = task.read_examples(eval_path, tokenizer, run_config.data.seq_len) \
@@ -174,7 +174,7 @@ def finetune(task, model_path: str, train_path: str, eval_path: str | None, work
     if jax.process_index() == 0:  # the run's first write: a read-only --workdir is named here
         with reported(workdir, "writing task.json", "use a writable --workdir"):
             os.makedirs(workdir, exist_ok=True)
-            model_io.write_task_info(workdir, info)
+            model_writers.write_task_info(workdir, info)
     sequence = batching.sequence_features(task.batch_schema())
 
     # A task may draw its batches anew each epoch (masked LM's dynamic masks).
@@ -189,10 +189,10 @@ def finetune(task, model_path: str, train_path: str, eval_path: str | None, work
     evaluator = BestModelEvaluator(task, evaluation, run_config, workdir, tokenizer, info,
                                    log) if evaluation else None
     result = trainer.train(run_config, workdir, task=task, dataset_factory=dataset_factory,
-                           init_weights=lambda: LoadedWeights(model_path, model_config, params),
-                           evaluator=evaluator, show_progress=show_progress, log=log)
+                           evaluator=evaluator, show_progress=show_progress, log=log,
+                           init_weights=source.load)
     return _write_results(task, run_config, workdir, settings, evaluator, evaluation, result,
-                          dict(model=model_path, train=train_path, eval=eval_path,
+                          dict(model=source.name, train=train_path, eval=eval_path,
                                num_train_examples=len(train.rows)))
 
 
@@ -217,27 +217,29 @@ def _write_results(task, run_config, workdir, settings, evaluator, evaluation, r
     return results
 
 
-def load_finetuned(model_path: str, batch_size: int, task_name: str | None = None,
+def load_finetuned(model, batch_size: int, task_from_info, task_name: str | None = None,
                    max_seq_len: int | None = None):
-    """(task, bundle, params placed on the mesh, tokenizer, task info) of a fine-tuned model.
+    """(task, bundle, params placed on the mesh, tokenizer, task info) of a fine-tuned model
+    (a `ModelSource`, or a path or Hub name).
 
-    `max_seq_len` (default: the training run's; else 128, or the model's positions if fewer)
-    is checked against the model's positions and comes back as the info's "max_seq_len"."""
-    from bert_jax.tasks import task_module
+    `task_from_info(info)` builds the task its task info names (`tasks.task_from_info`: the
+    training system imports no task module). `max_seq_len` (default: the training run's;
+    else 128, or the model's positions if fewer) is checked against the model's positions
+    and comes back as the info's "max_seq_len"."""
     from bert_jax.training import train_step
-    from input_pipeline.tokenization import load_tokenizer
 
-    info = model_io.load_task_info(model_path)
+    source = model_source.resolve(model)
+    info = source.task_info()
     if info is None:
-        raise UserError(f"{model_path}: not a fine-tuned model (no task.json, and not a "
+        raise UserError(f"{source.name}: not a fine-tuned model (no task.json, and not a "
                         "Hugging Face BertForSequenceClassification / "
                         "BertForTokenClassification directory); train one with bert-jax finetune")
     if task_name is not None and info["task"] != task_name:
-        raise UserError(f"{model_path}: was fine-tuned for {info['task']!r}, not {task_name!r}")
-    task = task_module(info["task"]).TASK.from_settings(info["settings"])
-    model_config, params, vocab = model_io.load_model(model_path)
-    if vocab is None:
-        raise UserError(f"{model_path}: no vocab.txt beside the weights")
+        raise UserError(f"{source.name}: was fine-tuned for {info['task']!r}, not {task_name!r}")
+    task = task_from_info(info)
+    tokenizer = source.tokenizer()
+    loaded = source.load()
+    model_config, params = loaded.config, loaded.params
     max_seq_len = (max_seq_len or info.get("max_seq_len")
                    or min(Settings.max_seq_len, model_config.max_positions))
     run_config = run_config_for(model_config, Settings(batch_size=batch_size,
@@ -247,8 +249,8 @@ def load_finetuned(model_path: str, batch_size: int, task_name: str | None = Non
     expected = bundle.abstract_state.params
     missing = sorted(set(expected) - set(params))
     if missing:
-        raise UserError(f"{model_path}: has no {missing} parameters for task {task.name!r}")
+        raise UserError(f"{source.name}: has no {missing} parameters for task {task.name!r}")
     placed = jax.tree.map(lambda value, spec: jax.device_put(
         np.asarray(value, spec.dtype), spec.sharding), {key: params[key] for key in expected},
         expected)
-    return task, bundle, placed, load_tokenizer(vocab), dict(info, max_seq_len=max_seq_len)
+    return task, bundle, placed, tokenizer, dict(info, max_seq_len=max_seq_len)

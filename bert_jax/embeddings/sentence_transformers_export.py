@@ -5,14 +5,14 @@ gives what `bert-jax embed --model SOURCE` gives (the pooling, normalisation and
 length travel in modules.json, 1_Pooling/config.json and sentence_bert_config.json).
 """
 
-from bert_jax import model_io
 from bert_jax.embeddings.encoder import load_embedding_model
 from bert_jax.embeddings.model_directory import write_settings
+from bert_jax.interop import model_writers
 
 
-def export(source: str, destination: str, overwrite: bool = False) -> str:
-    """Converts the model at `source` (any directory `bert-jax embed` reads); returns a summary
-    of the pooling written."""
+def export(source, destination: str, overwrite: bool = False) -> str:
+    """Converts the model at `source` (a path or `ModelSource` of any directory `bert-jax
+    embed` reads); returns a summary of the pooling written."""
     model = load_embedding_model(source)
     settings = model.settings
 
@@ -21,7 +21,7 @@ def export(source: str, destination: str, overwrite: bool = False) -> str:
 
     # BertModel holds the encoder and pooler only: the layout sentence-transformers loads
     # through AutoModel with no missing or unexpected keys.
-    model_io.export_huggingface(model.config, {"bert": model.params}, model.tokenizer,
-                                destination, "BertModel", overwrite,
-                                extra_files=add_pooling_files)
+    model_writers.export_huggingface(model.config, {"bert": model.params}, model.tokenizer,
+                                     destination, "BertModel", overwrite,
+                                     extra_files=add_pooling_files)
     return settings.describe()

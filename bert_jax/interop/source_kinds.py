@@ -1,11 +1,11 @@
-"""What kind of model a path holds, and where a bert-jax run keeps its pieces.
+"""What kind of model a directory holds, and where a bert-jax run keeps its pieces.
 
-`source_kind` tells the sources `model_io.load_model` reads apart by the files inside: a
+`source_kind` tells the sources `model_source.ModelSource` reads apart by the files inside: a
 Hugging Face directory (config.json), a bert-jax model directory (model_config.json +
 params/), a training work directory (model_config.json + checkpoints/), one step of a run
-(checkpoints/<step>/params), an original TF checkpoint (bert_config.json + *.ckpt.index);
-a Hugging Face Hub name resolves to its cached directory first (interop/hub.py). Nothing here
-reads weights, so commands can ask for a model's vocabulary or kind cheaply.
+(checkpoints/<step>/params), an original TF checkpoint (bert_config.json + *.ckpt.index).
+A Hugging Face Hub name is resolved to its cached directory before (`model_source.resolve`).
+Nothing here reads a file's content.
 """
 
 from bert_jax import files
@@ -15,6 +15,8 @@ MODEL_CONFIG = "model_config.json"
 PARAMS = "params"
 CHECKPOINTS = "checkpoints"
 VOCAB = "vocab.txt"
+# What a fine-tuned model was trained for: {"task", "settings", "head", "max_seq_len"}.
+TASK_INFO = "task.json"
 
 
 def latest_step_directory(work_directory: str) -> str:
@@ -27,16 +29,11 @@ def latest_step_directory(work_directory: str) -> str:
     return files.join(root, str(max(steps)))
 
 
-def _vocab_or_none(directory: str) -> str | None:
-    path = files.join(directory, VOCAB)
-    return path if files.exists(path) else None
-
-
 def source_kind(path: str) -> str:
-    """'huggingface', 'bert-jax', 'tf-checkpoint', 'training-run' or 'training-step'."""
-    from bert_jax.interop import hub, tf_checkpoint
+    """'huggingface', 'bert-jax', 'tf-checkpoint', 'training-run' or 'training-step' for a
+    directory (a Hub name already resolved to one)."""
+    from bert_jax.interop import tf_checkpoint
 
-    path = hub.resolve(path)  # a Hugging Face Hub name: its cached (or downloaded) directory
     if not files.isdir(path):
         raise UserError(f"{path}: expected a model directory, not a file" if files.exists(path)
                         else f"{path}: no such file or directory")
@@ -70,12 +67,3 @@ def metadata_directory(path: str, kind: str) -> str:
     task.json: its training run's directory for one step of a run, else `path` itself."""
     return _step_run_directory(path) if kind == "training-step" else path
 
-
-def vocab_path(path: str, kind: str | None = None) -> str | None:
-    """The vocab.txt that belongs to the model at `path` (any source kind), without loading it.
-
-    `kind`: the path's `source_kind`, where the caller has it (saves listing it again)."""
-    from bert_jax.interop import hub
-
-    path = hub.resolve(path)
-    return _vocab_or_none(metadata_directory(path, kind or source_kind(path)))
