@@ -7,10 +7,11 @@ The layouts of `bert_jax.sharding` call for few kinds of communication, each for
           in the backward) and each gradient summed and split back to its shard
           (reduce-scatters; libtpu runs most of them as a ring of collective-permutes beside
           the weight-gradient matmul, and sums some whole with an all-reduce, then slices:
-          BERT-Large at one sequence per chip on v5e, 1.10 GiB of all-reduces per chip). The word-embedding table is split along `embed`: its
-          lookup and gradient move rows between that layout and the batch's (all-to-alls),
-          after an all-gather of the batch's token ids, which is cheaper than gathering the
-          table (B/n x T x H activations against V x H parameters).
+          BERT-Large at one sequence per chip on v5e, 1.10 GiB of all-reduces per chip).
+          The word-embedding table is split along `embed`: its lookup and gradient move rows
+          between that layout and the batch's (all-to-alls), after an all-gather of the
+          batch's token ids, which is cheaper than gathering the table (B/n x T x H
+          activations against V x H parameters).
   tensor  Megatron's row-split matmuls end in partial sums: all-reduces in the forward.
 
 Anything else, such as a gathered activation resharded between layouts (all-to-alls or
