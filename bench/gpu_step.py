@@ -29,6 +29,9 @@ MFU counts model FLOPs (`bert_jax.flops`: matmuls only, 3x forward) of the batch
 against the card's datasheet dense peak (DATASHEET_PEAK). --markdown-out writes the table
 the README quotes, headed by the card's name. --smoke runs it all on the CPU in seconds.
 
+This file runs the comparison and writes the table; bench/gpu_frameworks.py holds the two
+sides' steps, bench/gpu_card.py the card's peaks, matmul precision and memory.
+
 Usage: python bench/gpu_step.py [--presets base,large] [--configs fp32:128x128,bf16:128x128,
            fp32:32x512,bf16:32x512] [--rounds 5] [--steps 10] [--compile all|none|CONFIGS]
            [--attention-dropout 0] [--markdown-out PATH] [--json-out PATH]
@@ -36,12 +39,10 @@ Usage: python bench/gpu_step.py [--presets base,large] [--configs fp32:128x128,b
 """
 
 import argparse
-import gc
 import json
 import os
 import statistics
 import sys
-import time
 
 import numpy as np
 
@@ -54,158 +55,10 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 os.environ.setdefault("TQDM_DISABLE", "1")  # time_rounds' progress bar: noise in a log
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.model_step import JaxStep, TorchGatheredStep, make_batch, time_rounds  # noqa: E402
-
-DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
-# Datasheet dense (no sparsity) bf16 and tf32 tensor-core FLOP/s, by a name
-# torch.cuda.get_device_name() contains: NVIDIA's H100 SXM / H200 and A100 datasheets.
-DATASHEET_PEAK = {"H100": {"bf16": 989e12, "fp32": 494e12},
-                  "H200": {"bf16": 989e12, "fp32": 494e12},
-                  "A100": {"bf16": 312e12, "fp32": 156e12}}
-
-
-class GpuJaxStep(JaxStep):
-    """model_step.JaxStep whose `run(n)` runs n steps, then waits once; it reports the
-    attention implementation its compiled program holds."""
-
-    def run(self, steps: int):
-        for _ in range(steps):
-            self.state, metrics = self.bundle.train_step(self.state, self.batch, self.rng)
-        # One program writes state and metrics: when the metrics are ready, so is the step.
-        return float(metrics["loss"])
-
-    def while_loops(self) -> int:
-        """`while` ops in the lowered step: the CPU-only chunked attention is a lax.map loop."""
-        lowered = self.bundle.train_step.lower(self.state, self.batch, self.rng)
-        return lowered.as_text().count("stablehlo.while")
-
-    def attention(self) -> str:
-        """The attention the compiled step holds (cuDNN's fused kernel, or XLA's einsums)."""
-        from bert_jax import aot_hlo
-        compiled = self.bundle.train_step.lower(self.state, self.batch, self.rng).compile()
-        name, calls = aot_hlo.attention_kernel(compiled.as_text() or "")
-        return f"{name}" + (f", {calls} kernel calls" if calls else "")
-
-
-class GpuTorchStep(TorchGatheredStep):
-    """model_step's `torch-g` step on a CUDA device: fused AdamW, optional bf16 autocast and
-    torch.compile; `run(n)` runs n steps, then synchronizes once."""
-
-    def __init__(self, model_config, batch: dict, dtype: str, compile_loss: bool = False):
-        import torch
-        from bench.torch_pretraining import gathered_pretraining_losses
-        super().__init__(model_config, batch)
-        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        self.model.to(self.device)
-        self.tensors = {name: value.to(self.device) for name, value in self.tensors.items()}
-        hyper = {name: self.optimizer.defaults[name]
-                 for name in ("lr", "betas", "eps", "weight_decay")}
-        # One fused kernel updates every parameter: the recommended AdamW on a GPU.
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), **hyper, fused=True)
-        self.bf16 = dtype == "bfloat16"
-        self.losses = (torch.compile(gathered_pretraining_losses) if compile_loss
-                       else gathered_pretraining_losses)
-
-    def loss(self):
-        import torch
-        # Autocast over the forward pass only, as PyTorch's AMP recipe has it.
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
-            mlm_loss, nsp_loss = self.losses(self.model, self.tensors)
-        return mlm_loss + nsp_loss
-
-    def run(self, steps: int):
-        for _ in range(steps):  # no per-step float(loss): nothing waits between steps
-            loss = self.update()
-        return float(loss.detach())
-
-
-def matmul_peaks(precision: str, size: int, repeats: int) -> dict:
-    """Calls running `repeats` (size x size) products then waiting, one per framework."""
-    import jax
-    import jax.numpy as jnp
-    import torch
-    jax_dtype, torch_dtype = {"bf16": (jnp.bfloat16, torch.bfloat16),
-                              "fp32": (jnp.float32, torch.float32)}[precision]
-    keys = jax.random.split(jax.random.PRNGKey(0))
-    jax_inputs = [jax.random.normal(key, (size, size), jax_dtype) for key in keys]
-    jax_matmul = jax.jit(jnp.matmul)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    torch_inputs = [torch.randn(size, size, dtype=torch_dtype, device=device) for _ in range(2)]
-
-    def run_jax():
-        for _ in range(repeats):
-            product = jax_matmul(*jax_inputs)
-        product.block_until_ready()
-
-    def run_torch():
-        for _ in range(repeats):
-            torch.matmul(*torch_inputs)
-        synchronize()
-
-    return {"bert-jax": run_jax, "torch": run_torch}
-
-
-def synchronize() -> None:
-    import torch
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
-
-def fp32_matmul_errors(size: int = 1024) -> dict:
-    """Relative error of each framework's default float32 matmul against float64: about
-    1e-7 in true float32, about 3e-4 when the tensor cores round the inputs to TF32."""
-    import jax
-    import jax.numpy as jnp
-    import torch
-    rng = np.random.default_rng(0)
-    left, right = (rng.standard_normal((size, size)).astype(np.float32) for _ in range(2))
-    reference = left.astype(np.float64) @ right.astype(np.float64)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    results = {"bert-jax": np.asarray(jax.jit(jnp.matmul)(left, right)),
-               "torch": torch.matmul(torch.from_numpy(left).to(device),
-                                     torch.from_numpy(right).to(device)).cpu().numpy()}
-    return {name: float(np.linalg.norm(result - reference) / np.linalg.norm(reference))
-            for name, result in results.items()}
-
-
-def attention_path(batch_size: int, seq_len: int) -> str:
-    """Which attention the model takes here: bert_jax/layers/attention.py chunks only on a CPU."""
-    import jax
-    from bert_jax.layers.attention import chunk_count
-    backend = jax.default_backend()
-    chunks = chunk_count(batch_size, seq_len, -1, backend)
-    path = "plain (whole batch)" if chunks == 1 else f"chunked ({chunks} chunks)"
-    return f"backend {backend}: automatic attention is {path}"
-
-
-def build_steps(preset: str, precision: str, batch: dict, compile_loss: bool,
-                attention_dropout: float) -> dict:
-    """The steps of one configuration, warmed up (compiled); prints compile times. Both
-    frameworks take `attention_dropout` (PyTorch's SDPA applies it inside its fused kernels;
-    bert-jax's fused kernels need 0, layers/attention_kernels.py)."""
-    overrides = {"attention_dropout_rate": attention_dropout}
-    steps = {"bert-jax": GpuJaxStep(preset, batch, DTYPES[precision], overrides)}
-    steps["torch"] = GpuTorchStep(steps["bert-jax"].model_config, batch, DTYPES[precision])
-    if compile_loss:
-        steps["torch.compile"] = GpuTorchStep(steps["bert-jax"].model_config, batch,
-                                              DTYPES[precision], compile_loss=True)
-    for name, step in list(steps.items()):
-        start = time.perf_counter()
-        try:
-            loss = step.run(1)  # compiles
-        except Exception as error:  # noqa: BLE001 - torch.compile is optional: report, go on
-            if name != "torch.compile":
-                raise
-            print(f"  torch.compile failed, left out: {type(error).__name__}: {error}"[:2000])
-            del steps[name]
-            continue
-        first = time.perf_counter() - start
-        step.run(3)
-        attention = getattr(getattr(step, "model", None), "config", None)
-        attention = f", attention {attention._attn_implementation}" if attention else ""
-        print(f"  {name}: first step {first:.1f} s (compilation), loss {loss:.3f}{attention}",
-              flush=True)
-    return steps
+from bench.model_step import make_batch, time_rounds  # noqa: E402
+from bench.gpu_card import (allow_tf32_in_torch, datasheet_peak, device_name,  # noqa: E402
+                            matmul_peaks, memory_report, print_environment, release)
+from bench.gpu_frameworks import DTYPES, attention_path, build_steps  # noqa: E402
 
 
 def benchmark_config(preset: str, precision: str, batch_size: int, seq_len: int, args,
@@ -261,20 +114,6 @@ def benchmark_config(preset: str, precision: str, batch_size: int, seq_len: int,
                             "seconds_per_step": per_round, "memory": memory}
 
 
-def device_name() -> str:
-    import torch
-    return torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU"
-
-
-def datasheet_peak(precision: str) -> float:
-    """The card's dense datasheet FLOP/s in `precision` (0 for a card not in the table)."""
-    name = device_name()
-    for card, peaks in DATASHEET_PEAK.items():
-        if card in name:
-            return peaks[precision]
-    return 0.0
-
-
 def markdown_table(rows: list[str], args) -> str:
     """The table the README quotes: the card's name, the settings, one row per step."""
     return "\n".join([
@@ -284,25 +123,6 @@ def markdown_table(rows: list[str], args) -> str:
         f"medians; MFU = model FLOPs of the real tokens / the datasheet's dense peak.", "",
         "| model | precision | batch | framework | ms/step | tokens/s | MFU | time / bert-jax |",
         "|---|---|---|---|---|---|---|---|", *rows])
-
-
-def memory_report() -> str:
-    """Peak device memory of each framework (JAX's over the whole run; both share the GPU)."""
-    import jax
-    import torch
-    jax_stats = jax.devices()[0].memory_stats() or {}
-    torch_peak = torch.cuda.max_memory_allocated() if torch.cuda.is_available() else 0
-    return (f"peak memory: bert-jax {jax_stats.get('peak_bytes_in_use', 0) / 2**30:.1f} GiB, "
-            f"torch {torch_peak / 2**30:.1f} GiB")
-
-
-def release() -> None:
-    """Frees the last configuration's models (out of scope by now) before the next one's."""
-    import torch
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
 
 
 def parse_configs(text: str) -> list[tuple[str, int, int]]:
@@ -316,30 +136,6 @@ def parse_configs(text: str) -> list[tuple[str, int, int]]:
         batch_size, seq_len = shape.split("x")
         configs.append((precision, int(batch_size), int(seq_len)))
     return configs
-
-
-def allow_tf32_in_torch() -> None:
-    """PyTorch's float32 matmuls in TF32 (its default is true float32), as JAX's on a GPU."""
-    import torch
-    torch.backends.cuda.matmul.allow_tf32 = True
-    torch.backends.cudnn.allow_tf32 = True
-    torch.set_float32_matmul_precision("high")
-
-
-def print_environment() -> None:
-    import jax
-    import torch
-    import transformers
-    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU"
-    print(f"jax {jax.__version__} backend {jax.default_backend()} "
-          f"({jax.devices()[0].device_kind}); torch {torch.__version__} on {device}; "
-          f"transformers {transformers.__version__}")
-    print(f"jax_default_matmul_precision={jax.config.jax_default_matmul_precision}; torch "
-          f"allow_tf32={torch.backends.cuda.matmul.allow_tf32}, "
-          f"float32_matmul_precision={torch.get_float32_matmul_precision()}")
-    errors = fp32_matmul_errors()
-    print("fp32 matmul relative error vs float64 (1024^2; ~1e-7 fp32, ~3e-4 tf32): "
-          + ", ".join(f"{name} {error:.1e}" for name, error in errors.items()), flush=True)
 
 
 def parse_arguments() -> argparse.Namespace:

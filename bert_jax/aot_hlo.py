@@ -16,6 +16,7 @@ A collective inside a loop body is counted once (the train step has no loop on a
 unless grad_accum_steps > 1).
 """
 
+import dataclasses
 import re
 
 # HLO instructions that move data between devices; "-start" is the async form of each.
@@ -27,9 +28,13 @@ _SHAPE = re.compile(r"\b(pred|[suf]\d+|bf16|f8e\w+)\[([\d,]*)\]")
 _GROUPS_LIST = re.compile(r"replica_groups=\{\{([\d,]*)\}")
 _GROUPS_IOTA = re.compile(r"replica_groups=\[\d+,(\d+)\]<=")
 # libtpu's named form: replica_groups=mesh['axis_0'=4,'axis_1'=2] {'axis_0'}
-_GROUPS_MESH = re.compile(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}")
+# or, with the devices reordered: ...=2], device_ids=([2,2]T(1,0)) {'axis_0'}
+_GROUPS_MESH = re.compile(
+    r"replica_groups=mesh\[([^\]]*)\](?:,\s*device_ids=\S*)?\s*\{([^}]*)\}")
 _MESH_AXIS = re.compile(r"'([^']+)'=(\d+)")
 _CHANNEL = re.compile(r"channel_id=(\d+)")
+_OP_NAME = re.compile(r'op_name="([^"]*)"')
+_PAIRS = re.compile(r"source_target_pairs=(\{[\d,{}]*\})")
 _ELEMENT_BYTES = {"pred": 1, "bf16": 2}
 
 # What a program holds for attention, by the custom call that marks it.
@@ -98,32 +103,57 @@ def _wire_bytes(kind: str, output: int, group: int) -> float:
             "collective-permute": float(output)}[kind]
 
 
-def collectives(hlo_text: str, num_devices: int) -> tuple[dict[str, int], dict[str, float]]:
-    """(count, bytes sent per device) of each collective kind in compiled HLO text.
+@dataclasses.dataclass(frozen=True)
+class Collective:
+    """One collective of a compiled program."""
+    kind: str  # one of COLLECTIVES
+    op_name: str  # the JAX operation it was made for ("" where XLA combined several)
+    group_size: int  # devices in each of its groups
+    bytes_sent: float  # per device, by the ring algorithms of the module docstring
+    source_target_pairs: str = ""  # a collective-permute's {{0,1},{1,2},...}
+
+
+def collective_ops(hlo_text: str, num_devices: int) -> list[Collective]:
+    """Every collective in compiled HLO text, once each.
 
     Async pairs count once: the "-start" half carries the operands, "-done" is not matched.
     One collective can be written in several computations (libtpu's async collective
     fusions repeat it in each fusion it is pipelined through): those share a channel id
     and count once.
     """
-    counts = dict.fromkeys(COLLECTIVES, 0)
-    wire = dict.fromkeys(COLLECTIVES, 0.0)
-    seen = set()
+    found, seen = [], set()
     for line in hlo_text.splitlines():
         match = _INSTRUCTION.search(line)
         if not match:
             continue
-        kind = match.group("kind")
-        channel = _CHANNEL.search(match.group("attributes"))
+        kind, attributes = match.group("kind"), match.group("attributes")
+        channel = _CHANNEL.search(attributes)
         if channel:
             if (kind, channel.group(1)) in seen:
                 continue
             seen.add((kind, channel.group(1)))
-        counts[kind] += 1
-        group = _group_size(match.group("attributes"), num_devices)
+        group = _group_size(attributes, num_devices)
         output = output_bytes(match.group("result"), bool(match.group("start")))
-        wire[kind] += _wire_bytes(kind, output, group)
+        op_name, pairs = _OP_NAME.search(attributes), _PAIRS.search(attributes)
+        found.append(Collective(kind, op_name.group(1) if op_name else "", group,
+                                _wire_bytes(kind, output, group),
+                                pairs.group(1) if pairs else ""))
+    return found
+
+
+def totals(found: list[Collective]) -> tuple[dict[str, int], dict[str, float]]:
+    """(count, bytes sent per device) of each collective kind."""
+    counts = dict.fromkeys(COLLECTIVES, 0)
+    wire = dict.fromkeys(COLLECTIVES, 0.0)
+    for collective in found:
+        counts[collective.kind] += 1
+        wire[collective.kind] += collective.bytes_sent
     return counts, wire
+
+
+def collectives(hlo_text: str, num_devices: int) -> tuple[dict[str, int], dict[str, float]]:
+    """(count, bytes sent per device) of each collective kind in compiled HLO text."""
+    return totals(collective_ops(hlo_text, num_devices))
 
 
 def attention_kernel(hlo_text: str) -> tuple[str, int]:

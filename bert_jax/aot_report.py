@@ -8,6 +8,7 @@ took 4 days to complete".
 
 import dataclasses
 
+from bert_jax import aot_collectives
 from bert_jax.aot import COLLECTIVES, CompileReport, format_bytes
 
 DEFAULT_MFU = 0.5
@@ -61,10 +62,6 @@ def format_report(report: CompileReport, mfu: float, steps: int) -> str:
     mesh = " ".join(f"{name}={size}" for name, size in report.mesh_shape.items())
     step_seconds = report.step_seconds(mfu)
     compiled_flops = report.compiled_flops_per_device * report.num_devices
-    collectives = ", ".join(
-        f"{name} {report.collectives.get(name, 0)}"
-        + (f" ({format_bytes(report.collective_bytes[name])})"
-           if report.collective_bytes.get(name) else "") for name in COLLECTIVES)
     header = [
         f"train step on {report.topology}: {report.num_devices} devices = {report.num_chips} "
         f"{report.device_kind} chips ({report.devices_per_chip} device(s) per chip), mesh {mesh}",
@@ -83,7 +80,7 @@ def format_report(report: CompileReport, mfu: float, steps: int) -> str:
         *kernel_lines(report),
         f"  bytes accessed per device: {format_bytes(report.bytes_accessed_per_device)} "
         f"(XLA cost analysis: HBM reads and writes)",
-        f"  collectives in the HLO (bytes sent per device): {collectives}",
+        *collective_lines(report),
         roofline_line(report),
     ] if not report.out_of_memory else [
         f"  memory: {fit_line(report)}",
@@ -105,6 +102,22 @@ def kernel_lines(report: CompileReport) -> list[str]:
     return [line + f"; its kernels' {report.kernel_flops_per_device * report.num_devices:.3e} "
             f"FLOPs per step from bert_jax.flops (the attention core, 3x forward), which XLA's "
             f"cost analysis does not see inside a Pallas call; everything else from XLA's"]
+
+
+def collective_lines(report: CompileReport) -> list[str]:
+    """One line per collective kind in the program: count, bytes sent per device, and what the
+    mesh layout needs it for; then any the layout does not call for (a sharding bug)."""
+    present = [kind for kind in COLLECTIVES if report.collectives.get(kind)]
+    if not present:
+        return ["  collectives: none (one device, or nothing to communicate)"]
+    lines = ["  collectives in the compiled step (count, bytes sent per device, why):"]
+    for kind in present:
+        lines.append(f"    {kind:<19}{report.collectives[kind]:>5}"
+                     f"{format_bytes(report.collective_bytes.get(kind, 0.0)):>11}  "
+                     f"{aot_collectives.why(kind, report.mesh_shape)}")
+    lines += [f"    NOT called for by the mesh layout: {line}"
+              for line in report.unexplained_collectives]
+    return lines
 
 
 def roofline_line(report: CompileReport) -> str:

@@ -100,6 +100,7 @@ def test_flops_collectives_and_projection(tiny_v5e):
     compiled = report["compiled_flops_per_device"] + report["kernel_flops_per_device"]
     assert 1.0 <= compiled * DEVICES / report["model_flops_per_step"] <= 2.0
     assert report["collectives"]["all-reduce"] >= 1  # the gradient sum over data parallel
+    assert report["unexplained_collectives"] == []  # data parallel: all-reduces only
     assert report["num_chips"] == DEVICES and report["mesh_shape"]["data"] == DEVICES
     assert report["step_seconds"] == pytest.approx(3 * forward / (DEVICES * V5E_PEAK * 0.5))
     assert "HBM per device: fits" in stdout and "1,000 steps" in stdout
