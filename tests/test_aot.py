@@ -1,22 +1,17 @@
 """`bert-jax aot`: the real train step compiled for a TPU topology (libtpu compile-only devices).
 
-The compile runs in a subprocess: libtpu initialisation in the test process would meet the
+The compile runs in a subprocess (aot_helpers.py): libtpu initialisation in the test process would meet the
 eight simulated CPU devices of conftest and, on a shared host, libtpu's process lock.
 """
 
 import dataclasses
-import importlib.util
-import json
-import os
-import subprocess
-import sys
 
 import pytest
+from aot_helpers import compile_report
 
 from bert_jax import aot, aot_hlo, aot_report
 from bert_jax.errors import UserError
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = dict(vocab_size=1024, hidden_dim=128, num_layers=2, mlp_dim=512, max_positions=512,
             num_segments=2)
 # Length 128 (whole splash blocks) and no attention dropout: the step takes splash attention.
@@ -52,20 +47,7 @@ def bert_parameter_count(vocab_size, hidden_dim, num_layers, mlp_dim, max_positi
 
 @pytest.fixture(scope="module")
 def tiny_v5e(tmp_path_factory):
-    if importlib.util.find_spec("libtpu") is None:
-        pytest.skip("libtpu is not installed (pip install -r requirements-tpu.txt)")
-    directory = tmp_path_factory.mktemp("aot")
-    config = directory / "tiny.py"
-    config.write_text(TINY_CONFIG)
-    output = directory / "report.json"
-    env = dict(os.environ, TPU_SKIP_MDS_QUERY="1", ALLOW_MULTIPLE_LIBTPU_LOAD="1")
-    result = subprocess.run(
-        [sys.executable, "-m", "bert_jax.cli", "aot", "--config", str(config),
-         "--topology", "v5e:2x2", "--mfu", "0.5", "--json", str(output)],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stdout + result.stderr
-    (report,) = json.loads(output.read_text())["reports"]
-    return report, result.stdout
+    return compile_report(tmp_path_factory.mktemp("aot"), TINY_CONFIG, "--topology", "v5e:2x2", "--mfu", "0.5")
 
 
 def test_memory_per_device_is_the_training_state(tiny_v5e):

@@ -1,21 +1,15 @@
 """Every collective of the compiled train step is one the mesh layout calls for.
 
-The AOT compile runs in a subprocess, as in tests/test_aot.py (libtpu beside conftest's eight
+The AOT compile runs in a subprocess (aot_helpers.py), as in tests/test_aot.py (libtpu beside conftest's eight
 simulated CPU devices); tests/test_aot.py checks the data-parallel layout, this file FSDP.
 """
 
-import importlib.util
-import json
-import os
-import subprocess
-import sys
-
 import pytest
+from aot_helpers import compile_report
 
 from bert_jax import aot_collectives, aot_hlo
 from bert_jax.aot_hlo import Collective
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FSDP = {"data": 1, "fsdp": 4, "tensor": 1}
 DATA = {"data": 4, "fsdp": 1, "tensor": 1}
 # bf16 and no attention dropout (splash attention), as configs/bert_base_fast.py, at tiny size.
@@ -84,20 +78,7 @@ def test_reordered_device_groups_give_their_own_size():
 
 @pytest.fixture(scope="module")
 def tiny_fsdp(tmp_path_factory):
-    if importlib.util.find_spec("libtpu") is None:
-        pytest.skip("libtpu is not installed (pip install -r requirements-tpu.txt)")
-    directory = tmp_path_factory.mktemp("aot_fsdp")
-    config = directory / "tiny_fast.py"
-    config.write_text(TINY_FAST_CONFIG)
-    output = directory / "report.json"
-    env = dict(os.environ, TPU_SKIP_MDS_QUERY="1", ALLOW_MULTIPLE_LIBTPU_LOAD="1")
-    result = subprocess.run(
-        [sys.executable, "-m", "bert_jax.cli", "aot", "--config", str(config),
-         "--topology", "v5e:2x2", "--json", str(output)],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stdout + result.stderr
-    (report,) = json.loads(output.read_text())["reports"]
-    return report, result.stdout
+    return compile_report(tmp_path_factory.mktemp("aot_fsdp"), TINY_FAST_CONFIG, "--topology", "v5e:2x2")
 
 
 def test_fsdp_step_holds_only_the_collectives_its_layout_calls_for(tiny_fsdp):

@@ -1,0 +1,33 @@
+"""`bert-jax aot` run in a subprocess for the AOT tests.
+
+libtpu initialisation in the test process would meet the eight simulated CPU devices of
+conftest and, on a shared host, libtpu's process lock; a subprocess has neither.
+"""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def compile_report(directory, config_text: str, *arguments: str) -> tuple[dict, str]:
+    """(the JSON report, stdout) of `bert-jax aot` on a config file written from
+    `config_text` into `directory`; skips the test where libtpu is not installed."""
+    if importlib.util.find_spec("libtpu") is None:
+        pytest.skip("libtpu is not installed (pip install -r requirements-tpu.txt)")
+    config = directory / "config.py"
+    config.write_text(config_text)
+    output = directory / "report.json"
+    env = dict(os.environ, TPU_SKIP_MDS_QUERY="1", ALLOW_MULTIPLE_LIBTPU_LOAD="1")
+    result = subprocess.run(
+        [sys.executable, "-m", "bert_jax.cli", "aot", "--config", str(config), *arguments,
+         "--json", str(output)],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    (report,) = json.loads(output.read_text())["reports"]
+    return report, result.stdout
