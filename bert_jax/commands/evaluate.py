@@ -59,11 +59,11 @@ def evaluate_file(model, task_name: str, path: str, batch_size: int = 64,
     return prediction.file_metrics(task, predictions, means, examples.gold)
 
 
-def evaluate_sts(model_path: str, data_path: str, batch_size: int = 32,
+def evaluate_sts(model, data_path: str, batch_size: int = 32,
                  max_seq_len: int | None = None, progress: bool = False) -> dict[str, float]:
     """`bert-jax evaluate sts`: pearson and spearman of the cosine similarity of any embedding
-    model (sentence-transformers, Hugging Face, bert-jax, fine-tuned) on a scored pair file
-    (STS-B TSV, or JSONL with sentence1/sentence2/score)."""
+    model (a `ModelSource` or path: sentence-transformers, Hugging Face, bert-jax, fine-tuned)
+    on a scored pair file (STS-B TSV, or JSONL with sentence1/sentence2/score)."""
     from bert_jax.embeddings.encoder import embed_texts, load_embedding_model
     from bert_jax.embeddings.similarity import correlations, pair_cosines
     from bert_jax.errors import UserError
@@ -74,9 +74,9 @@ def evaluate_sts(model_path: str, data_path: str, batch_size: int = 32,
     if gold is None:
         raise UserError(f"{data_path}: expected similarity scores (numbers) in the label "
                         "column, found class labels")
-    model = load_embedding_model(model_path, max_seq_len=max_seq_len)
+    embedding = load_embedding_model(model, max_seq_len=max_seq_len)
     texts = [first for _, first, _, _ in records] + [second for _, _, second, _ in records]
-    embeddings = embed_texts(model, texts, batch_size, progress)  # (2N, D): one progress bar
+    embeddings = embed_texts(embedding, texts, batch_size, progress)  # (2N, D): one bar
     return correlations(pair_cosines(embeddings[:len(records)], embeddings[len(records):]),
                         gold)
 

@@ -78,4 +78,3 @@ def head_from_config(values: dict, source: str) -> dict | None:
     problem_type = values.get("problem_type") or (
         REGRESSION if num_labels == 1 else "single_label_classification")
     return dict(architecture=architectures[0], label_names=names, problem_type=problem_type)
-

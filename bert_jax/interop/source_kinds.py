@@ -66,4 +66,3 @@ def metadata_directory(path: str, kind: str) -> str:
     """Where the model at `path` (of source `kind`) keeps its model config, vocab.txt and
     task.json: its training run's directory for one step of a run, else `path` itself."""
     return _step_run_directory(path) if kind == "training-step" else path
-

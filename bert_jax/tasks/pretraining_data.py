@@ -55,6 +55,15 @@ def reader_factory(data, seed: int, tokenizer=None):
     return make
 
 
+def _manifest_directory(pattern: str) -> str | None:
+    """The directory of a shard pattern (a directory or a file glob), if it holds the
+    manifest.json that `create-data` writes; None for the original tool's shards."""
+    from input_pipeline import manifest as manifest_lib
+
+    directory = pattern if files.isdir(pattern) else files.dirname(pattern)
+    return directory if files.exists(files.join(directory, manifest_lib.MANIFEST_NAME)) else None
+
+
 def _check_shards(data, tokenizer, log) -> None:
     """Refuses shards made with another vocabulary, sequence length or prediction count.
 
@@ -67,8 +76,8 @@ def _check_shards(data, tokenizer, log) -> None:
     from input_pipeline.shard_check import check_first_records
 
     for pattern in filter(None, (data.train_files + "," + data.eval_files).split(",")):
-        directory = pattern if files.isdir(pattern) else files.dirname(pattern)
-        if files.exists(files.join(directory, manifest_lib.MANIFEST_NAME)):
+        directory = _manifest_directory(pattern)
+        if directory is not None:
             manifest = manifest_lib.read_manifest(directory)
             manifest_lib.check_vocabulary(manifest, tokenizer.hash, pattern)
             manifest_lib.check_settings(manifest, data.seq_len, data.max_predictions, pattern,
@@ -102,8 +111,8 @@ def shard_shapes(data, log=print) -> dict[str, int]:
         return {key: PHASE_ONE_SHAPES[key] for key in unset}
     names = " and ".join(f"data.{key}" for key in unset)
     for pattern in filter(None, data.train_files.split(",")):
-        directory = pattern if files.isdir(pattern) else files.dirname(pattern)
-        if files.exists(files.join(directory, manifest_lib.MANIFEST_NAME)):
+        directory = _manifest_directory(pattern)
+        if directory is not None:
             settings = manifest_lib.read_manifest(directory)["settings"]
             shapes = {key: settings["max_seq_len" if key == "seq_len" else key] for key in unset}
             log(f"{names} from {files.join(directory, manifest_lib.MANIFEST_NAME)}: "
@@ -129,8 +138,8 @@ def sequences_per_row(data, log=print) -> int:
     if data.max_sequences_per_row is not None:
         return data.max_sequences_per_row
     for pattern in filter(None, data.train_files.split(",")):
-        directory = pattern if files.isdir(pattern) else files.dirname(pattern)
-        if files.exists(files.join(directory, manifest_lib.MANIFEST_NAME)):
+        directory = _manifest_directory(pattern)
+        if directory is not None:
             per_row = manifest_lib.sequences_per_row(manifest_lib.read_manifest(directory))
             if per_row > 1:
                 log(f"data.max_sequences_per_row from {directory}: packed shards, up to "

@@ -139,8 +139,8 @@ class BestModelEvaluator:
         params = _host_params(state.params)
         if jax.process_index() == 0:
             model_writers.save_model(bundle.model_config, params, self.tokenizer,
-                                os.path.join(self.workdir, BEST), overwrite=True,
-                                task_info=self.task_info, inside_run=True)
+                                     os.path.join(self.workdir, BEST), overwrite=True,
+                                     task_info=self.task_info, inside_run=True)
 
     def state(self):
         return dict(best=self.best, history=self.history, waited=self.waited, stop=self.stop)
