@@ -3,8 +3,12 @@
 BERT's special tokens are looked up by name ([PAD] [UNK] [CLS] [SEP] [MASK]); a model
 trained by `bert-jax vocab --type sentencepiece` has them at ids 0-4, and models trained
 elsewhere (ALBERT's, for example) use <pad>/<unk> for the first two, which we accept.
+Those five pieces written in the text are read as the special tokens (sentencepiece itself
+would spell `[MASK]` out piece by piece), as the WordPiece tokenizer and Hugging Face's
+ALBERT tokenizer do; `split_special_tokens=True` keeps sentencepiece's reading.
 """
 
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -20,7 +24,7 @@ WORD_START = "\u2581"  # SentencePiece's "▁": the piece begins a word
 class SentencePieceTokenizer:
     """A SentencePiece model with BERT's special tokens mapped."""
 
-    def __init__(self, path: str, lowercase: bool = False):
+    def __init__(self, path: str, lowercase: bool = False, split_special_tokens: bool = False):
         self.processor = sentencepiece.SentencePieceProcessor()
         try:
             self.processor.Load(path)
@@ -38,6 +42,12 @@ class SentencePieceTokenizer:
                 raise UserError(f"{path}: SentencePiece model lacks the special token {token}")
             ids.append(index)
         self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = ids
+        self.split_special_tokens = split_special_tokens
+        # The special pieces as written in text, longest first so none hides a longer one.
+        self._special_ids = {self.tokens[index]: index for index in ids}
+        written = sorted(self._special_ids, key=len, reverse=True)
+        self._special_pattern = None if split_special_tokens else re.compile(
+            "(" + "|".join(map(re.escape, written)) + ")")
 
     @property
     def vocab_size(self) -> int:
@@ -46,12 +56,37 @@ class SentencePieceTokenizer:
     def _prepare(self, texts: Sequence[str]) -> list[str]:
         return [text.lower() for text in texts] if self.lowercase else list(texts)
 
+    def _parts(self, text: str) -> list[str] | None:
+        """`text` cut around the special pieces written in it (odd items are those pieces),
+        or None when it holds none (or they are read as plain text)."""
+        if self._special_pattern is None or not self._special_pattern.search(text):
+            return None
+        return self._special_pattern.split(text)
+
+    def _encode_parts(self, parts: list[str], encode) -> list:
+        """`encode(texts) -> one list per text` over the plain parts, the special ids between."""
+        plain = encode(self._prepare(parts[0::2]))
+        pieces = list(plain[0])
+        for special, following in zip(parts[1::2], plain[1:]):
+            pieces += [self._special_ids[special], *following]
+        return pieces
+
     def tokenize(self, text: str) -> list[str]:
-        return self.processor.EncodeAsPieces(self._prepare([text])[0])
+        parts = self._parts(text)
+        if parts is None:
+            return self.processor.EncodeAsPieces(self._prepare([text])[0])
+        return [self.tokens[piece] if isinstance(piece, int) else piece
+                for piece in self._encode_parts(parts, self.processor.EncodeAsPieces)]
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """Token ids of each text, without special tokens."""
-        return self.processor.Encode(self._prepare(texts), out_type=int)
+        encoded = self.processor.Encode(self._prepare(texts), out_type=int)
+        for row, text in enumerate(texts):
+            parts = self._parts(text)
+            if parts is not None:
+                encoded[row] = self._encode_parts(
+                    parts, lambda plain: self.processor.Encode(plain, out_type=int))
+        return encoded
 
     def encode_corpus(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """All texts' ids concatenated: (tokens int32, lengths int64)."""

@@ -5,6 +5,13 @@ bert-jax model directory), or a SentencePiece `.model` (see `sentencepiece_token
 and returns a tokenizer with one interface. Its `encode_for_model` builds the
 `[CLS] A [SEP] B [SEP]` inputs the model takes, as numpy arrays; `encode_corpus` is the
 shard writer's fast path.
+
+Special tokens written in the text (`[MASK] and [SEP] inside`) are single tokens (ids 103 and
+102 for bert-base-uncased), matched exactly as written before lower-casing, as Hugging Face's
+`BertTokenizerFast` and sentence-transformers do. The original google-research/bert
+tokenizer read them as plain text (`[`, `mask`, `]`); `split_special_tokens=True` (Hugging
+Face's name: the key of that name in `tokenizer_config.json`, or `load_tokenizer`'s argument)
+asks for that.
 """
 
 import json
@@ -25,21 +32,33 @@ def _looks_uncased(tokens: Sequence[str]) -> bool:
                    if not (token.startswith("[") and token.endswith("]")))
 
 
-def _lowercase_setting(directory: str) -> bool | None:
-    """`do_lower_case` from a Hugging Face `tokenizer_config.json`, if one says."""
+def _tokenizer_settings(directory: str) -> dict:
+    """A Hugging Face `tokenizer_config.json` beside the vocabulary (`do_lower_case`,
+    `split_special_tokens`), or {} when there is none."""
     path = files.join(directory, "tokenizer_config.json")
     if not files.exists(path):
-        return None
-    with files.open_file(path) as file:
-        return json.load(file).get("do_lower_case")
+        return {}
+    try:
+        with files.open_file(path) as file:
+            settings = json.load(file)
+    except json.JSONDecodeError as error:
+        raise UserError(f"{path}: not valid JSON ({error})") from None
+    if not isinstance(settings, dict):
+        raise UserError(f"{path}: expected a JSON object")
+    return settings
 
 
 class Tokenizer:
-    """A WordPiece tokenizer with BERT's normalisation, pre-tokenisation and special tokens."""
+    """A WordPiece tokenizer with BERT's normalisation, pre-tokenisation and special tokens.
 
-    def __init__(self, tokens: Sequence[str], lowercase: bool):
+    `split_special_tokens`: read `[MASK]` etc. in the text as plain text, as the original
+    google-research/bert tokenizer did, instead of as the special tokens.
+    """
+
+    def __init__(self, tokens: Sequence[str], lowercase: bool, split_special_tokens: bool = False):
         self.tokens = list(tokens)
         self.lowercase = lowercase
+        self.split_special_tokens = split_special_tokens
         self.hash = vocabulary_hash(self.tokens)
         vocabulary = {token: index for index, token in enumerate(self.tokens)}
         self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
@@ -54,6 +73,12 @@ class Tokenizer:
             single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
             special_tokens=[("[CLS]", self.cls_id), ("[SEP]", self.sep_id)])
         backend.decoder = decoders.WordPiece()
+        # Matched in the raw text, before normalisation (normalized=False), whole and with no
+        # whitespace taken (lstrip/rstrip off): what BertTokenizerFast's added tokens do.
+        backend.add_special_tokens([
+            tokenizers.AddedToken(token, special=True, normalized=False, single_word=False,
+                                  lstrip=False, rstrip=False) for token in SPECIAL_TOKENS])
+        backend.encode_special_tokens = split_special_tokens
         self.backend = backend
 
     @property
@@ -105,7 +130,7 @@ class Tokenizer:
         return np.array([token.startswith("##") for token in self.tokens], bool)
 
     def decode(self, ids: Sequence[int]) -> str:
-        return self.backend.decode(list(ids))
+        return self.backend.decode(list(ids), skip_special_tokens=False)
 
     def id_to_token(self, index: int) -> str:
         return self.tokens[index]
@@ -114,31 +139,36 @@ class Tokenizer:
         return self.backend.token_to_id(token)
 
 
-def load_tokenizer(path: str, lowercase: bool | None = None):
+def load_tokenizer(path: str, lowercase: bool | None = None,
+                   split_special_tokens: bool | None = None):
     """A tokenizer from `vocab.txt`, a SentencePiece `.model`, or a directory holding one.
 
     A directory with a `sentencepiece.model` gives a SentencePiece tokenizer. Lower-casing
     comes from `lowercase` if given, else from a Hugging Face `tokenizer_config.json`
     beside the vocabulary, else from the vocabulary itself (an uncased BERT vocabulary has
-    no upper-case tokens).
+    no upper-case tokens). `split_special_tokens` (special tokens in text read as plain
+    text) comes from the argument if given, else from `tokenizer_config.json`, else False.
     """
     is_directory = files.isdir(path)
     if is_directory and files.exists(files.join(path, SENTENCEPIECE_MODEL)):
         path, is_directory = files.join(path, SENTENCEPIECE_MODEL), False
+    directory = path if is_directory else files.dirname(path)
+    settings = _tokenizer_settings(directory)
+    if split_special_tokens is None:
+        split_special_tokens = bool(settings.get("split_special_tokens", False))
     if path.endswith(".model"):
         from input_pipeline.sentencepiece_tokenizer import SentencePieceTokenizer
         if lowercase is None:
-            lowercase = _lowercase_setting(files.dirname(path)) or False
+            lowercase = bool(settings.get("do_lower_case", False))
         with files.local_copy(path) as local_path:  # sentencepiece reads local files only
-            return SentencePieceTokenizer(local_path, lowercase)
-    directory, vocab_path = (path, files.join(path, "vocab.txt")) if is_directory \
-        else (files.dirname(path), path)
+            return SentencePieceTokenizer(local_path, lowercase, split_special_tokens)
+    vocab_path = files.join(path, "vocab.txt") if is_directory else path
     if is_directory and not files.exists(vocab_path):
         raise UserError(f"{path}: no vocab.txt in this directory")
     tokens = read_vocabulary(vocab_path)
     if lowercase is None:
-        lowercase = _lowercase_setting(directory)
+        lowercase = settings.get("do_lower_case")
     if lowercase is None:
         lowercase = _looks_uncased(tokens)
-    return Tokenizer(tokens, lowercase)
+    return Tokenizer(tokens, lowercase, split_special_tokens)
 

@@ -29,6 +29,8 @@ SENTENCES = [
     "Yes, I heard of it.",
     "Ünïcödé façade — naïve café 東京",
     "hello",
+    "[MASK] and [SEP] inside",  # special tokens written in the text: ids 103 and 102 (issue 34)
+    "x[MASK] [CLS]y [mask] [ MASK ] [PAD][UNK] Ä[SEP]",
 ]
 
 

@@ -150,3 +150,87 @@ def test_train_and_load_sentencepiece(tmp_path, training_text):
     assert batch["segment_ids"][0].tolist() == [0] * (len(first) + 2) + [1] * (len(second) + 1)
     tokens, lengths = tokenizer.encode_corpus(texts)
     assert tokens.tolist() == first + second and lengths.tolist() == [len(first), len(second)]
+
+
+# Special tokens written in text, and near misses: BertTokenizerFast matches the five exactly
+# as written, in the raw text (before lower-casing and accent stripping), wherever they stand.
+SPECIAL_TOKEN_TEXT = [
+    "[MASK] and [SEP] inside",
+    "[CLS] first [SEP] second [SEP]",
+    "[PAD][PAD] [UNK] unknown [UNK]nown",
+    "[mask] [Mask] [ MASK ] [MASK ] [MÁSK] [MA\u0301SK] [MA\u200bSK]",  # near misses: plain text
+    "[MASK]x x[MASK] a[MASK]b [[MASK]] ##[MASK] [MASK]'s [MASK][MASK]",
+    "Héllo [MASK] WÖRLD, café[SEP]Crème",  # lower-casing and accents around them
+    "中[MASK]文 \u00a0[MASK]\u00a0 \t[SEP]\n [unused1] [MASK]\x00",
+]
+
+
+def test_special_tokens_in_text_match_transformers_fast_and_slow(uncased):
+    from transformers import BertTokenizer
+    ours, reference = uncased
+    expected = reference_ids(reference, SPECIAL_TOKEN_TEXT)
+    assert expected == reference_ids(BertTokenizer.from_pretrained(minilm_dir()),
+                                     SPECIAL_TOKEN_TEXT)
+    assert expected[0] == [103, 1998, 102, 2503]
+    assert ours.encode_batch(SPECIAL_TOKEN_TEXT) == expected
+    tokens, lengths = ours.encode_corpus(SPECIAL_TOKEN_TEXT)  # the chunk cache's path
+    assert tokens.tolist() == [i for ids in expected for i in ids]
+    assert lengths.tolist() == [len(ids) for ids in expected]
+    pairs = list(zip(SPECIAL_TOKEN_TEXT, SPECIAL_TOKEN_TEXT[::-1]))
+    batch = ours.encode_for_model(pairs, 24)
+    theirs = reference(*map(list, zip(*pairs)), truncation="longest_first", max_length=24,
+                       padding=True, return_tensors="np")
+    assert batch["input_ids"].tolist() == theirs["input_ids"].tolist()
+    assert batch["segment_ids"].tolist() == theirs["token_type_ids"].tolist()
+    assert ours.tokenize("x[MASK]y [mask]") == ["x", "[MASK]", "y", "[", "mask", "]"]
+    assert ours.decode(ours.encode_batch(["[CLS] a [SEP]"])[0]) == "[CLS] a [SEP]"
+
+
+def test_special_tokens_in_text_on_a_cased_vocabulary_match_transformers(tmp_path):
+    from transformers import BertTokenizerFast
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "Mask", "mask", "MASK", "[", "]",
+              "x", "Café", "café"]
+    (tmp_path / "vocab.txt").write_text("\n".join(tokens) + "\n", encoding="utf-8")
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": False}))
+    texts = ["[MASK] [Mask] [mask] MASK x[MASK]x Café[SEP]café [ MASK ]"]
+    expected = reference_ids(BertTokenizerFast.from_pretrained(str(tmp_path)), texts)
+    assert expected[0][:4] == [4, 8, 5, 9]
+    assert load_tokenizer(str(tmp_path)).encode_batch(texts) == expected
+
+
+def test_split_special_tokens_reads_them_as_plain_text_as_google_bert_did(tmp_path):
+    """The original tokenizer's reading, asked for as Hugging Face asks for it:
+    `split_special_tokens` in tokenizer_config.json, or load_tokenizer's argument."""
+    from transformers import BertTokenizerFast
+    directory = minilm_dir()
+    expected = reference_ids(BertTokenizerFast.from_pretrained(
+        directory, split_special_tokens=True), SPECIAL_TOKEN_TEXT)
+    assert expected[0] == [1031, 7308, 1033, 1998, 1031, 19802, 1033, 2503]
+    ours = load_tokenizer(directory, split_special_tokens=True)
+    assert ours.encode_batch(SPECIAL_TOKEN_TEXT) == expected
+    tokens, _ = ours.encode_corpus(SPECIAL_TOKEN_TEXT)
+    assert tokens.tolist() == [i for ids in expected for i in ids]
+    with open(os.path.join(directory, "vocab.txt"), encoding="utf-8") as file:
+        (tmp_path / "vocab.txt").write_text(file.read(), encoding="utf-8")
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(
+        {"do_lower_case": True, "split_special_tokens": True}))
+    assert load_tokenizer(str(tmp_path)).encode_batch(SPECIAL_TOKEN_TEXT) == expected
+    assert load_tokenizer(str(tmp_path), split_special_tokens=False).encode_batch(
+        SPECIAL_TOKEN_TEXT[:1]) == [[103, 1998, 102, 2503]]
+
+
+def test_sentencepiece_reads_special_tokens_in_text(tmp_path, training_text):
+    import sentencepiece
+    vocabulary.train_sentencepiece([training_text], 80, str(tmp_path))
+    processor = sentencepiece.SentencePieceProcessor(
+        model_file=str(tmp_path / "sentencepiece.model"))
+    tokenizer = load_tokenizer(str(tmp_path))
+    pieces = [processor.Encode(part) for part in ("alpha ", " beta", "river")]
+    assert tokenizer.encode_batch(["alpha [MASK] beta[SEP]river", "[mask] alpha"]) == [
+        pieces[0] + [4] + pieces[1] + [3] + pieces[2], processor.Encode("[mask] alpha")]
+    assert tokenizer.tokenize("alpha [MASK]") == processor.EncodeAsPieces("alpha ") + ["[MASK]"]
+    tokens, lengths = tokenizer.encode_corpus(["[CLS]", "beta"])
+    assert tokens.tolist() == [2] + processor.Encode("beta")
+    assert lengths.tolist() == [1, len(processor.Encode("beta"))]
+    plain = load_tokenizer(str(tmp_path), split_special_tokens=True)
+    assert plain.encode_batch(["alpha [MASK]"]) == processor.Encode(["alpha [MASK]"])
