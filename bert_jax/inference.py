@@ -212,19 +212,20 @@ def masked_token_probabilities(params: dict, input_ids: jax.Array, input_mask: j
 
 
 def masked_input(tokenizer, text: str, max_seq_len: int) -> tuple[list[int], list[int]]:
-    """Token ids of `[CLS] text [SEP]` with each literal [MASK] kept whole, and its positions."""
-    mask = "[MASK]"
-    pieces = tokenizer.encode_batch(text.split(mask))
-    if len(pieces) == 1:
-        raise UserError(f"no {mask} in {text!r}: write {mask} where a word should be predicted")
-    ids = [tokenizer.cls_id]
-    for index, piece in enumerate(pieces):
-        ids += piece + ([tokenizer.mask_id] if index < len(pieces) - 1 else [])
-    ids.append(tokenizer.sep_id)
+    """Token ids of `[CLS] text [SEP]` and the positions of its [MASK] tokens (the tokenizer
+    reads the special tokens written in text)."""
+    mask = tokenizer.id_to_token(tokenizer.mask_id)
+    ids = [tokenizer.cls_id, *tokenizer.encode_batch([text])[0], tokenizer.sep_id]
+    positions = [index for index, token in enumerate(ids) if token == tokenizer.mask_id]
+    if not positions:
+        plain = (" (this tokenizer reads special tokens as plain text: split_special_tokens "
+                 "in its tokenizer_config.json)" if tokenizer.split_special_tokens else "")
+        raise UserError(f"no {mask} in {text!r}: write {mask} where a word should be "
+                        f"predicted{plain}")
     if len(ids) > max_seq_len:
         raise UserError(f"{text!r} is {len(ids)} tokens long; the model takes at most "
                         f"{max_seq_len}")
-    return ids, [index for index, token in enumerate(ids) if token == tokenizer.mask_id]
+    return ids, positions
 
 
 def fill_mask(config: BertConfig, params: dict, tokenizer, text: str, top_k: int = 5

@@ -81,6 +81,11 @@ class Tokenizer:
         backend.encode_special_tokens = split_special_tokens
         self.backend = backend
 
+    def __reduce__(self):
+        # Rebuilt from its settings when pickled (Beam workers): the backend's pickle would
+        # drop `encode_special_tokens`, and the chunk cache need not travel.
+        return Tokenizer, (self.tokens, self.lowercase, self.split_special_tokens)
+
     @property
     def vocab_size(self) -> int:
         return len(self.tokens)

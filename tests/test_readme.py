@@ -117,6 +117,8 @@ PLANS = {
         substitutions=SMALL_PRETRAINING)],
     "Using a model": [Plan("ci", "test_readme_using_a_model_runs_as_written, on a tiny "
                                  "runs/demo")],
+    "Special tokens in text": [Plan("slow", "reads the MiniLM vocabulary with "
+                                            "split_special_tokens")],
     "Fine-tuning": [Plan(
         "slow", "fine-tunes all-MiniLM-L6-v2 three times",
         substitutions=(("head -2001", "head -41"), ("--eval $T/sst2/dev.tsv",

@@ -3,6 +3,7 @@ WordPiece (uncased and cased), the `sentencepiece` processor itself for Sentence
 
 import json
 import os
+import pickle
 
 import numpy as np
 import pytest
@@ -210,6 +211,8 @@ def test_split_special_tokens_reads_them_as_plain_text_as_google_bert_did(tmp_pa
     assert ours.encode_batch(SPECIAL_TOKEN_TEXT) == expected
     tokens, _ = ours.encode_corpus(SPECIAL_TOKEN_TEXT)
     assert tokens.tolist() == [i for ids in expected for i in ids]
+    # A pickled tokenizer (Beam's workers get one) keeps the setting.
+    assert pickle.loads(pickle.dumps(ours)).encode_batch(SPECIAL_TOKEN_TEXT) == expected
     with open(os.path.join(directory, "vocab.txt"), encoding="utf-8") as file:
         (tmp_path / "vocab.txt").write_text(file.read(), encoding="utf-8")
     (tmp_path / "tokenizer_config.json").write_text(json.dumps(

@@ -94,11 +94,15 @@ def _remove_empty(directories: list[str]) -> None:
 
 
 def _write_tokenizer_files(directory: str, tokenizer, settings: dict | None = None) -> None:
-    """vocab.txt and tokenizer_config.json, so the casing travels with the vocabulary."""
+    """vocab.txt and tokenizer_config.json, so the casing (and special tokens read as plain
+    text, if so) travel with the vocabulary."""
     with open(os.path.join(directory, VOCAB), "w", encoding="utf-8") as file:
         file.write("".join(f"{token}\n" for token in tokenizer.tokens))
+    values = {"do_lower_case": tokenizer.lowercase}
+    if getattr(tokenizer, "split_special_tokens", False):
+        values["split_special_tokens"] = True
     with open(os.path.join(directory, TOKENIZER_CONFIG), "w", encoding="utf-8") as file:
-        json.dump({"do_lower_case": tokenizer.lowercase, **(settings or {})}, file, indent=2)
+        json.dump({**values, **(settings or {})}, file, indent=2)
 
 
 def save_model(config: BertConfig, params: dict, tokenizer, destination: str,
