@@ -139,7 +139,8 @@ class _ShardSet:
         # Remote shards are written locally and uploaded whole at commit (see bert_jax/files).
         self.staging = tempfile.mkdtemp(prefix="bert-jax-shards-") \
             if files.is_remote(output_dir) else output_dir
-        self.temporary = [os.path.join(self.staging, f"{name}.tmp-{os.getpid()}")
+        # Hidden and named for this process; a killed run's are removed here (files.py).
+        self.temporary = [files.temporary_name(os.path.join(self.staging, name))
                           for name in shard_names(num_shards)]
         self.writers = []  # opened by `open`, inside the caller's cleanup
         self.counts = [0] * num_shards

@@ -82,9 +82,7 @@ def evaluate_sts(model, data_path: str, batch_size: int = 32,
 
 
 def run(args) -> int:
-    import os
-
-    from bert_jax import json_values
+    from bert_jax import files, json_values
     from bert_jax.interop import model_source
 
     source = model_source.resolve(args.model)
@@ -97,8 +95,7 @@ def run(args) -> int:
     for name, value in metrics.items():
         print(f"{name}: {value:.4f}")
     if args.output:
-        with open(args.output + ".tmp", "w", encoding="utf-8") as file:
+        with files.atomic_write(args.output) as file:
             json_values.dump(dict(model=args.model, data=args.data, metrics=metrics), file,
                              indent=2)
-        os.replace(args.output + ".tmp", args.output)
     return 0

@@ -62,7 +62,9 @@ def write_directory_atomically(destination: str, fill: Callable[[str], None],
     parent = tempfile.gettempdir() if files.is_remote(destination) else files.dirname(destination)
     created = _missing_directories(parent)
     files.makedirs(parent)
-    temporary = tempfile.mkdtemp(prefix=f".{files.basename(destination)}.tmp-", dir=parent)
+    local_destination = os.path.join(parent, files.basename(destination))
+    files.remove_stale_temporaries(local_destination)  # a killed run's (kill -9)
+    temporary = tempfile.mkdtemp(prefix=files.temporary_prefix(local_destination), dir=parent)
     published = False
     try:
         fill(temporary)

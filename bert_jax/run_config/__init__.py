@@ -19,7 +19,7 @@ import os
 import ml_collections
 
 from bert_jax.errors import UserError
-from bert_jax.run_config.ranges import check_ranges
+from bert_jax.run_config.ranges import check_ranges, check_sections
 
 OVERRIDE_PREFIX = "--config."
 
@@ -247,6 +247,7 @@ def load_run_config(path: str, overrides: list[str] | None = None) -> ml_collect
         adopt_architecture(config, [key for key, _ in pairs],
                            model_source.resolve(config.init_from).config(), source=path)
     check_ranges(flatten(config), source=path)
+    check_sections(config, source=path)
     return config
 
 

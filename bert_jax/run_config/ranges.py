@@ -74,3 +74,15 @@ def check_ranges(values: dict, source: str, names: dict | None = None) -> None:
             values["data.max_predictions"] > values["data.seq_len"]):
         raise UserError(f"{source}: data.max_predictions ({values['data.max_predictions']}) "
                         f"cannot exceed data.seq_len ({values['data.seq_len']})")
+
+
+def check_sections(config, source: str) -> None:
+    """Builds the `model` and `precision` sections as the trainer will, so what their own
+    checks refuse (precision.dtype float16, a hidden_dim that is not a multiple of num_heads)
+    is refused when the config is built: before a command writes demo data or run files."""
+    from bert_jax.model_config import BertConfig, Precision
+
+    if config.get("precision") is not None:
+        Precision.from_run_config(config)
+    if config.get("model") is not None:
+        BertConfig.from_dict(dict(config.model), source=f"{source}: model")

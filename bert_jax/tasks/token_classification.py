@@ -23,12 +23,11 @@ With `freeze_encoder` the encoder does not train: a head reads its chosen layers
 
 import dataclasses
 import json
-import os
 
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax import json_values, losses
+from bert_jax import files, json_values, losses
 from bert_jax.model_config import BertConfig, Precision
 from bert_jax.errors import UserError
 from bert_jax.tasks import arguments
@@ -231,15 +230,9 @@ class TokenClassificationTask(FineTuningTask):
         if not path.endswith(".jsonl"):
             write_conll(path, examples.sentences, [value["tags"] for value in values])
             return
-        temporary = f"{path}.tmp-{os.getpid()}"
-        try:
-            with open(temporary, "w", encoding="utf-8") as file:
-                for value in values:
-                    file.write(json_values.dumps(value, ensure_ascii=False) + "\n")
-            os.replace(temporary, path)
-        finally:
-            if os.path.exists(temporary):
-                os.remove(temporary)
+        with files.atomic_write(path) as file:
+            for value in values:
+                file.write(json_values.dumps(value, ensure_ascii=False) + "\n")
 
 
 TASK = TokenClassificationTask

@@ -12,6 +12,7 @@ weights are each read once, and the trainer is handed the weights, not a path to
 """
 
 import dataclasses
+import json
 import os
 
 import jax
@@ -21,9 +22,9 @@ import numpy as np
 from bert_jax import files, json_values, sharding
 from bert_jax.errors import UserError
 from bert_jax.interop import model_source, model_writers
+from bert_jax.interop.source_kinds import TASK_INFO
 from bert_jax.run_config import apply_overrides, base_config, flatten, parse_overrides
-from bert_jax.run_config.ranges import check_ranges
-from bert_jax.storage_errors import reported
+from bert_jax.run_config.ranges import check_ranges, check_sections
 from bert_jax.training import batching, prediction, trainer
 from bert_jax.training.finetune_settings import Settings  # with the flags `finetune` shares
 
@@ -69,6 +70,7 @@ def run_config_for(model_config, settings: Settings, overrides=()) -> ml_collect
     if not values["eval.batch_size"]:  # resolved by schedule_steps; checked as what it becomes
         values["eval.batch_size"] = 2 * values["batch_size"]
     check_ranges(values, source="finetune", names=names)
+    check_sections(config, source="finetune")
     model_config.check_seq_len(config.data.seq_len, names["data.seq_len"])
     return config
 
@@ -171,10 +173,6 @@ def finetune(task, model, train_path: str, eval_path: str | None, workdir: str,
         if eval_path else None
     schedule_steps(run_config, len(train.rows))
     info = task_info(task, run_config.data.seq_len)
-    if jax.process_index() == 0:  # the run's first write: a read-only --workdir is named here
-        with reported(workdir, "writing task.json", "use a writable --workdir"):
-            os.makedirs(workdir, exist_ok=True)
-            model_writers.write_task_info(workdir, info)
     sequence = batching.sequence_features(task.batch_schema())
 
     # A task may draw its batches anew each epoch (masked LM's dynamic masks).
@@ -190,7 +188,9 @@ def finetune(task, model, train_path: str, eval_path: str | None, workdir: str,
                                    log) if evaluation else None
     result = trainer.train(run_config, workdir, task=task, dataset_factory=dataset_factory,
                            evaluator=evaluator, show_progress=show_progress, log=log,
-                           init_weights=source.load)
+                           init_weights=source.load,
+                           # Written with the run's files, once its weights have been read.
+                           task_files={TASK_INFO: json.dumps(info, indent=2)})
     return _write_results(task, run_config, workdir, settings, evaluator, evaluation, result,
                           dict(model=source.name, train=train_path, eval=eval_path,
                                num_train_examples=len(train.rows)))

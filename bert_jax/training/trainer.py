@@ -56,7 +56,7 @@ def _bundle_for(run_config, mesh, task):
 
 def train(run_config, workdir: str, *, task, dataset_factory: Callable,
           init_weights: Callable | None = None, evaluator=None, show_progress: bool = True,
-          log=print) -> dict:
+          log=print, task_files: dict[str, str] | None = None) -> dict:
     """Runs (or resumes) `task` to run_config.num_train_steps in `workdir`.
 
     Returns {'step', 'preempted', 'stopped', 'evaluations': [(step, metrics)],
@@ -67,6 +67,7 @@ def train(run_config, workdir: str, *, task, dataset_factory: Callable,
     `initial_state.LoadedWeights`); it is called once, before anything is written, and
     only when the run starts fresh. `evaluator` (see `evaluation.py`; a `TermEvaluator`
     when data.eval_files is set) evaluates during the run and may stop it early.
+    `task_files` (name -> text) are written with the run's own files, after every check.
     """
     if evaluator is None and run_config.data.eval_files:
         evaluator = TermEvaluator(run_config.eval, dataset_factory)
@@ -80,7 +81,7 @@ def train(run_config, workdir: str, *, task, dataset_factory: Callable,
                                                   bundle.model_config)
     with RunLock(workdir) if is_chief else contextlib.nullcontext():
         if is_chief:
-            workdir_lib.write_run_files(run_config, workdir, bundle.model_config)
+            workdir_lib.write_run_files(run_config, workdir, bundle.model_config, task_files)
         checkpoints = checkpointing.Checkpoints(
             files.join(workdir, workdir_lib.CHECKPOINTS), keep=run_config.checkpoint.keep,
             async_save=run_config.checkpoint.async_save)
