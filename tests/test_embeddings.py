@@ -81,6 +81,26 @@ def test_embed_on_minilm_equals_sentence_transformers(tmp_path):
         assert list(row[:len(their_ids)]) == their_ids and not row[len(their_ids):].any()
 
 
+def test_convert_minilm_to_bert_jax_keeps_its_pooling_and_normalisation(tmp_path, capsys):
+    # Before: the bert-jax directory pooled by the mean, unnormalised (norms near 6), and
+    # --to hf dropped the pooling without a word.
+    directory = minilm_directory()
+    converted, exported = str(tmp_path / "minilm-bert-jax"), str(tmp_path / "minilm-hf")
+    assert main(["convert", directory, converted]) == 0
+    assert "kept its pooling mean, normalised, max 256 tokens" in capsys.readouterr().out
+    model = load_embedding_model(converted)
+    assert model.settings == EmbeddingSettings(("mean",), True, 256)
+    texts = ["Natasha laughed.", "hello", "[MASK] and [SEP] inside"]  # one length bucket
+    ours = embed_texts(model, texts, progress=False)
+    np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1, rtol=1e-5)
+    np.testing.assert_allclose(
+        ours, embed_texts(load_embedding_model(directory), texts, progress=False), atol=1e-6)
+    assert main(["convert", directory, exported, "--to", "hf"]) == 0
+    assert capsys.readouterr().err.strip() == (
+        f"note: hf has no place for {directory}'s sentence embedding (pooling mean, "
+        "normalised, max 256 tokens); --to sentence-transformers or --to bert-jax keeps it")
+
+
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
     """A bert-jax model directory with random weights that pools cls+max, normalised."""

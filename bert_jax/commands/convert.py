@@ -1,5 +1,7 @@
 """`bert-jax convert SRC DST`: move weights between bert-jax, Hugging Face and TensorFlow."""
 
+import sys
+
 from bert_jax.errors import UserError
 
 HELP = ("convert a model between bert-jax, Hugging Face and original TF BERT checkpoints, "
@@ -12,7 +14,10 @@ as one of:
   hf             a Hugging Face directory (config.json, model.safetensors, vocab.txt,
                  tokenizer_config.json): loads with transformers' BertForPreTraining /
                  BertForMaskedLM / BertModel.from_pretrained;
-  bert-jax       a bert-jax model directory (model_config.json, vocab.txt, params/);
+  bert-jax       a bert-jax model directory (model_config.json, vocab.txt, params/); a
+                 sentence-transformers SRC's pooling, normalisation and length are kept
+                 (modules.json, 1_Pooling/), so `bert-jax embed` on DST equals it on SRC
+                 (hf, tf-checkpoint and saved-model have no place for them: a note says so);
   tf-checkpoint  an original google-research/bert checkpoint (bert_model.ckpt.index,
                  bert_model.ckpt.data-00000-of-00001, bert_config.json, vocab.txt) with the
                  released checkpoints' variable names and shapes (bert/..., cls/predictions/...,
@@ -86,7 +91,7 @@ def run(args) -> int:
         summary = export(args.source, args.destination, args.overwrite)
         print(f"wrote sentence-transformers model ({summary}) to {args.destination}")
         return 0
-    source = model_source.resolve(args.source)
+    source, embedding = _source_and_embedding(args.source)
     kind = source.kind
     target = args.to or ("bert-jax" if kind == "huggingface" else "hf")
     vocab_path = args.vocab or source.vocab_path
@@ -125,9 +130,41 @@ def run(args) -> int:
         print(f"wrote {written} ({kind} -> Hugging Face) to {args.destination}")
     else:
         model_writers.save_model(config, params, tokenizer, args.destination, args.overwrite,
-                                 task_info=task_info, sources=sources)
-        print(f"wrote bert-jax model ({kind} -> bert-jax) to {args.destination}")
+                                 task_info=task_info, sources=sources,
+                                 extra_files=_embedding_files(embedding, config.hidden_dim))
+        kept = f"; kept its {embedding.describe()}" if embedding else ""
+        print(f"wrote bert-jax model ({kind} -> bert-jax{kept}) to {args.destination}")
+    if embedding and target not in ("bert-jax", "sentence-transformers"):
+        print(f"note: {target} has no place for {args.source}'s sentence embedding "
+              f"({embedding.describe()}); --to sentence-transformers or --to bert-jax keeps it",
+              file=sys.stderr)
     return 0
+
+
+def _source_and_embedding(path: str):
+    """(the source of the weights, its sentence-embedding settings or None when they are the
+    defaults any encoder gets): a sentence-transformers directory's pooling, normalisation
+    and length (modules.json; its encoder may sit in a subdirectory), or a fine-tuned
+    sentence-embedding model's."""
+    from bert_jax.embeddings.encoder import embedding_source
+    from bert_jax.embeddings.model_directory import EmbeddingSettings
+    from bert_jax.interop import model_source
+
+    try:
+        source, settings = embedding_source(path)
+    except UserError as error:  # modules bert-jax does not run (a Dense layer, a prompt)
+        print(f"note: {error}; converting the encoder alone", file=sys.stderr)
+        return model_source.resolve(path), None
+    return source, (None if settings == EmbeddingSettings() else settings)
+
+
+def _embedding_files(settings, hidden_dim: int):
+    """Writes the pooling files into a bert-jax directory (read as a sentence-transformers
+    directory's are), or None without settings to keep."""
+    from bert_jax.embeddings.model_directory import write_settings
+
+    return None if settings is None else (
+        lambda directory: write_settings(directory, settings, hidden_dim))
 
 
 def _platforms(text: str) -> tuple[str, ...]:

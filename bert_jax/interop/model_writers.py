@@ -109,9 +109,11 @@ def _write_tokenizer_files(directory: str, tokenizer, settings: dict | None = No
 
 def save_model(config: BertConfig, params: dict, tokenizer, destination: str,
                overwrite: bool = False, task_info: dict | None = None,
-               inside_run: bool = False, sources: tuple[str, ...] = ()) -> None:
+               inside_run: bool = False, sources: tuple[str, ...] = (),
+               extra_files: Callable[[str], None] | None = None) -> None:
     """A bert-jax model directory: model_config.json, vocab.txt, tokenizer_config.json, params/
-    (and task.json for a fine-tuned model)."""
+    (and task.json for a fine-tuned model); `extra_files(directory)` adds others (a
+    sentence embedding's pooling files) before the directory is renamed into place."""
     import jax
     import orbax.checkpoint as ocp
 
@@ -124,6 +126,8 @@ def save_model(config: BertConfig, params: dict, tokenizer, destination: str,
         checkpointer = ocp.StandardCheckpointer()
         checkpointer.save(os.path.join(directory, PARAMS), jax.tree.map(np.asarray, params))
         checkpointer.wait_until_finished()
+        if extra_files:
+            extra_files(directory)
 
     write_directory_atomically(destination, fill, overwrite, sources, inside_run)
 
