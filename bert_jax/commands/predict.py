@@ -25,22 +25,24 @@ def add_arguments(parser) -> None:
                         help="examples per batch (default 64)")
     parser.add_argument("--max-seq-len", type=int, default=None,
                         help="longest input in tokens (default: the training run's)")
-    from input_pipeline.tasks.columns import add_header_argument
+    from input_pipeline.tasks.columns import add_file_column_arguments, add_reading_arguments
 
-    add_header_argument(parser)
+    add_reading_arguments(parser)
+    add_file_column_arguments(parser)
     add_progress_argument(parser)
 
 
 def run(args) -> int:
     from bert_jax.interop import model_source
     from bert_jax.tasks import task_from_info
-    from bert_jax.tasks.classification import force_header
+    from bert_jax.commands.evaluate import reading_flags
+    from bert_jax.tasks.classification import apply_reading
     from bert_jax.training import prediction
     from bert_jax.training.finetune import load_finetuned
 
     finetuned = load_finetuned(model_source.resolve(args.model), args.batch_size,
                                task_from_info, max_seq_len=args.max_seq_len)
-    force_header(finetuned[0], args.header)
+    apply_reading(finetuned[0], args.header, **reading_flags(args))
     task, examples, predictions = prediction.predict_inputs(
         finetuned,
         lambda task, tokenizer, max_seq_len: task.read_examples(
