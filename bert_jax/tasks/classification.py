@@ -217,6 +217,8 @@ class ClassificationTask(SentenceTask):
     def label_value(self, label: str, path: str, line: int) -> int:
         if not hasattr(self, "_label_ids"):
             self._label_ids = {name: index for index, name in enumerate(self.label_names)}
+            for index, name in enumerate(self.label_names):  # a model from before labels
+                self._label_ids.setdefault(name.strip(), index)  # were stripped: 'pos '
         if label not in self._label_ids:
             raise UserError(f"{path}:{line}: label {label!r} does not occur in the training "
                             f"data; its labels are {self.label_names}")

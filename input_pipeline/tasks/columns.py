@@ -11,6 +11,9 @@ by name, or, every column given by index, when the first row's label cell says s
 (`header_reason`; reported on stderr). A row wider than the header, or than the first row
 when the texts are "every column but the label", is an error; without a header and every
 column given by index, rows may carry extra trailing columns (STS-B's source columns).
+Label cells follow `label_rules.py` (stripped; an empty one, or a row repeating the header,
+is an error or, `skip_bad_rows`, skipped and counted). `read_table` also gives the columns it
+read, resolved, which a fine-tuned model records so that it reads every later file by them.
 Every error names the file and line and says what was expected.
 """
 
