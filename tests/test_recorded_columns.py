@@ -75,6 +75,9 @@ def test_a_file_without_the_recorded_column_is_an_error_naming_it(run, tmp_path,
     # This file's own column, named: read as the training file's.
     assert _metrics(run["best"], renamed, text_columns=("content",)) == \
         _metrics(run["best"], run["plain"])
+    with pytest.raises(UserError, match=r"--text-columns content,label: the model was trained "
+                                        r"on 1 text column\(s\) \['sentence'\]"):
+        _metrics(run["best"], renamed, text_columns=("content", "label"))
 
 
 def test_api_predict_reads_dict_rows_by_the_recorded_columns(run):

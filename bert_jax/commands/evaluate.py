@@ -4,7 +4,9 @@ HELP = "metrics of a fine-tuned model on a labelled file, without training"
 DESCRIPTION = """\
 Predicts every example of --data (the training format) with --model and prints the task's
 metrics (classify: loss, accuracy, f1, matthews_correlation; regress: loss, pearson,
-spearman, mse), also written as JSON to --output (default: none).
+spearman, mse), also written as JSON to --output (default: none). --data is read by the
+columns the model recorded at training (extra columns ignored; a missing one is an error
+naming it); --text-columns / --label-column name this file's own columns instead.
 
 TASK `sts` takes any embedding model (a sentence-transformers directory such as
 all-MiniLM-L6-v2, any BERT, or a `finetune sentence-embedding` run's best/) and a scored pair

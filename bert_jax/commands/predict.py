@@ -5,8 +5,12 @@ DESCRIPTION = """\
 Reads --input (plain text: one text per line, `A<TAB>B` for a pair; or a file in the
 format the model was trained on, labels not needed) and writes one prediction per input,
 in input order, to --output: `.jsonl` -> one object per input with `label` (and
-`probabilities` for classification); `.tsv` -> the texts and a `label` column. Label
-names are the training file's. The output is written under a temporary name and renamed.
+`probabilities` for classification, and the input row's `columns` when it has some);
+`.tsv` -> the input's columns (or texts) and a `label` column. Label names are the
+training file's. A TSV/CSV/JSONL input is read by the columns the model recorded (extra
+columns ignored, kept in the output; a missing one is an error naming it;
+--text-columns names this file's own). The output is written under a temporary name and
+renamed.
 
 example:
   bert-jax predict --model runs/sst2/best --input sentences.txt --output predictions.jsonl

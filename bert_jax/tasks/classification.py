@@ -100,6 +100,10 @@ class SentenceTask(FineTuningTask):
         `ColumnSpec` fields given a value (delimiter, skip_bad_rows, a file's own
         text_columns / label_column)."""
         values = {name: value for name, value in reading.items() if _given(value)}
+        trained = self.spec.text_columns
+        if "text_columns" in values and trained and len(values["text_columns"]) != len(trained):
+            raise UserError(f"--text-columns {','.join(map(str, values['text_columns']))}: the "
+                            f"model was trained on {len(trained)} text column(s) {list(trained)}")
         if header is not None:
             values["header"] = header
         self.spec = dataclasses.replace(self.spec, **values)
@@ -127,11 +131,13 @@ class SentenceTask(FineTuningTask):
         return self._examples(rows, "input", tokenizer, max_seq_len, with_labels=False)
 
     def _texts_of_record(self, record: dict, number: int) -> tuple:
+        """The texts of a row given as {column name: cell}, by the recorded text columns."""
         text_columns = self.spec.text_columns
         if not text_columns or not all(isinstance(column, str) for column in text_columns):
+            reads = list(text_columns) or "every column but the label"
             raise UserError(f"input {number}: a dict input needs a model trained on named "
-                            f"columns; this one reads {list(text_columns) or 'every column but the label'}"
-                            "; give a text or a (text_a, text_b) pair")
+                            f"columns; this one reads {reads}; give a text or a (text_a, "
+                            "text_b) pair")
         missing = [column for column in text_columns if column not in record]
         if missing:
             raise UserError(f"input {number}: no {missing} key(s); the model reads its text from "
