@@ -69,8 +69,10 @@ def read_labelled_tsv(path: str) -> tuple[list[str], list[int]]:
 def bert_jax_classify(model: str, train: str, dev: str, args, workdir: str) -> dict:
     from bert_jax.tasks.classification import ClassificationTask
 
-    flags = argparse.Namespace(text_columns="", label_column="label", header=None,
-                               train=train)
+    # By index: SST-2's train.tsv names its text column `sentence`, dev.tsv `content`, and a
+    # model reads later files by the columns it recorded.
+    flags = argparse.Namespace(text_columns="1", label_column="0", header=True, train=train,
+                               delimiter=None, skip_bad_rows=False, labels_as_written=False)
     task = ClassificationTask.from_arguments(flags, None)
     seconds, metrics, _ = bert_jax_run(task, model, train, dev, args, workdir)
     return dict(seconds=seconds, score=metrics["accuracy"])
@@ -146,7 +148,7 @@ def bert_jax_ner(model: str, train: str, dev: str, args, workdir: str) -> dict:
 
     flags = argparse.Namespace(
         train=train, tag_column=-1, tag_scheme="auto", label_all_subwords=False,
-        freeze_encoder=False, layers="-1", combine="concat")
+        freeze_encoder=False, layers="-1", combine="concat", labels_as_written=False)
     task = TokenClassificationTask.from_arguments(flags, None)
     seconds, metrics, _ = bert_jax_run(task, model, train, dev, args, workdir)
     return dict(seconds=seconds, score=metrics["f1"], labels=task.ner.label_names)

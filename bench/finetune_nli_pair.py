@@ -59,7 +59,8 @@ def bert_jax_pairs(model: str, train: str, dev: str, args, workdir: str) -> dict
     from bench.finetune_recipe import bert_jax_run
     from bert_jax.tasks.classification import ClassificationTask
 
-    flags = argparse.Namespace(text_columns="1,2", label_column="0", header=None, train=train)
+    flags = argparse.Namespace(text_columns="1,2", label_column="0", header=None, train=train,
+                               delimiter=None, skip_bad_rows=False, labels_as_written=False)
     task = ClassificationTask.from_arguments(flags, None)
     seconds, metrics, _ = bert_jax_run(task, model, train, dev, args, workdir)
     label, why = task.positive_label

@@ -23,11 +23,13 @@ each bucket answers before its first use: no network or no credentials is one li
 the bucket within seconds, not a minute of retries.
 """
 
+import codecs
 import contextlib
 import glob as local_glob
 import io
 import os
 import posixpath
+import shlex
 import shutil
 import tempfile
 
@@ -149,14 +151,44 @@ def read_user_text(path: str, what: str, newline: str | None = None) -> str:
     one clear error naming the path."""
     try:
         with open_file(path, newline=newline) as file:
-            return file.read()
+            text = file.read()
     except FileNotFoundError:
         raise UserError(f"{path}: {what} file not found") from None
     except IsADirectoryError:
         raise UserError(f"{path}: is a directory, expected a {what} file") from None
     except UnicodeDecodeError as error:
         raise UserError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})"
-                        ) from None
+                        + wide_encoding_hint(path)) from None
+    if "\x00" in text[:_SNIFFED]:  # valid UTF-8, but perhaps UTF-16 without a byte-order mark
+        hint = wide_encoding_hint(path)
+        if hint:
+            raise UserError(f"{path}: not UTF-8 text (NUL bytes between the letters)" + hint)
+    return text
+
+
+_SNIFFED = 4096  # characters looked at for signs of a UTF-16 file without a BOM
+# Byte-order marks of the encodings a UTF-8 reader fails on, longest first (UTF-32 LE's
+# starts with UTF-16 LE's).
+_WIDE_BOMS = ((codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"),
+              (codecs.BOM_UTF16_LE, "UTF-16"), (codecs.BOM_UTF16_BE, "UTF-16"))
+
+
+def wide_encoding_hint(path: str) -> str:
+    """'; it looks like UTF-16 ...' and how to convert it, when `path` starts with a UTF-16 or
+    UTF-32 byte-order mark or holds NUL bytes (UTF-16 without one, as some Windows tools
+    save text); else ''."""
+    with open_file(path, "rb") as file:
+        head = file.read(_SNIFFED)
+    encoding = next((name for bom, name in _WIDE_BOMS if head.startswith(bom)), None)
+    sign = f"it starts with a {encoding} byte-order mark"
+    if encoding is None and head.count(0) > len(head) // 4:  # ASCII letters in 2 bytes each
+        encoding = "UTF-16BE" if head[:1] == b"\x00" else "UTF-16LE"
+        sign = "its letters alternate with NUL bytes"
+    if encoding is None:
+        return ""
+    stem, extension = posixpath.splitext(path)
+    return (f"; it looks like {encoding} ({sign}): convert it to UTF-8, e.g. `iconv -f "
+            f"{encoding} -t UTF-8 {shlex.quote(path)} > {shlex.quote(stem + '.utf8' + extension)}`")
 
 
 def split_lines(text: str) -> list[str]:

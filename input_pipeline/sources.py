@@ -96,7 +96,9 @@ def _decoded_lines(path: str, encoding_errors: str, stats: ReadStats) -> Iterato
                         raise UserError(
                             f"{path}: line {number}: not UTF-8 ({error.reason}) at byte offset "
                             f"{offset - len(raw) + error.start}; fix the file or pass "
-                            "--encoding-errors replace") from None
+                            "--encoding-errors replace"
+                            + ("" if path.endswith(".gz") else files.wide_encoding_hint(path))
+                            ) from None
                     before = _REPLACED[0]
                     line = raw.decode("utf-8", errors=_COUNTING_REPLACE)
                     replaced += _REPLACED[0] - before

@@ -24,7 +24,7 @@ def read_vocabulary(path: str) -> list[str]:
         raise UserError(f"{path}: vocabulary file not found") from None
     except UnicodeDecodeError as error:
         raise UserError(f"{path}: vocabulary is not UTF-8 text ({error.reason} at byte "
-                        f"{error.start})") from None
+                        f"{error.start})" + files.wide_encoding_hint(path)) from None
     while tokens and not tokens[-1]:
         tokens.pop()  # a trailing newline is not a token
     if not tokens:

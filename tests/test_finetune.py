@@ -18,7 +18,9 @@ def run(tmp_path_factory):
     root = tmp_path_factory.mktemp("finetune")
     model = tiny_model_directory(root)
     train = write_tsv(root / "train.tsv", made_up_sentences(96, seed=0))
-    dev = write_tsv(root / "dev.tsv", made_up_sentences(40, seed=1), header=("label", "content"))
+    # The model records the text column it trained on (`sentence`) and reads every later
+    # file by it (tests/test_recorded_columns.py): the dev file names it alike.
+    dev = write_tsv(root / "dev.tsv", made_up_sentences(40, seed=1))
     workdir = str(root / "run")
     assert main(["finetune", "classify", "--model", model, "--train", train, "--eval", dev,
                  "--workdir", workdir, *ARGS]) == 0
@@ -74,7 +76,7 @@ def test_predict_writes_labels_in_input_order_as_the_model_computes_them(run, tm
     assert main(["predict", "--model", best, "--input", run["dev"], "--output", str(tsv)]) == 0
     lines = tsv.read_text().splitlines()
     # The input's own columns, then the prediction (the input already has a `label`).
-    assert lines[0] == "label\tcontent\tpredicted_label" and len(lines) == 41
+    assert lines[0] == "label\tsentence\tpredicted_label" and len(lines) == 41
     dev = open(run["dev"], encoding="utf-8").read().splitlines()
     assert [line.rsplit("\t", 1)[0] for line in lines[1:]] == dev[1:]
     # A CSV with an id, for a model trained with `--text-columns review` (its task.json says

@@ -129,7 +129,8 @@ PLANS = {
                        ("--train $T/nli/snli_dev.jsonl", "--train small/snli_dev.jsonl"),
                        ("--eval $T/nli/mnli_dev_matched.jsonl",
                         "--eval small/mnli_dev_matched.jsonl")),
-        prologue=_SMALL_TASKS)],
+        prologue=_SMALL_TASKS), Plan(
+        "slow", "fine-tunes all-MiniLM-L6-v2 once on 15 rows after the label errors")],
     "Named entities: `finetune ner`": [Plan(
         "slow", "fine-tunes all-MiniLM-L6-v2 twice on CoNLL-2003",
         substitutions=(("++n <= 500", "++n <= 20"), ("--eval $D/valid.txt", "--eval small/ner.txt"),

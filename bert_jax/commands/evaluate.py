@@ -4,7 +4,9 @@ HELP = "metrics of a fine-tuned model on a labelled file, without training"
 DESCRIPTION = """\
 Predicts every example of --data (the training format) with --model and prints the task's
 metrics (classify: loss, accuracy, f1, matthews_correlation; regress: loss, pearson,
-spearman, mse), also written as JSON to --output (default: none).
+spearman, mse), also written as JSON to --output (default: none). --data is read by the
+columns the model recorded at training (extra columns ignored; a missing one is an error
+naming it); --text-columns / --label-column name this file's own columns instead.
 
 TASK `sts` takes any embedding model (a sentence-transformers directory such as
 all-MiniLM-L6-v2, any BERT, or a `finetune sentence-embedding` run's best/) and a scored pair
@@ -33,25 +35,27 @@ def add_arguments(parser) -> None:
                         help="examples per batch (default 64)")
     parser.add_argument("--max-seq-len", type=int, default=None,
                         help="longest input in tokens (default: the training run's)")
-    from input_pipeline.tasks.columns import add_header_argument
+    from input_pipeline.tasks.columns import add_file_column_arguments, add_reading_arguments
 
-    add_header_argument(parser)
+    add_reading_arguments(parser)
+    add_file_column_arguments(parser)
     add_progress_argument(parser)
 
 
 def evaluate_file(model, task_name: str, path: str, batch_size: int = 64,
                   max_seq_len: int | None = None, header: bool | None = None,
-                  progress: bool = True) -> dict:
+                  progress: bool = True, **reading) -> dict:
     """{'loss' (where the file carries the training objective), and the task's metrics} of
-    `model` (a `ModelSource`, or a path) on the labelled file `path`."""
+    `model` (a `ModelSource`, or a path) on the labelled file `path`; `header` and `reading`
+    (delimiter, skip_bad_rows, text_columns, label_column) as `classification.apply_reading`."""
     from bert_jax.tasks import task_from_info
-    from bert_jax.tasks.classification import force_header
+    from bert_jax.tasks.classification import apply_reading
     from bert_jax.training import prediction
     from bert_jax.training.finetune import load_finetuned
 
     task, bundle, params, tokenizer, info = load_finetuned(model, batch_size, task_from_info,
                                                            task_name, max_seq_len)
-    force_header(task, header)
+    apply_reading(task, header, **reading)
     max_seq_len = max_seq_len or info.get("max_seq_len", 128)
     examples = task.read_examples(path, tokenizer, max_seq_len)
     predictions, means = prediction.predict(bundle, params, examples, batch_size, max_seq_len,
@@ -60,7 +64,8 @@ def evaluate_file(model, task_name: str, path: str, batch_size: int = 64,
 
 
 def evaluate_sts(model, data_path: str, batch_size: int = 32,
-                 max_seq_len: int | None = None, progress: bool = False) -> dict[str, float]:
+                 max_seq_len: int | None = None, progress: bool = False,
+                 skip_bad_rows: bool = False) -> dict[str, float]:
     """`bert-jax evaluate sts`: pearson and spearman of the cosine similarity of any embedding
     model (a `ModelSource` or path: sentence-transformers, Hugging Face, bert-jax, fine-tuned)
     on a scored pair file (STS-B TSV, or JSONL with sentence1/sentence2/score)."""
@@ -69,7 +74,7 @@ def evaluate_sts(model, data_path: str, batch_size: int = 32,
     from bert_jax.errors import UserError
     from bert_jax.tasks.sentence_embedding import read_pair_records, scores_of
 
-    records = read_pair_records(data_path)
+    records = read_pair_records(data_path, skip_bad_rows)
     gold = scores_of(records)
     if gold is None:
         raise UserError(f"{data_path}: expected similarity scores (numbers) in the label "
@@ -81,6 +86,12 @@ def evaluate_sts(model, data_path: str, batch_size: int = 32,
                         gold)
 
 
+def reading_flags(args) -> dict:
+    """The reading flags evaluate and predict share, for `classification.apply_reading`."""
+    return dict(delimiter=args.delimiter, skip_bad_rows=args.skip_bad_rows,
+                text_columns=args.text_columns, label_column=args.label_column)
+
+
 def run(args) -> int:
     from bert_jax import files, json_values
     from bert_jax.interop import model_source
@@ -88,10 +99,11 @@ def run(args) -> int:
     source = model_source.resolve(args.model)
     if args.task == "sts":  # any embedding model: its encoder may sit in a subdirectory
         metrics = evaluate_sts(source, args.data, args.batch_size, args.max_seq_len,
-                               progress=not args.no_progress)
+                               progress=not args.no_progress, skip_bad_rows=args.skip_bad_rows)
     else:
         metrics = evaluate_file(source, args.task, args.data, args.batch_size,
-                                args.max_seq_len, args.header, progress=not args.no_progress)
+                                args.max_seq_len, args.header, progress=not args.no_progress,
+                                **reading_flags(args))
     for name, value in metrics.items():
         print(f"{name}: {value:.4f}")
     if args.output:

@@ -21,9 +21,17 @@ metrics, the run's settings) and eval_predictions.jsonl. Everything else is a
 --print-config prints every key, its value after the flags and overrides, and its one-line
 description, and exits.
 
+The model records the columns it read (`sentence`, not "every column but the label") and
+reads every later file by them; give columns by index when the files name them otherwise
+(SST-2's train.tsv says `sentence`, its dev.tsv `content`). Label cells are stripped;
+labels that differ only by case or number spelling (pos/Pos, 1/1.0) are refused unless
+--labels-as-written; an empty label or a repeated header row is an error unless
+--skip-bad-rows.
+
 examples:
   bert-jax finetune classify --model MODEL --train ../shared/data/tasks/sst2/train.tsv \\
-      --eval ../shared/data/tasks/sst2/dev.tsv --workdir runs/sst2
+      --eval ../shared/data/tasks/sst2/dev.tsv --text-columns 1 --label-column 0 \\
+      --workdir runs/sst2
   bert-jax finetune regress --model MODEL --train sts-train.tsv --eval sts-dev.tsv \\
       --text-columns 5,6 --label-column 4 --workdir runs/stsb
 """

@@ -5,8 +5,12 @@ DESCRIPTION = """\
 Reads --input (plain text: one text per line, `A<TAB>B` for a pair; or a file in the
 format the model was trained on, labels not needed) and writes one prediction per input,
 in input order, to --output: `.jsonl` -> one object per input with `label` (and
-`probabilities` for classification); `.tsv` -> the texts and a `label` column. Label
-names are the training file's. The output is written under a temporary name and renamed.
+`probabilities` for classification, and the input row's `columns` when it has some);
+`.tsv` -> the input's columns (or texts) and a `label` column. Label names are the
+training file's. A TSV/CSV/JSONL input is read by the columns the model recorded (extra
+columns ignored, kept in the output; a missing one is an error naming it;
+--text-columns names this file's own). The output is written under a temporary name and
+renamed.
 
 example:
   bert-jax predict --model runs/sst2/best --input sentences.txt --output predictions.jsonl
@@ -25,22 +29,24 @@ def add_arguments(parser) -> None:
                         help="examples per batch (default 64)")
     parser.add_argument("--max-seq-len", type=int, default=None,
                         help="longest input in tokens (default: the training run's)")
-    from input_pipeline.tasks.columns import add_header_argument
+    from input_pipeline.tasks.columns import add_file_column_arguments, add_reading_arguments
 
-    add_header_argument(parser)
+    add_reading_arguments(parser)
+    add_file_column_arguments(parser)
     add_progress_argument(parser)
 
 
 def run(args) -> int:
     from bert_jax.interop import model_source
     from bert_jax.tasks import task_from_info
-    from bert_jax.tasks.classification import force_header
+    from bert_jax.commands.evaluate import reading_flags
+    from bert_jax.tasks.classification import apply_reading
     from bert_jax.training import prediction
     from bert_jax.training.finetune import load_finetuned
 
     finetuned = load_finetuned(model_source.resolve(args.model), args.batch_size,
                                task_from_info, max_seq_len=args.max_seq_len)
-    force_header(finetuned[0], args.header)
+    apply_reading(finetuned[0], args.header, **reading_flags(args))
     task, examples, predictions = prediction.predict_inputs(
         finetuned,
         lambda task, tokenizer, max_seq_len: task.read_examples(

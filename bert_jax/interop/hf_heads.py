@@ -4,7 +4,8 @@
 
 A head is described by a small dict, the same in task.json and here:
   {"architecture": "BertForSequenceClassification" | "BertForTokenClassification",
-   "label_names": [...], "problem_type": "single_label_classification" | "regression"}
+   "label_names": [...], "problem_type": "single_label_classification" | "regression",
+   "columns": {...}}   (a sentence task's recorded columns, config.json's `bert_jax_columns`)
   {"architecture": "BertForQuestionAnswering"}
 """
 
@@ -21,6 +22,10 @@ ARCHITECTURES = {
 }
 SPAN = "BertForQuestionAnswering"  # start and end logits: HF's num_labels = 2, no label names
 REGRESSION = "regression"
+# The columns a sentence task read (task.json's settings.columns), kept in an exported
+# config.json so that the model reads the same columns when it comes back; transformers
+# keeps an unknown field as an attribute and ignores it.
+COLUMNS_FIELD = "bert_jax_columns"
 
 
 def classifier_entries() -> list[Entry]:
@@ -51,10 +56,11 @@ def config_fields(head: dict) -> dict:
     if head["architecture"] == SPAN:
         return dict(num_labels=2)
     names = list(head["label_names"])
+    columns = {COLUMNS_FIELD: head["columns"]} if "columns" in head else {}
     return dict(num_labels=len(names), id2label={str(index): name for index, name in
                                                  enumerate(names)},
                 label2id={name: index for index, name in enumerate(names)},
-                problem_type=head.get("problem_type", "single_label_classification"))
+                problem_type=head.get("problem_type", "single_label_classification"), **columns)
 
 
 def head_from_config(values: dict, source: str) -> dict | None:
@@ -77,4 +83,6 @@ def head_from_config(values: dict, source: str) -> dict | None:
              for index in range(num_labels)]
     problem_type = values.get("problem_type") or (
         REGRESSION if num_labels == 1 else "single_label_classification")
-    return dict(architecture=architectures[0], label_names=names, problem_type=problem_type)
+    columns = {"columns": values[COLUMNS_FIELD]} if COLUMNS_FIELD in values else {}
+    return dict(architecture=architectures[0], label_names=names, problem_type=problem_type,
+                **columns)

@@ -137,7 +137,7 @@ class ModelSource:
             if head is None:
                 return None
             problem = "regression" if head.get("problem_type") == "regression" else None
-            settings = dict(label_names=head["label_names"]) if "label_names" in head else {}
+            settings = {name: head[name] for name in ("label_names", "columns") if name in head}
             return dict(task=_TASK_OF_HEAD[(head["architecture"], problem)], settings=settings,
                         head=head)
         path = files.join(self.metadata_directory, TASK_INFO)

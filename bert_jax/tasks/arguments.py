@@ -10,7 +10,7 @@ defined here, once.
 
 import dataclasses
 
-from input_pipeline.tasks import columns
+from input_pipeline.tasks import columns, label_rules
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,7 +47,21 @@ def sentence_pairs(parser) -> None:
         "--label-column", default="label", metavar="COLUMN",
         help="the label column: a header name or a 0-based index (JSONL: key); "
              "default label")
-    columns.add_header_argument(parser)
+    columns.add_reading_arguments(parser)
+
+
+def labels_as_written(parser) -> None:
+    """The tasks that train classes: keep labels that differ only by case or number spelling
+    apart (`input_pipeline/tasks/label_rules.py`)."""
+    parser.add_argument(
+        label_rules.AS_WRITTEN_FLAG, action="store_true",
+        help="keep labels that differ only by letter case or by how a number is written "
+             "(pos/Pos, 1/1.0) as separate classes (default: refused, naming their lines)")
+
+
+def classify(parser) -> None:
+    sentence_pairs(parser)
+    labels_as_written(parser)
 
 
 def ner(parser) -> None:
@@ -59,6 +73,9 @@ def ner(parser) -> None:
     group.add_argument("--tag-scheme", choices=("auto", "iob1", "iob2"), default="auto",
                        help="tag scheme of the files; IOB1 is converted to IOB2 (default "
                             "auto: IOB1 if an entity opens with I-)")
+    group.add_argument(label_rules.AS_WRITTEN_FLAG, action="store_true",
+                       help="keep entity types that differ only by letter case (PER/Per) as "
+                            "separate types (default: refused, naming their lines)")
     group.add_argument("--label-all-subwords", action="store_true",
                        help="label every word piece (B- becomes I- after the first), "
                             "not just the first piece of each word")
@@ -115,10 +132,14 @@ def sentence_embedding(parser) -> None:
     parser.add_argument("--score-max", type=float, default=5.0,
                         help="with --loss cosine: gold scores are divided by this to lie "
                              "in 0..1 (default 5, STS-B's scale)")
+    parser.add_argument(label_rules.SKIP_FLAG, action="store_true",
+                        help="skip rows whose label cell is empty, and say how many on "
+                             "stderr (default: such a row is an error naming its line)")
+    labels_as_written(parser)
 
 
 TASK_ARGUMENTS = {
-    "classify": sentence_pairs,
+    "classify": classify,
     "regress": sentence_pairs,
     "ner": ner,
     "qa": question_answering,

@@ -9,8 +9,16 @@ scikit-learn's default pos_label=1 takes it for 0/1 labels. More labels: the mac
 TSV/CSV files may start with a byte-order mark (Excel's "UTF-8" files). With every column
 given by index, a first row whose label cell is not a label any other row has (or not a
 number where all others are) is taken as a header, said on stderr; `--header/--no-header`
-decides it instead. A label that occurs on one line only of a training file of 100 rows or
-more is reported on stderr with its line.
+decides it instead. Label cells are stripped of surrounding white space; labels that differ
+only by letter case or by how a number is written (`pos`/`Pos`, `1`/`1.0`) are refused in
+one error listing them (`--labels-as-written` keeps them as separate classes); an empty
+label cell or a row repeating the header is an error naming its line (`--skip-bad-rows`
+skips and counts them). A label that occurs on one line only of a training file of 100 rows
+or more is reported on stderr with its line.
+
+The model records the columns it read (the text columns resolved: `sentence`, not "every
+column but the label") and every later evaluate, predict and `bert_jax.load(...).predict`
+reads exactly those; a file without them is an error naming the missing column.
 
 `SentenceTask` is what classification and regression share: the pooled-[CLS] head
 (`heads.BertForSequenceClassification`), the column reader, the batch schema and the
@@ -32,7 +40,7 @@ from bert_jax.errors import UserError
 from bert_jax.heads import BertForSequenceClassification
 from bert_jax.tasks import arguments
 from bert_jax.training.task import Examples, FineTuningTask
-from input_pipeline.tasks import columns
+from input_pipeline.tasks import columns, label_rules
 
 
 class SentenceTask(FineTuningTask):
@@ -71,7 +79,7 @@ class SentenceTask(FineTuningTask):
 
     def head(self) -> dict:
         return dict(architecture="BertForSequenceClassification", label_names=self.label_names,
-                    problem_type=self.problem_type)
+                    problem_type=self.problem_type, columns=self.spec.to_dict())
 
     # -- the commands ---------------------------------------------------------------------
 
@@ -81,14 +89,24 @@ class SentenceTask(FineTuningTask):
 
     @classmethod
     def spec_from_arguments(cls, args) -> columns.ColumnSpec:
+        """The columns the flags name (before `columns.read_table` resolves them)."""
         return columns.ColumnSpec(columns.parse_columns(args.text_columns),
-                                  columns.parse_column(args.label_column), args.header)
+                                  columns.parse_column(args.label_column), args.header,
+                                  args.delimiter, args.skip_bad_rows)
 
-    def with_header(self, header: bool | None) -> None:
-        """Forces (True/False) whether the files this task reads start with a header; None
-        keeps the training run's setting."""
+    def with_reading(self, header: bool | None = None, **reading) -> None:
+        """How this command reads its files: `header` forces (True/False) whether they start
+        with a header (None keeps the training run's setting); `reading` sets other
+        `ColumnSpec` fields given a value (delimiter, skip_bad_rows, a file's own
+        text_columns / label_column)."""
+        values = {name: value for name, value in reading.items() if _given(value)}
+        trained = self.spec.text_columns
+        if "text_columns" in values and trained and len(values["text_columns"]) != len(trained):
+            raise UserError(f"--text-columns {','.join(map(str, values['text_columns']))}: the "
+                            f"model was trained on {len(trained)} text column(s) {list(trained)}")
         if header is not None:
-            self.spec = dataclasses.replace(self.spec, header=header)
+            values["header"] = header
+        self.spec = dataclasses.replace(self.spec, **values)
 
     @classmethod
     def from_settings(cls, settings):
@@ -100,15 +118,31 @@ class SentenceTask(FineTuningTask):
         return self._examples(rows, path, tokenizer, max_seq_len, with_labels)
 
     def examples_from_inputs(self, inputs, tokenizer, max_seq_len):
-        """Each input a text or a (text_a, text_b) pair."""
+        """Each input a text, a (text_a, text_b) pair, or a dict of a row's columns by name
+        (its texts taken from the columns the model was trained on, the rest ignored)."""
         rows = []
         for number, value in enumerate(inputs, start=1):
-            texts = (value,) if isinstance(value, str) else tuple(value)
+            texts = (self._texts_of_record(value, number) if isinstance(value, dict) else
+                     (value,) if isinstance(value, str) else tuple(value))
             if not 1 <= len(texts) <= 2 or not all(isinstance(text, str) for text in texts):
                 raise UserError(f"input {number}: expected a text or a (text_a, text_b) pair "
                                 f"of strings, got {value!r}")
             rows.append(columns.Row(texts, None, number))
         return self._examples(rows, "input", tokenizer, max_seq_len, with_labels=False)
+
+    def _texts_of_record(self, record: dict, number: int) -> tuple:
+        """The texts of a row given as {column name: cell}, by the recorded text columns."""
+        text_columns = self.spec.text_columns
+        if not text_columns or not all(isinstance(column, str) for column in text_columns):
+            reads = list(text_columns) or "every column but the label"
+            raise UserError(f"input {number}: a dict input needs a model trained on named "
+                            f"columns; this one reads {reads}; give a text or a (text_a, "
+                            "text_b) pair")
+        missing = [column for column in text_columns if column not in record]
+        if missing:
+            raise UserError(f"input {number}: no {missing} key(s); the model reads its text from "
+                            f"the column(s) {list(text_columns)}, got {sorted(record)}")
+        return tuple(record[column] for column in text_columns)
 
     def _examples(self, rows, path, tokenizer, max_seq_len, with_labels):
         features = columns.encode_rows(tokenizer, rows, max_seq_len)
@@ -134,7 +168,9 @@ class SentenceTask(FineTuningTask):
         with files.atomic_write(path) as file:
             if kind == ".jsonl":
                 for row, record in zip(examples.rows, records):
-                    file.write(json_values.dumps(dict(texts=list(row.texts), **record)) + "\n")
+                    kept = dict(columns=dict(row.source)) if row.source else {}
+                    file.write(json_values.dumps(dict(texts=list(row.texts), **record, **kept))
+                               + "\n")
             else:
                 names, cells = _input_columns(examples.rows)
                 column = "predicted_label" if "label" in names else "label"
@@ -168,9 +204,14 @@ class ClassificationTask(SentenceTask):
     best_metric, greater_is_better = "accuracy", True
 
     @classmethod
+    def add_arguments(cls, parser):
+        arguments.classify(parser)
+
+    @classmethod
     def from_arguments(cls, args, tokenizer):
-        spec = cls.spec_from_arguments(args)
-        rows = columns.read_rows(args.train, spec)
+        rows, spec = columns.read_table(args.train, cls.spec_from_arguments(args))
+        label_rules.check_spellings([(row.label, row.line) for row in rows], args.train,
+                                    as_written=args.labels_as_written)
         warn_single_labels(rows, args.train)
         return cls(sorted_labels([row.label for row in rows]), spec)
 
@@ -182,6 +223,8 @@ class ClassificationTask(SentenceTask):
     def label_value(self, label: str, path: str, line: int) -> int:
         if not hasattr(self, "_label_ids"):
             self._label_ids = {name: index for index, name in enumerate(self.label_names)}
+            for index, name in enumerate(self.label_names):  # a model from before labels
+                self._label_ids.setdefault(name.strip(), index)  # were stripped: 'pos '
         if label not in self._label_ids:
             raise UserError(f"{path}:{line}: label {label!r} does not occur in the training "
                             f"data; its labels are {self.label_names}")
@@ -255,14 +298,21 @@ def warn_single_labels(rows, path: str, min_rows: int = 100) -> None:
                   f"of {len(rows)} rows; it becomes a class of its own", file=sys.stderr)
 
 
-def force_header(task, header: bool | None) -> None:
-    """Applies `--header/--no-header` of evaluate/predict to a loaded task (None: as the
-    training run read its files)."""
-    if header is None:
+def _given(value) -> bool:
+    """Whether a reading flag was given: not None, False or () (column 0 is given)."""
+    return value is not None and value is not False and value != ()
+
+
+def apply_reading(task, header: bool | None = None, **reading) -> None:
+    """Applies evaluate/predict's reading flags (`--header/--no-header`, `--delimiter`,
+    `--skip-bad-rows`, `--text-columns`, `--label-column`) to a loaded task; None or False
+    keeps how the training run read its files."""
+    if header is None and not any(_given(value) for value in reading.values()):
         return
-    if not hasattr(task, "with_header"):
-        raise UserError(f"--header/--no-header: task {task.name!r} reads no TSV/CSV columns")
-    task.with_header(header)
+    if not hasattr(task, "with_reading"):
+        raise UserError(f"--header, --delimiter, --skip-bad-rows, --text-columns, "
+                        f"--label-column: task {task.name!r} reads no TSV/CSV/JSONL columns")
+    task.with_reading(header, **reading)
 
 
 def sorted_labels(labels) -> list[str]:

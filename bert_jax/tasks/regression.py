@@ -27,7 +27,10 @@ class RegressionTask(SentenceTask):
 
     @classmethod
     def from_arguments(cls, args, tokenizer):
-        return cls(["LABEL_0"], cls.spec_from_arguments(args))
+        """Reads the training file once for the columns it records (`columns.read_table`)."""
+        spec = columns.read_table(args.train, cls.spec_from_arguments(args),
+                                  numeric_labels=True)[1]
+        return cls(["LABEL_0"], spec)
 
     @classmethod
     def from_settings(cls, settings):

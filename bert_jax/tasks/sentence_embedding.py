@@ -65,7 +65,7 @@ class SiameseEncoder(nn.Module):
         return embeddings, logits
 
 
-def _column_spec(path: str):
+def _column_spec(path: str, skip_bad_rows: bool = False):
     """STS-B's columns for TSV; for JSONL, the key set the first object has."""
     from bert_jax.embeddings.encoder import read_lines
     from input_pipeline.tasks import columns
@@ -73,7 +73,8 @@ def _column_spec(path: str):
 
     kind = file_format(path)
     if kind == "tsv":
-        return columns.ColumnSpec(_TSV_COLUMNS[:2], _TSV_COLUMNS[2], header=False)
+        return columns.ColumnSpec(_TSV_COLUMNS[:2], _TSV_COLUMNS[2], header=False,
+                                  skip_bad_rows=skip_bad_rows)
     if kind != "jsonl":
         raise UserError(f"{path}: expected STS-B-style .tsv or .jsonl sentence pairs")
     first = next((line for line in read_lines(path, "pair") if line.strip()), "")
@@ -83,17 +84,18 @@ def _column_spec(path: str):
         value = None  # read_rows names the line
     for keys in _JSONL_KEYS:
         if isinstance(value, dict) and all(key in value for key in keys):
-            return columns.ColumnSpec(keys[:2], keys[2])
+            return columns.ColumnSpec(keys[:2], keys[2], skip_bad_rows=skip_bad_rows)
     raise UserError(f"{path}: expected objects with keys "
                     f"{' or '.join('/'.join(keys) for keys in _JSONL_KEYS)}")
 
 
-def read_pair_records(path: str) -> list[tuple[int, str, str, str]]:
+def read_pair_records(path: str, skip_bad_rows: bool = False
+                      ) -> list[tuple[int, str, str, str]]:
     """(line, first text, second text, label cell) of every row, read by the shared column
-    reader (`input_pipeline/tasks/columns.py`)."""
+    reader (`input_pipeline/tasks/columns.py`, its label rules included)."""
     from input_pipeline.tasks import columns
 
-    rows = columns.read_rows(path, _column_spec(path))
+    rows = columns.read_rows(path, _column_spec(path, skip_bad_rows))
     return [(row.line, row.texts[0], row.texts[1], row.label) for row in rows]
 
 
@@ -118,6 +120,7 @@ class SentenceEmbeddingTask(FineTuningTask):
             raise UserError("--loss softmax needs class labels (an NLI file for --train)")
         self.loss, self.pooling, self.score_max = loss, tuple(pooling), score_max
         self.label_names = tuple(label_names)
+        self.skip_bad_rows = False  # --skip-bad-rows: how this command reads, not saved
         self.hard_negatives = hard_negatives and loss == "mnrl"
         self.sides = ("a", "b", "c") if self.hard_negatives else ("a", "b")
         count = "num_batches" if loss == "cosent" else "num_pairs"
@@ -144,11 +147,19 @@ class SentenceEmbeddingTask(FineTuningTask):
 
     @classmethod
     def from_arguments(cls, args, tokenizer):
-        labels = ()
-        if args.loss == "softmax":
-            records = read_pair_records(args.train)
-            labels = tuple(sorted({label for *_, label in records}))
-        return cls(args.loss, (args.pooling,), labels, args.hard_negatives, args.score_max)
+        """Class labels (an NLI file) follow `label_rules` whatever the loss: mnrl reads
+        `entailment` and `contradiction` by name."""
+        from input_pipeline.tasks.label_rules import check_spellings
+
+        records = read_pair_records(args.train, args.skip_bad_rows)
+        if scores_of(records) is None:
+            check_spellings([(label, line) for line, *_, label in records], args.train,
+                            as_written=args.labels_as_written)
+        labels = (tuple(sorted({label for *_, label in records}))
+                  if args.loss == "softmax" else ())
+        task = cls(args.loss, (args.pooling,), labels, args.hard_negatives, args.score_max)
+        task.skip_bad_rows = args.skip_bad_rows
+        return task
 
     def settings(self):
         return dict(loss=self.loss, pooling=list(self.pooling), label_names=list(
@@ -241,7 +252,8 @@ class SentenceEmbeddingTask(FineTuningTask):
         return rows, np.zeros(len(rows)), np.ones(len(rows)), None
 
     def read_examples(self, path, tokenizer, max_seq_len, with_labels=True):
-        rows, labels, weights, gold = self._pairs_and_labels(read_pair_records(path), path)
+        rows, labels, weights, gold = self._pairs_and_labels(
+            read_pair_records(path, self.skip_bad_rows), path)
         encoded = [tokenizer.encode_for_model([row[index] for row in rows], max_seq_len)
                    for index in range(len(self.sides))]
         seq_len = max(side["input_ids"].shape[1] for side in encoded)

@@ -95,7 +95,12 @@ class TokenClassificationTask(FineTuningTask):
         from bert_jax.inference import parse_layers
         from input_pipeline.tasks.conll import label_names, read_conll
 
+        from input_pipeline.tasks.label_rules import check_spellings
+
         train = read_conll(args.train, args.tag_column, args.tag_scheme)
+        check_spellings([(tag[2:], sentence.line + offset) for sentence in train.sentences
+                         for offset, tag in enumerate(sentence.tags) if tag != "O"],
+                        args.train, "entity type", args.labels_as_written)
         return cls(NerSettings(
             label_names=tuple(label_names(train.sentences)), tag_column=args.tag_column,
             tag_scheme=args.tag_scheme, label_all_subwords=args.label_all_subwords,

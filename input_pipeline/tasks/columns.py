@@ -11,17 +11,20 @@ by name, or, every column given by index, when the first row's label cell says s
 (`header_reason`; reported on stderr). A row wider than the header, or than the first row
 when the texts are "every column but the label", is an error; without a header and every
 column given by index, rows may carry extra trailing columns (STS-B's source columns).
+Label cells follow `label_rules.py` (stripped; an empty one, or a row repeating the header,
+is an error or, `skip_bad_rows`, skipped and counted). `read_table` also gives the columns it
+read, resolved, which a fine-tuned model records so that it reads every later file by them.
 Every error names the file and line and says what was expected.
 """
 
 import argparse
 import dataclasses
 import json
-import sys
 from collections.abc import Sequence
 
 from bert_jax.errors import UserError
-from input_pipeline.tasks.record_files import file_format, read_records
+from input_pipeline.tasks import label_rules
+from input_pipeline.tasks.record_files import delimiter_problem, file_format, read_records
 
 Column = str | int
 
@@ -38,10 +41,13 @@ class Row:
 
 @dataclasses.dataclass(frozen=True)
 class ColumnSpec:
-    """Which columns hold the texts and the label; saved with a fine-tuned model."""
+    """Which columns hold the texts and the label (saved with a fine-tuned model, its text
+    columns resolved: `read_table`), and how one command reads its files (not saved)."""
     text_columns: tuple[Column, ...] = ()  # () = every column but the label (1 or 2 of them)
     label_column: Column = "label"
     header: bool | None = None  # None: a header exactly when a column is given by name
+    delimiter: str | None = None  # TSV/CSV cell separator; None: by extension (tab, comma)
+    skip_bad_rows: bool = False  # skip (and count) rows with an empty label or a header's cells
 
     def to_dict(self) -> dict:
         return dict(text_columns=list(self.text_columns), label_column=self.label_column,
@@ -64,6 +70,41 @@ def add_header_argument(parser) -> None:
              "on stderr)")
 
 
+def add_reading_arguments(parser) -> None:
+    """`--header/--no-header`, `--delimiter` and `--skip-bad-rows`: how every command that
+    reads a TSV/CSV/JSONL file of columns reads it."""
+    add_header_argument(parser)
+    parser.add_argument(
+        "--delimiter", type=parse_delimiter, default=None, metavar="CHAR",
+        help="the character between the cells of a .tsv/.csv file, e.g. ';' or tab (default: "
+             "tab for .tsv, comma for .csv); read with standard CSV quoting")
+    parser.add_argument(
+        label_rules.SKIP_FLAG, action="store_true",
+        help="skip rows whose label cell is empty or that repeat the header (two exports "
+             "concatenated), and say how many on stderr (default: such a row is an error "
+             "naming its line)")
+
+
+def add_file_column_arguments(parser) -> None:
+    """evaluate/predict: this file's own text and label columns, where its header names them
+    otherwise than the training file's (default: the columns the model recorded)."""
+    parser.add_argument(
+        "--text-columns", type=parse_columns, default=None, metavar="A[,B]",
+        help="this file's text column(s), as many as the model was trained on: header names "
+             "or 0-based indices (JSONL: keys); default the columns the model was trained on")
+    parser.add_argument(
+        "--label-column", type=parse_column, default=None, metavar="COLUMN",
+        help="this file's label column (default: the one the model was trained on)")
+
+
+def parse_delimiter(text: str) -> str:
+    """`--delimiter`: one character, or `tab` (a tab is awkward to type in a shell)."""
+    value = "\t" if text in ("tab", "\\t") else text
+    if len(value) != 1 or value in "\"\r\n":
+        raise argparse.ArgumentTypeError(f"expected one character (or tab), got {text!r}")
+    return value
+
+
 def parse_column(text: str) -> Column:
     """'3' -> 3 (an index), 'sentence' -> 'sentence' (a name)."""
     text = text.strip()
@@ -83,7 +124,8 @@ def _resolve(column: Column, header: list[str] | None, path: str) -> Column:
         raise UserError(f"{path}: column {column!r} is a name but the file is read without a "
                         "header; give a 0-based index or --header")
     if column not in header:
-        raise UserError(f"{path}:1: no column {column!r} in the header {header}")
+        raise UserError(f"{path}:1: no column {column!r} in the header {header}; name the "
+                        "file's columns with --text-columns / --label-column")
     return header.index(column)
 
 
@@ -125,26 +167,37 @@ def header_reason(label_cells: Sequence[str], numeric_labels: bool) -> str | Non
     return f"its label cell {first!r} is not a label that any other row has"
 
 
-_ANNOUNCED_HEADERS: set[str] = set()  # files whose detected header was reported
+def _same_cells(cells: Sequence[str], header: Sequence[str]) -> bool:
+    """Whether a row repeats the header (white space, byte-order marks and trailing empty
+    cells aside): two exports concatenated, the second one's header in the middle."""
+    def cleaned(values):
+        values = [value.replace("\ufeff", "").strip() for value in values]
+        while values and not values[-1]:
+            values.pop()
+        return values
+    return cleaned(cells) == cleaned(header)
 
 
 def _split_header(path: str, records: list, spec: ColumnSpec, label_index: int | None,
                   numeric_labels: bool) -> list[str] | None:
     """Removes and returns the header row: as `spec.header` says, or detected (see
-    `header_reason`) when no column is given by name; says so on stderr when detected."""
+    `header_reason`; rows repeating the first one aside) when no column is given by name;
+    says so on stderr when detected."""
     named = any(isinstance(column, str) for column in (*spec.text_columns, spec.label_column))
     if spec.header is False:
         return None
     if spec.header is None and not named:
         if label_index is None or any(len(cells) <= label_index for _, cells in records):
             return None
-        reason = header_reason([cells[label_index] for _, cells in records], numeric_labels)
+        first = records[0][1]
+        labels = [first[label_index].strip()] + [
+            cells[label_index].strip() for _, cells in records[1:]
+            if not _same_cells(cells, first)]
+        reason = header_reason(labels, numeric_labels)
         if reason is None:
             return None
-        if path not in _ANNOUNCED_HEADERS:  # a file is read more than once in a run
-            _ANNOUNCED_HEADERS.add(path)
-            print(f"{path}: line {records[0][0]} taken as a header ({reason}); pass "
-                  "--no-header to read it as data", file=sys.stderr)
+        label_rules.say_once(f"{path}: line {records[0][0]} taken as a header ({reason}); "
+                             "pass --no-header to read it as data")
     if not records:
         raise UserError(f"{path}: the file is empty; expected a header line and rows")
     return list(records.pop(0)[1])
@@ -168,21 +221,48 @@ def _check_width(path: str, records: list, header: list[str] | None, fixed_width
 
 def read_rows(path: str, spec: ColumnSpec, with_labels: bool = True,
               numeric_labels: bool = False) -> list[Row]:
-    """Every row of `path` as texts (one or two) and, `with_labels`, its raw label cell.
+    """Every row of `path` as texts (one or two) and, `with_labels`, its label cell.
 
     Without labels (prediction), a missing label column is fine; texts default as in
     training (the columns other than the label). `numeric_labels` (regression) tells header
-    detection that every label is a number.
+    detection that every label is a number. Labels follow `label_rules`: stripped, and a
+    row with an empty one (`with_labels`) or repeating the header is an error, or skipped.
     """
+    return read_table(path, spec, with_labels, numeric_labels)[0]
+
+
+def read_table(path: str, spec: ColumnSpec, with_labels: bool = True,
+               numeric_labels: bool = False) -> tuple[list[Row], ColumnSpec]:
+    """(`read_rows`, `spec` with the text columns it read, "every column but the label"
+    resolved: header names or JSONL keys where the label is given by name, else indices),
+    what a fine-tuned model records so that later files are read by the same columns."""
     kind = file_format(path)
-    records = read_records(path, kind)
+    records = read_records(path, kind, spec.delimiter)
     if kind == "text":
         return _non_empty([_text_row(path, number, cells, with_labels)
-                           for number, cells in records], path)
+                           for number, cells in records], path), spec
     if kind == "jsonl":
-        return _jsonl_rows(path, records, spec, with_labels)
+        rows, text_columns = _jsonl_rows(path, records, spec, with_labels)
+        header_repeats = []
+    else:
+        first = records[0] if records else None
+        try:
+            rows, text_columns, header_repeats = _table_rows(path, records, spec, with_labels,
+                                                             numeric_labels)
+        except UserError as error:  # one column where several were expected: the separator?
+            raise delimiter_problem(path, kind, spec.delimiter, first) or error from None
+    rows = label_rules.screen_rows(path, rows, header_repeats, with_labels, spec.skip_bad_rows)
+    return rows, dataclasses.replace(spec, text_columns=text_columns)
+
+
+def _table_rows(path: str, records: list, spec: ColumnSpec, with_labels: bool,
+                numeric_labels: bool) -> tuple[list[Row], tuple, list[int]]:
+    """(rows, the text columns as `read_table` records them, lines repeating the header)."""
     label_index = spec.label_column if isinstance(spec.label_column, int) else None
     header = _split_header(path, records, spec, label_index, numeric_labels)
+    header_repeats = [number for number, cells in records
+                      if header is not None and _same_cells(cells, header)]
+    records[:] = [record for record in records if record[0] not in set(header_repeats)]
     if not records:
         raise UserError(f"{path}: the file has no rows")
     width = len(header) if header is not None else len(records[0][1])
@@ -195,14 +275,19 @@ def read_rows(path: str, spec: ColumnSpec, with_labels: bool = True,
     _check_text_count(path, text_columns)
     _check_width(path, records, header, fixed_width=not spec.text_columns)
     names = header or [f"column_{index}" for index in range(width)]
-    return [Row(tuple(_cell(cells, column, path, number, "text") for column in text_columns),
-                _cell(cells, label_index, path, number, "label")
+    rows = [Row(tuple(_cell(cells, column, path, number, "text") for column in text_columns),
+                _label_cell(cells, label_index, path, number)
                 if label_index is not None else None, number,
                 tuple(zip(names, [*cells, *[""] * (len(names) - len(cells))])))
             for number, cells in records]
+    by_name = header is not None and isinstance(spec.label_column, str)
+    recorded = spec.text_columns or tuple(
+        header[index] if by_name else index for index in text_columns)
+    return rows, recorded, header_repeats
 
 
-def _jsonl_rows(path: str, records: list, spec: ColumnSpec, with_labels: bool) -> list[Row]:
+def _jsonl_rows(path: str, records: list, spec: ColumnSpec, with_labels: bool
+                ) -> tuple[list[Row], tuple]:
     if not records:
         raise UserError(f"{path}: the file has no rows")
     label_column = spec.label_column
@@ -212,10 +297,17 @@ def _jsonl_rows(path: str, records: list, spec: ColumnSpec, with_labels: bool) -
     _check_text_count(path, text_columns)
     reading_labels = with_labels or has_label
     return [Row(tuple(_cell(record, column, path, number, "text") for column in text_columns),
-                _cell(record, label_column, path, number, "label") if reading_labels else None,
+                _label_cell(record, label_column, path, number) if reading_labels else None,
                 number, tuple((key, value if isinstance(value, str) else json.dumps(value))
                               for key, value in record.items()))
-            for number, record in records]
+            for number, record in records], text_columns
+
+
+def _label_cell(record, column: Column, path: str, number: int) -> str:
+    """The label a row holds (`label_rules.clean_label`); a JSON null is an empty cell."""
+    if isinstance(record, dict) and record.get(column, "") is None:
+        return ""
+    return label_rules.clean_label(_cell(record, column, path, number, "label"))
 
 
 def _check_text_count(path: str, text_columns: tuple) -> None:

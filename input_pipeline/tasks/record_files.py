@@ -9,7 +9,10 @@ rows of cells (or objects), before any column is chosen (that is `columns.py`).
     plain text  (`.txt`, for prediction): one text a line, `A<TAB>B` for a pair.
 
 Every file is read as UTF-8 with a leading byte-order mark dropped, and split into lines at
-newlines only. Every error names the file and line and says what was expected.
+newlines only. A `delimiter` other than the extension's reads TSV/CSV as CSV with that
+separator (`--delimiter ';'`); a first line that holds one cell where several were expected,
+with another likely separator inside, is named as a separator problem (`delimiter_problem`).
+Every error names the file and line and says what was expected.
 """
 
 import csv
@@ -33,14 +36,17 @@ def file_format(path: str) -> str:
     return formats[extension]
 
 
-def read_records(path: str, kind: str) -> list[tuple[int, list[str] | dict]]:
+def read_records(path: str, kind: str, delimiter: str | None = None
+                 ) -> list[tuple[int, list[str] | dict]]:
     """(first line number, cells or object) of every non-blank record.
 
     TSV/CSV go to the csv module whole, so a quoted CSV field keeps its newline and the line
     numbers after it stay right; every format splits lines at newlines only (a U+2028 in a
-    text is text).
+    text is text). `delimiter` (TSV/CSV): the cells' separator, when not the extension's.
     """
     text = files.read_user_text(path, "data", newline="")
+    if kind in ("tsv", "csv") and delimiter not in (None, _SEPARATORS[kind]):
+        return _parsed(path, text, dict(delimiter=delimiter, strict=True))
     if kind in ("tsv", "csv"):
         return _table_records(path, text, kind)
     numbered = [(number, line) for number, line in enumerate(files.split_lines(text), start=1)
@@ -93,3 +99,29 @@ def _parsed(path: str, text: str, dialect: dict, raise_csv: bool = False
         raise UserError(f"{path}:{first_line}: not valid CSV ({error}); a quoted field must "
                         "end in a quote followed by the delimiter or the line's end") from None
     return records
+
+
+_SEPARATORS = {"tsv": "\t", "csv": ","}
+_SEPARATOR_NAMES = {"\t": "tab", ",": "comma", ";": "semicolon", "|": "pipe"}
+
+
+def delimiter_problem(path: str, kind: str, delimiter: str | None,
+                      first: tuple[int, list[str]] | None) -> UserError | None:
+    """The error to give when a TSV/CSV file's columns cannot be found and its first record
+    (line, cells) is one cell holding another likely separator (a `;`-separated CSV, a
+    comma-separated .tsv, a TSV saved as .csv); None when it does not look so."""
+    expected = delimiter or _SEPARATORS[kind]
+    if first is None or len(first[1]) != 1:
+        return None
+    cell = first[1][0]
+    found = [separator for separator in _SEPARATOR_NAMES
+             if separator != expected and separator in cell]
+    if not found:
+        return None
+    separator = max(found, key=cell.count)
+    flag = "tab" if separator == "\t" else separator
+    return UserError(
+        f"{path}:{first[0]}: the first line {cell!r} looks {_SEPARATOR_NAMES[separator]}-"
+        f"separated, but this .{kind} file is read as {_SEPARATOR_NAMES[expected]}-separated, "
+        f"so it has one column; pass --delimiter '{flag}' (or save the file "
+        f"{'tab-separated as .tsv' if kind == 'tsv' else 'comma-separated as .csv'})")
