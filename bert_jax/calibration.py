@@ -80,7 +80,7 @@ def _load() -> str:
 
 
 def calibrate(run_config, batch_size: int, seq_len: int, predictions: int,
-              steps: int = 5) -> Calibration:
+              steps: int = 5, copy_bytes: int = COPY_BYTES) -> Calibration:
     """Compiles the run config's train step for one CPU device at (batch_size, seq_len),
     reads its cost analysis, measures the peaks and the step (median of `steps`)."""
     import jax
@@ -112,7 +112,7 @@ def calibrate(run_config, batch_size: int, seq_len: int, predictions: int,
     return Calibration(
         flops=float(cost.get("flops", 0.0)), xla_bytes=float(cost.get("bytes accessed", 0.0)),
         compulsory_bytes=float(memory.argument_size_in_bytes + memory.output_size_in_bytes),
-        peak_flops_per_second=matmul_peak(), bytes_per_second=copy_bandwidth(),
+        peak_flops_per_second=matmul_peak(), bytes_per_second=copy_bandwidth(num_bytes=copy_bytes),
         step_seconds=step_seconds, load=_load())
 
 
@@ -131,3 +131,19 @@ def _batch(run_config, batch_size: int, seq_len: int, predictions: int) -> dict:
         masked_lm_ids=rng.integers(0, vocab, (batch_size, predictions)).astype(np.int32),
         masked_lm_weights=np.ones((batch_size, predictions), np.float32),
         next_sentence_labels=rng.integers(0, 2, (batch_size,)).astype(np.int32))
+
+
+def format_calibration(name: str, result: Calibration) -> str:
+    """Two lines: the bound with XLA's bytes and with the corrected count, against the step."""
+    def line(count: str, label: str) -> str:
+        terms, bound = result.terms(count), result.bound_seconds(count)
+        verdict = "holds" if bound <= result.step_seconds else "EXCEEDS the measured step"
+        return (f"  bound with {label}: {bound * 1e3:.1f} ms (compute {terms['compute'] * 1e3:.1f}"
+                f", memory {terms['memory'] * 1e3:.1f} ms): {verdict}")
+    return "\n".join([
+        f"{name}: measured step {result.step_seconds * 1e3:.1f} ms (median); matmul peak "
+        f"{result.peak_flops_per_second / 1e9:.1f} GFLOP/s, copy {result.bytes_per_second / 1e9:.2f}"
+        f" GB/s (medians, this process); FLOPs {result.flops:.3e}; load {result.load}",
+        line("xla", f"XLA's bytes ({result.xla_bytes / 2**20:.0f} MiB)"),
+        line("compulsory", f"the corrected count, arguments read and outputs written once "
+                           f"({result.compulsory_bytes / 2**20:.0f} MiB)")])
