@@ -134,8 +134,12 @@ class CompileReport:
 
     @property
     def memory_bytes_per_device(self) -> float:
-        """The roofline's bytes: the corrected HBM count where the program was read."""
-        return self.hbm_traffic_per_device or self.bytes_accessed_per_device
+        """The roofline's bytes: the corrected HBM count where the program was read, never
+        below the state's compulsory traffic (every argument read and every output written
+        once, whatever stays on chip between), else XLA's count."""
+        if not self.hbm_traffic_per_device:
+            return self.bytes_accessed_per_device
+        return max(self.hbm_traffic_per_device, self.argument_bytes + self.output_bytes)
 
     def roofline_terms(self) -> dict[str, float]:
         """Seconds per step each resource needs at its peak, per device: the step takes at
