@@ -96,6 +96,15 @@ class CompileReport:
     # XLA's RESOURCE_EXHAUSTED message when the step cannot fit at all: the TPU compiler
     # refuses to build it, so there is no memory analysis (the fields above are then 0).
     out_of_memory: str = ""
+    # Where the bytes accessed go (bert_jax.aot_bytes): purpose -> {"forward", "backward",
+    # "step": XLA's way of counting, "hbm": the corrected count, "ops": how many}.
+    bytes_by_purpose: dict = dataclasses.field(default_factory=dict)
+    # The corrected count: the bytes that touch HBM (aot_bytes.hbm_bytes), the roofline's
+    # memory term; 0 where the program was not read (then XLA's count is used).
+    hbm_traffic_per_device: float = 0.0
+    # aot_bytes.first_principles: what the step must move, term by term.
+    first_principles_bytes: dict = dataclasses.field(default_factory=dict)
+    parameter_bytes_per_device: int = 0  # the float32 parameters a device holds
 
     @property
     def fits(self) -> bool:
@@ -123,6 +132,15 @@ class CompileReport:
     def collective_bytes_per_device(self) -> float:
         return float(sum(self.collective_bytes.values()))
 
+    @property
+    def memory_bytes_per_device(self) -> float:
+        """The roofline's bytes: the corrected HBM count where the program was read, never
+        below the state's compulsory traffic (every argument read and every output written
+        once, whatever stays on chip between), else XLA's count."""
+        if not self.hbm_traffic_per_device:
+            return self.bytes_accessed_per_device
+        return max(self.hbm_traffic_per_device, self.argument_bytes + self.output_bytes)
+
     def roofline_terms(self) -> dict[str, float]:
         """Seconds per step each resource needs at its peak, per device: the step takes at
         least the largest. A term is absent where the chip table has no bandwidth for it."""
@@ -130,7 +148,7 @@ class CompileReport:
         terms = {"compute": (self.compiled_flops_per_device + self.kernel_flops_per_device)
                  / (generation.peak_bf16_flops_per_chip / share)}
         if generation.hbm_bytes_per_second_per_chip:
-            terms["memory"] = self.bytes_accessed_per_device / (
+            terms["memory"] = self.memory_bytes_per_device / (
                 generation.hbm_bytes_per_second_per_chip / share)
         if generation.interconnect_bytes_per_second_per_chip:
             terms["interconnect"] = self.collective_bytes_per_device / (
@@ -246,6 +264,7 @@ def _measure(compiled, model_config: BertConfig, run_config, mesh_shape: dict) -
         kernel_flops = 3 * flops.attention_core_flops(
             model_config, run_config.batch_size, run_config.data.seq_len) / num_devices
     return dict(
+        **_byte_accounts(hlo_text, model_config, run_config, mesh_shape),
         argument_bytes=memory.argument_size_in_bytes,
         output_bytes=memory.output_size_in_bytes, alias_bytes=memory.alias_size_in_bytes,
         temp_bytes=memory.temp_size_in_bytes, code_bytes=memory.generated_code_size_in_bytes,
@@ -254,6 +273,25 @@ def _measure(compiled, model_config: BertConfig, run_config, mesh_shape: dict) -
         collectives=counts, collective_bytes=wire_bytes, attention=attention,
         kernel_flops_per_device=kernel_flops,
         unexplained_collectives=tuple(aot_collectives.unexplained(found, mesh_shape)))
+
+
+def _byte_accounts(hlo_text: str, model_config: BertConfig, run_config, mesh_shape: dict) -> dict:
+    """The bytes table by purpose, the corrected HBM count and the first-principles count."""
+    from bert_jax import aot_bytes
+
+    ops = aot_bytes.op_bytes(hlo_text)
+    state = aot_bytes.state_bytes(hlo_text)
+    data = run_config.data
+    batch_share = mesh_shape.get("data", 1) * mesh_shape.get("fsdp", 1)
+    compute_bytes = 2 if run_config.precision.dtype == "bfloat16" else 4
+    counted = aot_bytes.first_principles(
+        state["params"], state["opt_state"] > 0, mesh_shape.get("fsdp", 1), model_config,
+        run_config.batch_size * data.seq_len // batch_share, data.seq_len, compute_bytes,
+        bool(run_config.precision.remat))
+    return dict(bytes_by_purpose=aot_bytes.by_purpose(ops),
+                hbm_traffic_per_device=float(sum(op.hbm_read_bytes + op.hbm_written_bytes
+                                                 for op in ops)),
+                first_principles_bytes=counted, parameter_bytes_per_device=state["params"])
 
 
 def format_bytes(num_bytes: float) -> str:

@@ -80,6 +80,7 @@ def format_report(report: CompileReport, mfu: float, steps: int) -> str:
         *kernel_lines(report),
         f"  bytes accessed per device: {format_bytes(report.bytes_accessed_per_device)} "
         f"(XLA cost analysis: HBM reads and writes)",
+        *bytes_table_lines(report),
         *collective_lines(report),
         roofline_line(report),
     ] if not report.out_of_memory else [
@@ -92,6 +93,46 @@ def format_report(report: CompileReport, mfu: float, steps: int) -> str:
         f"{steps:,} steps in {step_seconds * steps / 3600:.3g} h"
         + (" (if it fitted)" if not report.fits else ""))
     return "\n".join(header + measured + [projection])
+
+
+STATE_PURPOSES = ("finite check", "gradient clipping", "gradient norm", "optimizer update")
+
+
+def bytes_table_lines(report: CompileReport) -> list[str]:
+    """Where the bytes accessed go, by purpose (bert_jax.aot_bytes), with the corrected HBM
+    count beside XLA's, then the first-principles count."""
+    table = report.bytes_by_purpose
+    if not table:
+        return []
+    mib = 2**20
+    lines = ["  bytes per device by purpose, MiB (XLA's way: every op's operands and result; "
+             "HBM: without on-chip buffers and async-copy bookkeeping):",
+             f"    {'purpose':<30}{'ops':>6}{'forward':>10}{'backward':>10}{'step':>10}"
+             f"{'total':>10}{'share':>7}{'HBM':>10}"]
+    counted = sum(row["forward"] + row["backward"] + row["step"] for row in table.values())
+    for purpose, row in table.items():
+        total = row["forward"] + row["backward"] + row["step"]
+        if not row["ops"]:
+            continue
+        lines.append(f"    {purpose:<30}{row['ops']:>6}{row['forward'] / mib:>10.1f}"
+                     f"{row['backward'] / mib:>10.1f}{row['step'] / mib:>10.1f}"
+                     f"{total / mib:>10.1f}{total / max(counted, 1):>7.1%}"
+                     f"{row['hbm'] / mib:>10.1f}")
+    xla = report.bytes_accessed_per_device
+    lines.append(f"    {'total':<30}{sum(r['ops'] for r in table.values()):>6}"
+                 f"{'':>30}{counted / mib:>10.1f}{counted / xla if xla else 0:>7.1%}"
+                 f"{report.hbm_traffic_per_device / mib:>10.1f}  (share: of XLA's "
+                 f"{xla / mib:.1f} MiB)")
+    step = sum(row["hbm"] for purpose, row in table.items() if purpose in STATE_PURPOSES)
+    params = report.parameter_bytes_per_device
+    if params:
+        lines.append(f"  the step's own ops (gradient norm, clipping, update, finite check) move "
+                     f"{format_bytes(step)} of HBM: {step / params:.1f}x the parameters' "
+                     f"{format_bytes(params)} (read p, g, m, v and write p, m, v: 7x)")
+    principles = report.first_principles_bytes
+    lines.append(f"  first principles, per device: {format_bytes(sum(principles.values()))} = "
+                 + "; ".join(f"{name} {format_bytes(value)}" for name, value in principles.items()))
+    return lines
 
 
 def kernel_lines(report: CompileReport) -> list[str]:
@@ -123,8 +164,10 @@ def collective_lines(report: CompileReport) -> list[str]:
 def roofline_line(report: CompileReport) -> str:
     """"roofline bound: 12.3 ms/step (compute 12.3 ms, memory 4.0 ms, interconnect 1.1 ms)"."""
     generation, terms = report.generation, report.roofline_terms()
+    count = "corrected" if report.hbm_traffic_per_device else "XLA's"
     rates = {"compute": f"{generation.peak_bf16_flops_per_chip / 1e12:.0f} TFLOP/s",
-             "memory": f"{generation.hbm_bytes_per_second_per_chip / 1e9:.0f} GB/s HBM",
+             "memory": f"{generation.hbm_bytes_per_second_per_chip / 1e9:.0f} GB/s HBM "
+                       f"({count} bytes)",
              "interconnect": f"{generation.interconnect_bytes_per_second_per_chip / 1e9:.0f} "
                              f"GB/s ICI"}
     parts = ", ".join(f"{name} {seconds * 1e3:.3g} ms at {rates[name]}"

@@ -9,10 +9,13 @@ Compiles the real train step of a run config for a TPU slice that is not attache
 compile-only devices), with the config's mesh and shardings, and prints per device the
 argument, output and temporary memory against the chip's HBM (fits or not, by how much),
 the FLOPs and bytes accessed per step (XLA's cost analysis, plus the FLOPs inside Pallas
-attention kernels, which it does not see), the attention implementation the program holds,
+attention kernels, which it does not see), a table of where the bytes go by purpose
+(attention, MLP, LayerNorm, embeddings, heads, optimizer update, gradient norm and clipping,
+finite check, collectives' buffers, other) with the corrected HBM count beside XLA's and a
+first-principles count, the attention implementation the program holds,
 the collectives in the compiled program per kind (count, bytes sent, and what the mesh layout
 needs them for; one the layout does not call for is flagged), the roofline bound (no
-step is faster than its FLOPs / peak, its bytes / HBM bandwidth or its collective bytes /
+step is faster than its FLOPs / peak, its corrected HBM bytes / HBM bandwidth or its collective bytes /
 interconnect bandwidth: launch/tpu_types.py cites the chip tables), and, as a second line,
 the step time and time to train projected at a given model-FLOPs utilisation.
 

@@ -53,6 +53,20 @@ def decay_mask(params: Any) -> Any:
     return map_parameter_paths(decays, params)
 
 
+# Name scopes of the step's parts, read back from the compiled program's op_name metadata
+# (bert_jax.aot_bytes attributes each op's bytes by them).
+CLIPPING, UPDATE, NORM, FINITE = "gradient_clipping", "optimizer_update", "gradient_norm", "finite_check"
+
+
+def named(transform: optax.GradientTransformation, name: str) -> optax.GradientTransformation:
+    """`transform` with its update traced under `jax.named_scope(name)`; same state, same
+    numbers: only the op names of the compiled program change."""
+    def update(updates, state, params=None):
+        with jax.named_scope(name):
+            return transform.update(updates, state, params)
+    return optax.GradientTransformation(transform.init, update)
+
+
 def make_optimizer(config, total_steps: int, trainable: Any = None
                    ) -> tuple[optax.GradientTransformation, optax.Schedule]:
     """The run config's `optimizer` section as an optax transformation and its schedule.
@@ -70,7 +84,8 @@ def make_optimizer(config, total_steps: int, trainable: Any = None
     else:
         update = optax.lamb(schedule, b1=config.beta1, b2=config.beta2, eps=config.epsilon,
                             weight_decay=config.weight_decay, mask=decay_mask)
-    transform = optax.chain(optax.clip_by_global_norm(config.clip_norm), update)
+    transform = optax.chain(named(optax.clip_by_global_norm(config.clip_norm), CLIPPING),
+                            named(update, UPDATE))
     if trainable is not None:
         transform = optax.multi_transform(
             {"train": transform, "freeze": optax.set_to_zero()},

@@ -11,9 +11,10 @@ them; AOT compilation for a TPU topology lowers them without any device memory:
 Gradient accumulation splits the global batch into `grad_accum_steps` micro-batches inside
 the step. The task's counts are taken on the whole global batch first and every
 micro-batch's sums are divided by them, so the accumulated loss and gradient are exactly
-the big batch's. A step whose loss, gradient or updated parameters are not finite leaves
-the state untouched (and reports `finite = 0`), so the trainer can stop with the last good
-parameters intact.
+the big batch's. A step whose loss or gradient is not finite leaves the state untouched,
+and one whose updated parameters are not finite leaves the step counter where it was; both
+report `finite = 0`, so the trainer stops without saving them, the last good checkpoint
+intact.
 
 The step is traced under `sharding.activation_sharding(mesh)`, so the model's
 `with_logical_constraint` calls keep activations split along the batch. Batches of other
@@ -122,18 +123,31 @@ def train_step(state: TrainState, batch: dict, rng: jax.Array, *, task: Task, mo
         keep = optimizer.map_parameter_paths(trainable, grads)
         grads = jax.tree.map(lambda grad, kept: grad if kept else jnp.zeros_like(grad),
                              grads, keep)
-    grad_norm = optax.tree.norm(grads)
-    updates, opt_state = tx.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
+    with jax.named_scope(optimizer.NORM):
+        grad_norm = optax.tree.norm(grads)
     metrics = task.means(sums, counts)
-    # The updated parameters too: a finite gradient can still step them to inf (an overflow
-    # in the optimizer), and a checkpoint of those would fail again at once on resume.
-    params_finite = jax.tree.reduce(jnp.logical_and, jax.tree.map(
-        lambda leaf: jnp.all(jnp.isfinite(leaf)), params), jnp.bool_(True))
-    finite = jnp.isfinite(metrics["loss"]) & jnp.isfinite(grad_norm) & params_finite
-    new_state = TrainState(step=state.step + 1, params=params, opt_state=opt_state)
-    # A non-finite step keeps the old state, so the last good parameters survive it.
-    new_state = jax.tree.map(lambda new, old: jnp.where(finite, new, old), new_state, state)
+    with jax.named_scope(optimizer.FINITE):
+        # Known before the update, so the choice between the new and the old state is made
+        # in the update's own pass over the parameters and moments (one read and one write of
+        # each), not in a second pass after a reduction over the new parameters.
+        inputs_finite = jnp.isfinite(metrics["loss"]) & jnp.isfinite(grad_norm)
+    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    with jax.named_scope(optimizer.UPDATE):
+        params = optax.apply_updates(state.params, updates)
+        # A non-finite loss or gradient keeps the old state, so the last good parameters
+        # survive it.
+        params, opt_state = jax.tree.map(lambda new, old: jnp.where(inputs_finite, new, old),
+                                         (params, opt_state), (state.params, state.opt_state))
+    with jax.named_scope(optimizer.FINITE):
+        # The updated parameters too: a finite gradient can still step them to inf (an
+        # overflow in the optimizer). Such a step does not advance the step counter, which
+        # is how the trainer sees it (`trainer._check_finite`, before any checkpoint is
+        # written), so a checkpoint of those parameters is never saved.
+        params_finite = jax.tree.reduce(jnp.logical_and, jax.tree.map(
+            lambda leaf: jnp.all(jnp.isfinite(leaf)), params), jnp.bool_(True))
+        finite = inputs_finite & params_finite
+    new_state = TrainState(step=jnp.where(finite, state.step + 1, state.step), params=params,
+                           opt_state=opt_state)
     metrics.update(counts)
     metrics.update(grad_norm=grad_norm, learning_rate=schedule(state.step),
                    finite=finite.astype(jnp.float32))
