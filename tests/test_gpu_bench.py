@@ -47,3 +47,35 @@ def test_dropout_check_fails_a_kernel_that_repeats_its_mask(monkeypatch):
 def test_configs_are_refused_by_name(argument):
     with pytest.raises(SystemExit, match="PRECISION:BATCHxSEQ"):
         gpu_step.parse_configs(argument)
+
+
+def test_kernel_table_groups_a_step_by_kind_per_step():
+    from bench import gpu_kernels
+
+    # Two steps of a made-up trace, named like the H100's kernels (call6_prof2 log).
+    events = [("cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16", 2_400_000),
+              ("nvjet_sm90_tst_128x128_64x6_2x1_v_bz_NNT", 1_300_000),
+              ("input_add_reduce_fusion_76", 2_000_000),
+              ("loop_convert_multiply_fusion_11", 2_000_000),
+              ("gemm_fusion_dot_104", 1_200_000), ("MemcpyD2H", 100_000)] * 2
+    lines = gpu_kernels.kernel_table(events, steps=2, top=2)
+    assert lines[0] == "9.00 ms kernel time per step, 6 kernels per step"
+    assert lines[1].split()[:3] == ["2.400", "ms", "x"] and len(lines) == 4
+    assert lines[-1] == ("by kind (ms per step): matmul (cuBLAS nvjet/gemm) 2.50, attention "
+                         "(cuDNN) 2.40, reduce fusions 2.00, loop/elementwise fusions 2.00, "
+                         "other 0.10")
+
+
+def test_the_gpu_session_lists_steps_that_exist():
+    import pathlib
+    import subprocess
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    listing = subprocess.run(["bash", str(root / "bench" / "gpu_session.sh"), "--list"],
+                             capture_output=True, text=True, check=True).stdout.splitlines()
+    for line in listing[:-1]:
+        script = next(word for word in line.split() if word.endswith(".py"))
+        assert (root / script).exists(), line
+    names = [line.split()[0] for line in listing[:-1]]
+    assert names[:3] == ["dropout_check", "cudnn_tests", "base"]  # the most needed first
+    assert listing[-1].endswith("budget 540 s")
