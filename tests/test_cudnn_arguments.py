@@ -80,6 +80,12 @@ def test_unpacked_rows_are_per_row_lengths_and_packed_rows_their_slots():
     np.testing.assert_array_equal(packed["kv_offsets"], packed["q_offsets"])
     with pytest.raises(UserError, match="max_sequences_per_row"):
         attention_kernels.cudnn_arguments(ids, None)  # never a guess, never T slots
+    # A filler row (padding only) gets a one-token segment, so its outputs stay finite.
+    filler = jnp.zeros((1, 6), jnp.int32)
+    np.testing.assert_array_equal(attention_kernels.cudnn_arguments(filler, 1)["q_seqlen"], [1])
+    packed_filler = attention_kernels.cudnn_arguments(filler, 3)
+    np.testing.assert_array_equal(packed_filler["q_offsets"], [[0, -1, -1, -1]])
+    np.testing.assert_array_equal(packed_filler["q_seqlen"], [[1, -1, -1]])
 
 
 def _params(config=CONFIG, shapes_only=False):

@@ -20,8 +20,8 @@ Implementations (`Precision.attention`):
              kernel 4.5x slower than per-row lengths (H100: 150.41 against 33.02 ms/step).
   splash     TPU: the Pallas splash attention kernel, the instance ids as segment ids, under
              `shard_map` over the batch (and heads) so each device runs it on its own rows.
-  auto       what `choose` says, each choice with the measurement behind it (README, "Which
-             attention kernel a platform takes").
+  auto       what `choose` says, each choice with the measurement behind it (README, "On a
+             GPU").
 
 Attention dropout: splash has none. cuDNN's kernel has one whose seed is a compile-time
 constant; XLA advances a per-kernel random offset at every call, so the masks should change
@@ -57,13 +57,13 @@ def choose(implementation: str, platform: str, rate: float, seq_len, dtype: str,
     """The implementation one attention call takes: `implementation` unless 'auto'.
 
     `max_instances`: the most instances a row holds (1: unpacked rows; None: not known, as in
-    domain MLM's blocks). Auto takes only paths measured fastest on their platform (README):
-    on a GPU in 16 bits, cuDNN with per-row lengths on unpacked rows (H100, BERT-Base bf16:
-    33.02 ms/step at 128 x 128, 33.62 at 32 x 512) and XLA's fused attention on packed or
-    unknown rows (38.07 and 50.93 ms; cuDNN segments on packed rows are unmeasured, so they
-    stay opt-in: precision.attention=cudnn). On a TPU, splash on whole 128-token blocks
-    (compiled, never timed on a TPU: no TPU path was). Attention dropout (`rate` > 0) keeps
-    the reference unless `fused_dropout` opts into cuDNN's (module docstring).
+    domain MLM's blocks). On a GPU in 16 bits auto takes the paths measured fastest there
+    (README, "On a GPU"): cuDNN with per-row lengths on unpacked rows (H100, BERT-Base bf16:
+    33.02 ms/step at 128 x 128, 33.62 at 32 x 512) and XLA's attention on packed or unknown
+    rows (38.07 and 50.93 ms; cuDNN segments were never run on packed rows, so they stay
+    opt-in: precision.attention=cudnn). On a TPU, splash on whole 128-token blocks (compiled,
+    never timed on a TPU: no TPU path was). Attention dropout (`rate` > 0) keeps the
+    reference unless `fused_dropout` opts into cuDNN's (module docstring).
     """
     if implementation != "auto":
         return implementation
@@ -125,10 +125,17 @@ def cudnn_arguments(instance_ids: Array, max_instances: int | None) -> dict[str,
             "precision.attention='cudnn' needs the most instances a row holds (packed "
             "pre-training rows: data.max_sequences_per_row), which these rows do not say; "
             "use precision.attention='auto' or 'xla'")
+    # A row of padding only (a last partial batch's filler rows) gets one token's segment:
+    # finite outputs that no loss reads, where an empty one's are not defined (NaN x a zero
+    # weight would still poison the batch's sums).
     if max_instances == 1:
         lengths = jnp.sum(instance_ids > 0, axis=1).astype(jnp.int32)  # (B,)
+        lengths = jnp.maximum(lengths, 1)
         return {"q_seqlen": lengths, "kv_seqlen": lengths}
     offsets, lengths = instance_segments(instance_ids, max_instances)
+    empty = lengths[:, 0] < 0  # (B,) rows without an instance
+    lengths = lengths.at[:, 0].set(jnp.where(empty, 1, lengths[:, 0]))
+    offsets = offsets.at[:, 0].set(jnp.where(empty, 0, offsets[:, 0]))
     return {"q_seqlen": lengths, "kv_seqlen": lengths, "q_offsets": offsets,
             "kv_offsets": offsets}
 
