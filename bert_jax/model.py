@@ -156,7 +156,7 @@ class SelfAttention(nn.Module):
 
     @nn.compact
     def __call__(self, x: Array, instance_ids: Array, train: bool,
-                 max_instances: int | None = 1) -> Array:
+                 max_instances: int | None = None) -> Array:
         config = self.config
         heads = (config.num_heads, config.head_dim)
         project = functools.partial(Dense, config, heads, ("embed",), ("heads", "kv"),
@@ -201,7 +201,7 @@ class EncoderLayer(nn.Module):
 
     @nn.compact
     def __call__(self, x: Array, instance_ids: Array, train: bool,
-                 max_instances: int | None = 1) -> Array:
+                 max_instances: int | None = None) -> Array:
         config = self.config
         dropout = Dropout(config.dropout_rate)
         precision = self.precision

@@ -108,11 +108,12 @@ def chunk_count(batch_size: int, seq_len: int, chunk_rows: int, platform: str) -
 
 
 def attention(query: Array, key: Array, value: Array, instance_ids: Array, rate: float,
-              dropout_key: Array | None, precision: Precision, max_instances: int | None = 1,
+              dropout_key: Array | None, precision: Precision, max_instances: int | None = None,
               kernel_seed: int = 0) -> Array:
     """The context (B, T, nh, hd) of (B, T, nh, hd) queries, keys and values; `instance_ids`
     (B, T) int32 say which instance each token belongs to (0 = padding), and `max_instances`
-    (static) how many a row can hold: 1 for unpacked rows, None where it is not known.
+    (static) how many a row can hold: 1 for unpacked rows, None (default) where it is not
+    known, which no fused kernel guesses.
     `kernel_seed` seeds a fused kernel's own attention dropout (attention_kernels)."""
     batch_size, seq_len = query.shape[:2]
     platform = traced_platform()

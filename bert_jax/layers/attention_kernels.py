@@ -53,7 +53,7 @@ SPLASH_BLOCK = 128
 
 
 def choose(implementation: str, platform: str, rate: float, seq_len, dtype: str,
-           max_instances: int | None = 1, fused_dropout: bool = False) -> str:
+           max_instances: int | None = None, fused_dropout: bool = False) -> str:
     """The implementation one attention call takes: `implementation` unless 'auto'.
 
     `max_instances`: the most instances a row holds (1: unpacked rows; None: not known, as in
@@ -79,7 +79,7 @@ def choose(implementation: str, platform: str, rate: float, seq_len, dtype: str,
 
 
 def fused_context(implementation: str, query: Array, key: Array, value: Array,
-                  instance_ids: Array, max_instances: int | None = 1, rate: float = 0.0,
+                  instance_ids: Array, max_instances: int | None = None, rate: float = 0.0,
                   seed: int = 0) -> Array:
     """The context (B, T, nh, hd) of pre-scaled (B, T, nh, hd) queries, keys and values, in
     `implementation` ('xla', 'cudnn' or 'splash'); attention dropout `rate` (cuDNN only)
