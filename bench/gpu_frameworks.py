@@ -78,12 +78,14 @@ def attention_path(batch_size: int, seq_len: int) -> str:
 
 
 def build_steps(preset: str, precision: str, batch: dict, compile_loss: bool,
-                attention_dropout: float) -> dict:
+                attention_dropout: float, precision_overrides: dict | None = None) -> dict:
     """The steps of one configuration, warmed up (compiled); prints compile times. Both
     frameworks take `attention_dropout` (PyTorch's SDPA applies it inside its fused kernels;
-    bert-jax's fused kernels need 0, layers/attention_kernels.py)."""
+    bert-jax's take it only with precision.fused_attention_dropout, layers/attention_kernels.py);
+    `precision_overrides` go to bert-jax's run config (attention, fused_attention_dropout)."""
     overrides = {"attention_dropout_rate": attention_dropout}
-    steps = {"bert-jax": GpuJaxStep(preset, batch, DTYPES[precision], overrides)}
+    steps = {"bert-jax": GpuJaxStep(preset, batch, DTYPES[precision], overrides,
+                                    precision_overrides=precision_overrides)}
     steps["torch"] = GpuTorchStep(steps["bert-jax"].model_config, batch, DTYPES[precision])
     if compile_loss:
         steps["torch.compile"] = GpuTorchStep(steps["bert-jax"].model_config, batch,

@@ -27,20 +27,26 @@ framework's own large matmul (the measured peak) between them, and medians are r
 MFU counts model FLOPs (`bert_jax.flops`: matmuls only, 3x forward) of the batch's real
 (unpadded) tokens against each framework's measured matmul peak in the step's precision and
 against the card's datasheet dense peak (DATASHEET_PEAK). --markdown-out writes the table
-the README quotes, headed by the card's name. --smoke runs it all on the CPU in seconds.
+the README quotes, headed by the card's name. --check exits 1 when bert-jax's median step is
+slower than PyTorch eager's in any configuration it ran (naming each), so one command on any
+GPU catches a regression. --attention and --fused-attention-dropout set bert-jax's
+`precision.attention` and `precision.fused_attention_dropout` (layers/attention_kernels.py).
+--smoke runs it all on the CPU in seconds.
 
 This file runs the comparison and writes the table; bench/gpu_frameworks.py holds the two
 sides' steps, bench/gpu_card.py the card's peaks, matmul precision and memory.
 
 Usage: python bench/gpu_step.py [--presets base,large] [--configs fp32:128x128,bf16:128x128,
            fp32:32x512,bf16:32x512] [--rounds 5] [--steps 10] [--compile all|none|CONFIGS]
-           [--attention-dropout 0] [--markdown-out PATH] [--json-out PATH]
+           [--attention-dropout 0] [--attention auto] [--fused-attention-dropout]
+           [--check] [--markdown-out PATH] [--json-out PATH]
        python bench/gpu_step.py --smoke   # on the CPU, BERT-tiny, one round: checks the script
 """
 
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 
@@ -59,6 +65,7 @@ from bench.model_step import make_batch, time_rounds  # noqa: E402
 from bench.gpu_card import (allow_tf32_in_torch, datasheet_peak, device_name,  # noqa: E402
                             matmul_peaks, memory_report, print_environment, release)
 from bench.gpu_frameworks import DTYPES, attention_path, build_steps  # noqa: E402
+from bert_jax.model_config import ATTENTION_IMPLEMENTATIONS  # noqa: E402
 
 
 def benchmark_config(preset: str, precision: str, batch_size: int, seq_len: int, args,
@@ -69,7 +76,9 @@ def benchmark_config(preset: str, precision: str, batch_size: int, seq_len: int,
     print(f"{label}:", flush=True)
     batch = make_batch(batch_size, seq_len, args.predictions)
     steps = build_steps(preset, precision, batch, (precision, batch_size, seq_len) in compiled,
-                        args.attention_dropout)
+                        args.attention_dropout, {"attention": args.attention,
+                                                 "fused_attention_dropout":
+                                                     args.fused_attention_dropout})
     print(f"  {attention_path(batch_size, seq_len)}; bert-jax's compiled step holds "
           f"{steps['bert-jax'].attention()} attention", flush=True)
     # MFU on real tokens: model FLOPs of the batch's unpadded tokens (make_batch pads none,
@@ -114,6 +123,20 @@ def benchmark_config(preset: str, precision: str, batch_size: int, seq_len: int,
                             "seconds_per_step": per_round, "memory": memory}
 
 
+def slower_than_eager(results: list[dict]) -> list[str]:
+    """One line for each configuration whose bert-jax median step is slower than PyTorch
+    eager's (`results`: benchmark_config's raw dicts); empty when bert-jax is never slower."""
+    failures = []
+    for result in results:
+        medians = {name: statistics.median(seconds)
+                   for name, seconds in result["seconds_per_step"].items()}
+        if medians["bert-jax"] > medians["torch"]:
+            failures.append(f"{result['label']}: bert-jax {medians['bert-jax'] * 1e3:.2f} "
+                            f"ms/step, torch eager {medians['torch'] * 1e3:.2f} "
+                            f"({medians['torch'] / medians['bert-jax']:.2f}x)")
+    return failures
+
+
 def markdown_table(rows: list[str], args) -> str:
     """The table the README quotes: the card's name, the settings, one row per step."""
     return "\n".join([
@@ -129,12 +152,11 @@ def parse_configs(text: str) -> list[tuple[str, int, int]]:
     """'fp32:128x128,bf16:32x512' -> [('fp32', 128, 128), ('bf16', 32, 512)]."""
     configs = []
     for item in text.split(","):
-        precision, _, shape = item.partition(":")
-        if precision not in DTYPES or "x" not in shape:
+        match = re.fullmatch(r"(\w+):(\d+)x(\d+)", item)
+        if not match or match.group(1) not in DTYPES:
             raise SystemExit(f"--configs: expected PRECISION:BATCHxSEQ with PRECISION in "
                              f"{list(DTYPES)}, got {item!r}")
-        batch_size, seq_len = shape.split("x")
-        configs.append((precision, int(batch_size), int(seq_len)))
+        configs.append((match.group(1), int(match.group(2)), int(match.group(3))))
     return configs
 
 
@@ -153,6 +175,14 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--attention-dropout", type=float, default=0.0,
                         help="attention-probability dropout on both sides: 0 (default) lets "
                              "bert-jax take cuDNN's fused kernel; 0.1 is the paper's")
+    parser.add_argument("--attention", default="auto", choices=ATTENTION_IMPLEMENTATIONS,
+                        help="bert-jax's precision.attention (auto: the README's choices)")
+    parser.add_argument("--fused-attention-dropout", action="store_true",
+                        help="bert-jax's precision.fused_attention_dropout: attention dropout "
+                             "inside cuDNN's kernel (opt-in; bench/cudnn_dropout_check.py)")
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 if bert-jax is slower than PyTorch eager in any "
+                             "configuration run")
     parser.add_argument("--json-out", default="", help="write the raw seconds here")
     parser.add_argument("--markdown-out", default="", help="write the README's table here")
     parser.add_argument("--smoke", action="store_true",
@@ -195,6 +225,13 @@ def main() -> None:
           "MFU(meas) MFU(sheet)  jax/row")
     print("\n".join(rows))
     print("\n" + table)
+    if args.check:
+        failures = slower_than_eager(raw)
+        print("\n--check: " + ("bert-jax is slower than PyTorch eager in " + "; ".join(failures)
+                               if failures else f"bert-jax is at least as fast as PyTorch "
+                               f"eager in all {len(raw)} configurations"))
+        if failures:
+            sys.exit(1)
 
 
 if __name__ == "__main__":

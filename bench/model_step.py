@@ -75,13 +75,15 @@ class JaxStep:
     """The project's jitted train step on one CPU device; `__call__` runs one step."""
 
     def __init__(self, preset_name: str, batch: dict, dtype: str = "float32",
-                 model_overrides: dict | None = None, data_overrides: dict | None = None):
+                 model_overrides: dict | None = None, data_overrides: dict | None = None,
+                 precision_overrides: dict | None = None):
         import jax
         from bert_jax import run_config, sharding
         from bert_jax.tasks.pretraining import task_from_run_config
         from bert_jax.training import train_step
         config = run_config.base_config(preset_name)
         config.precision.dtype = dtype  # compute dtype; parameters stay float32
+        config.precision.update(precision_overrides or {})  # e.g. the attention kernel
         config.model.vocab_size = VOCAB_SIZE
         config.model.update(model_overrides or {})  # e.g. attention_dropout_rate
         config.batch_size = batch["input_ids"].shape[0]

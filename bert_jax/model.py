@@ -11,6 +11,7 @@ sows are no-ops and cost nothing.
 """
 
 import functools
+import zlib
 
 import flax.linen as nn
 import jax
@@ -154,7 +155,8 @@ class SelfAttention(nn.Module):
     precision: Precision = FLOAT32
 
     @nn.compact
-    def __call__(self, x: Array, instance_ids: Array, train: bool) -> Array:
+    def __call__(self, x: Array, instance_ids: Array, train: bool,
+                 max_instances: int | None = None) -> Array:
         config = self.config
         heads = (config.num_heads, config.head_dim)
         project = functools.partial(Dense, config, heads, ("embed",), ("heads", "kv"),
@@ -170,8 +172,10 @@ class SelfAttention(nn.Module):
             self.sow("intermediates", "attention_probabilities", probabilities)
             context = attend(probabilities, value, rate, dropout_key, self.precision.dtype)
         else:
+            # A fused kernel's own dropout needs a seed per layer: one from its name.
             context = attention(query, key, value, instance_ids, rate, dropout_key,
-                                self.precision)
+                                self.precision, max_instances,
+                                zlib.crc32("/".join(self.path).encode()))
         return Dense(config, (config.hidden_dim,), ("heads", "kv"), ("embed",), self.precision,
                      name="output")(context)
 
@@ -196,11 +200,13 @@ class EncoderLayer(nn.Module):
     precision: Precision = FLOAT32
 
     @nn.compact
-    def __call__(self, x: Array, instance_ids: Array, train: bool) -> Array:
+    def __call__(self, x: Array, instance_ids: Array, train: bool,
+                 max_instances: int | None = None) -> Array:
         config = self.config
         dropout = Dropout(config.dropout_rate)
         precision = self.precision
-        attended = SelfAttention(config, precision, name="attention")(x, instance_ids, train)
+        attended = SelfAttention(config, precision, name="attention")(x, instance_ids, train,
+                                                                      max_instances)
         x = layer_norm(config, precision, name="attention_layer_norm")(
             x + dropout(attended, deterministic=not train))
         transformed = FeedForward(config, precision, name="mlp")(x)
@@ -221,7 +227,8 @@ class BertModel(nn.Module):
     def setup(self):
         config, precision = self.config, self.precision
         self.embeddings = Embeddings(config, precision)
-        layer = nn.remat(EncoderLayer, static_argnums=(3,)) if precision.remat else EncoderLayer
+        layer = (nn.remat(EncoderLayer, static_argnums=(3, 4)) if precision.remat
+                 else EncoderLayer)
         self.layers = [layer(config, precision, name=f"layer_{index}")
                        for index in range(config.num_layers)]
         if self.with_pooler:
@@ -230,19 +237,22 @@ class BertModel(nn.Module):
 
     def __call__(self, input_ids: Array, segment_ids: Array, input_mask: Array,
                  train: bool = False, instance_ids: Array | None = None,
-                 position_ids: Array | None = None) -> tuple[Array, Array]:
+                 position_ids: Array | None = None, max_instances: int | None = None
+                 ) -> tuple[Array, Array]:
         """`instance_ids` (B, T) int32 say which instance of a packed row each token belongs
-        to (0 = padding; default `input_mask`: one instance per row); `position_ids` (B, T)
-        restart at each instance (default 0..T-1). The pooled output reads position 0 only:
-        packed rows pool each instance's [CLS] with `pool`."""
+        to (0 = padding; default `input_mask`: one instance per row, real tokens first);
+        `max_instances` how many a row can hold (static; packed pre-training rows:
+        data.max_sequences_per_row; None with `instance_ids`: not known); `position_ids`
+        (B, T) restart at each instance (default 0..T-1). The pooled output reads position 0
+        only: packed rows pool each instance's [CLS] with `pool`."""
         if instance_ids is None:
-            instance_ids = input_mask
+            instance_ids, max_instances = input_mask, 1
         instance_ids = instance_ids.astype(jnp.int32)
         x = self.embeddings(input_ids, segment_ids, train, position_ids)
         x = nn.with_logical_constraint(x, ("batch", "seq", "embed"))
         self.sow("intermediates", "hidden_states", x)
         for layer in self.layers:
-            x = layer(x, instance_ids, train)
+            x = layer(x, instance_ids, train, max_instances)
             self.sow("intermediates", "hidden_states", x)
         pooled = self.pool(x[:, 0]) if self.with_pooler else None
         return x, pooled
@@ -292,16 +302,18 @@ class BertForPreTraining(nn.Module):
     def __call__(self, input_ids: Array, segment_ids: Array, input_mask: Array,
                  masked_lm_positions: Array, train: bool = False, *,
                  instance_ids: Array | None = None, position_ids: Array | None = None,
-                 instance_starts: Array | None = None) -> tuple[Array, Array]:
+                 instance_starts: Array | None = None, max_instances: int | None = None
+                 ) -> tuple[Array, Array]:
         """Returns MLM logits (B, P, vocab) at `masked_lm_positions` (B, P) and NSP logits (B, 2).
 
         Only the P gathered positions reach the vocabulary projection: at sequence 128 with
         20 predictions that is 6x less work than scoring every position. Packed rows
         (`instance_ids`, `position_ids` (B, T), see `BertModel`) give each instance's [CLS]
-        position in `instance_starts` (B, N): NSP logits are then (B, N, 2), one per instance.
+        position in `instance_starts` (B, N): NSP logits are then (B, N, 2), one per instance;
+        `max_instances` (static) is N, the slots a fused kernel gives a row's instances.
         """
         sequence_output, pooled = self.bert(input_ids, segment_ids, input_mask, train,
-                                            instance_ids, position_ids)
+                                            instance_ids, position_ids, max_instances)
         gathered = jnp.take_along_axis(
             sequence_output, masked_lm_positions[..., None], axis=1)  # (B, P, H)
         mlm_logits = self.mlm_head(gathered, self.bert.word_logits)

@@ -25,9 +25,13 @@ class Precision:
     # Rows per device whose attention scores are computed at once: 0 = the whole batch,
     # -1 = automatic (2 on a CPU from 160 tokens on, else 0; see bert_jax/layers/attention.py).
     attention_chunk_rows: int = -1
-    # The attention kernel: auto (splash on a TPU, cuDNN on a GPU in bf16, when attention
-    # dropout is off), reference, xla, cudnn or splash (bert_jax/layers/attention_kernels.py).
+    # The attention kernel: auto (splash on a TPU; on a GPU in bf16 cuDNN for unpacked rows,
+    # XLA's for packed ones; when attention dropout is off), reference, xla, cudnn or splash
+    # (bert_jax/layers/attention_kernels.py; the README says what each was measured at).
     attention: str = "auto"
+    # GPU, opt-in: attention dropout inside cuDNN's fused kernel, its masks from cuDNN's own
+    # generator (not yet checked on a GPU: bench/cudnn_dropout_check.py checks it).
+    fused_attention_dropout: bool = False
 
     def __post_init__(self):
         if self.attention not in ATTENTION_IMPLEMENTATIONS:

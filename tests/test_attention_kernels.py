@@ -2,7 +2,8 @@
 
 On a CPU: JAX's public `dot_product_attention(implementation='xla')` and the splash kernel in
 Pallas's interpret mode, on padded and packed rows. cuDNN needs a GPU: its test runs only
-where one is at hand. That splash compiles for real TPUs is tests/test_aot.py's.
+where one is at hand (tests/test_cudnn_arguments.py reads, on a CPU, what cuDNN is handed).
+That splash compiles for real TPUs is tests/test_aot.py's.
 """
 
 import jax
@@ -61,27 +62,38 @@ def test_splash_kernel_equals_the_reference_on_real_tokens():
     assert np.abs(again[1, 40:90] - splash[1, 40:90]).min() > 0.5
 
 
-def test_instance_segments_are_cudnns_packed_layout():
+def test_instance_segments_are_cudnns_packed_layout_with_the_slots_asked_for():
     ids = jnp.asarray([[1, 1, 2, 2, 2, 0], [1, 1, 1, 1, 1, 1]], jnp.int32)
-    offsets, lengths = attention_kernels.instance_segments(ids)
-    np.testing.assert_array_equal(offsets, [[0, 2, -1, -1, -1, -1, -1],
-                                            [0, -1, -1, -1, -1, -1, -1]])
-    np.testing.assert_array_equal(lengths, [[2, 3, -1, -1, -1, -1], [6, -1, -1, -1, -1, -1]])
+    offsets, lengths = attention_kernels.instance_segments(ids, 2)
+    np.testing.assert_array_equal(offsets, [[0, 2, -1], [0, -1, -1]])
+    np.testing.assert_array_equal(lengths, [[2, 3], [6, -1]])
+    offsets, lengths = attention_kernels.instance_segments(ids, 3)
+    np.testing.assert_array_equal(offsets, [[0, 2, -1, -1], [0, -1, -1, -1]])
+    np.testing.assert_array_equal(lengths, [[2, 3, -1], [6, -1, -1]])
 
 
-@pytest.mark.parametrize("platform, rate, seq_len, dtype, expected", [
-    ("tpu", 0.0, 128, "bfloat16", "splash"),
-    ("tpu", 0.1, 128, "bfloat16", "reference"),  # splash has no attention dropout
-    ("tpu", 0.0, 100, "bfloat16", "reference"),  # not a whole number of 128-token blocks
-    ("cuda", 0.0, 100, "bfloat16", "cudnn"),
-    ("cuda", 0.0, 128, "float32", "reference"),  # cuDNN has no float32 kernel
-    ("cuda", 0.1, 128, "bfloat16", "reference"),
-    ("cpu", 0.0, 512, "bfloat16", "reference"),
+@pytest.mark.parametrize("platform, rate, seq_len, dtype, instances, fused_dropout, expected", [
+    ("tpu", 0.0, 128, "bfloat16", 1, False, "splash"),
+    ("tpu", 0.0, 128, "bfloat16", 3, False, "splash"),
+    ("tpu", 0.1, 128, "bfloat16", 1, False, "reference"),  # splash has no attention dropout
+    ("tpu", 0.1, 128, "bfloat16", 1, True, "reference"),  # nor does the opt-in give it one
+    ("tpu", 0.0, 100, "bfloat16", 1, False, "reference"),  # not whole 128-token blocks
+    ("cuda", 0.0, 100, "bfloat16", 1, False, "cudnn"),  # unpacked: per-row lengths, measured
+    ("gpu", 0.0, 512, "bfloat16", 1, False, "cudnn"),
+    ("cuda", 0.0, 128, "bfloat16", 3, False, "xla"),  # packed: cuDNN segments unmeasured
+    ("cuda", 0.0, 128, "bfloat16", None, False, "xla"),  # instances per row not known
+    ("cuda", 0.0, 128, "float32", 1, False, "reference"),  # cuDNN has no float32 kernel
+    ("cuda", 0.1, 128, "bfloat16", 1, False, "reference"),  # cuDNN's dropout is opt-in
+    ("cuda", 0.1, 128, "bfloat16", 1, True, "cudnn"),
+    ("cuda", 0.1, 128, "bfloat16", 3, True, "reference"),
+    ("cpu", 0.0, 512, "bfloat16", 1, False, "reference"),
 ])
-def test_auto_takes_the_platforms_kernel_only_where_it_applies(platform, rate, seq_len, dtype,
-                                                               expected):
-    assert attention_kernels.choose("auto", platform, rate, seq_len, dtype) == expected
-    assert attention_kernels.choose("reference", platform, rate, seq_len, dtype) == "reference"
+def test_auto_takes_the_platforms_kernel_only_where_it_applies(
+        platform, rate, seq_len, dtype, instances, fused_dropout, expected):
+    assert attention_kernels.choose("auto", platform, rate, seq_len, dtype, instances,
+                                    fused_dropout) == expected
+    assert attention_kernels.choose("reference", platform, rate, seq_len, dtype,
+                                    instances) == "reference"
 
 
 def test_a_forced_kernel_with_attention_dropout_is_a_user_error():
@@ -94,16 +106,16 @@ def test_a_forced_kernel_with_attention_dropout_is_a_user_error():
 
 
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="cuDNN attention needs a GPU")
-def test_cudnn_packed_entry_equals_the_public_entry_and_the_reference():
-    query, key, value, ids = _inputs(jnp.bfloat16)
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_cudnn_segments_and_lengths_equal_the_reference_on_a_gpu(dtype):
+    query, key, value, ids = _inputs(dtype)
     real = np.asarray(ids) > 0
     reference = np.asarray(_context("reference", query, key, value, ids), np.float32)
-    packed = np.asarray(_context("cudnn", query, key, value, ids), np.float32)
+    # Packed rows: 3 segment slots (row 1 holds three instances).
+    packed = np.asarray(attention_kernels.fused_context("cudnn", query, key, value, ids, 3),
+                        np.float32)
     np.testing.assert_allclose(packed[real], reference[real], atol=2e-2)
-    # Row 0 is one instance then padding: the public entry takes it as a sequence length.
-    lengths = jnp.sum(ids[:1] > 0, axis=1).astype(jnp.int32)
-    public = jax.nn.dot_product_attention(
-        query[:1], key[:1], value[:1], scale=1.0, query_seq_lengths=lengths,
-        key_value_seq_lengths=lengths, implementation="cudnn")
-    np.testing.assert_allclose(packed[0][real[0]], np.asarray(public, np.float32)[0][real[0]],
-                               atol=1e-2)
+    # Row 0 is one instance then padding: the per-row lengths of unpacked rows.
+    lengths = np.asarray(attention_kernels.fused_context(
+        "cudnn", query[:1], key[:1], value[:1], ids[:1], 1), np.float32)
+    np.testing.assert_allclose(lengths[0][real[0]], reference[0][real[0]], atol=2e-2)

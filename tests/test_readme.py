@@ -188,6 +188,8 @@ PLANS = {
     "8. Phase 2, cost control, clean-up": [_skip("a TPU slice")],
     "9. Export the weights": [_skip("a gs:// bucket")],
     "Tests and benchmarks": [_skip("the test suite and benchmarks themselves: hours")],
+    "On a GPU": [_skip("needs an NVIDIA GPU and its driver (bench/gpu_session.sh --smoke "
+                       "runs the scripts on a CPU)")],
 }
 
 

@@ -108,20 +108,28 @@ def chunk_count(batch_size: int, seq_len: int, chunk_rows: int, platform: str) -
 
 
 def attention(query: Array, key: Array, value: Array, instance_ids: Array, rate: float,
-              dropout_key: Array | None, precision: Precision) -> Array:
+              dropout_key: Array | None, precision: Precision, max_instances: int | None = None,
+              kernel_seed: int = 0) -> Array:
     """The context (B, T, nh, hd) of (B, T, nh, hd) queries, keys and values; `instance_ids`
-    (B, T) int32 say which instance each token belongs to (0 = padding)."""
+    (B, T) int32 say which instance each token belongs to (0 = padding), and `max_instances`
+    (static) how many a row can hold: 1 for unpacked rows, None (default) where it is not
+    known, which no fused kernel guesses.
+    `kernel_seed` seeds a fused kernel's own attention dropout (attention_kernels)."""
     batch_size, seq_len = query.shape[:2]
     platform = traced_platform()
-    implementation = attention_kernels.choose(
-        precision.attention, platform, rate if dropout_key is not None else 0.0, seq_len,
-        precision.dtype)
+    rate = rate if dropout_key is not None else 0.0
+    fused_dropout = precision.fused_attention_dropout
+    implementation = attention_kernels.choose(precision.attention, platform, rate, seq_len,
+                                              precision.dtype, max_instances, fused_dropout)
     if implementation != "reference":
-        if dropout_key is not None and rate:
+        if rate and not (implementation == "cudnn" and fused_dropout):
             raise UserError(f"precision.attention={implementation!r} applies no attention "
                             f"dropout; set model.attention_dropout_rate=0 or "
-                            f"precision.attention='auto'")
-        return attention_kernels.fused_context(implementation, query, key, value, instance_ids)
+                            f"precision.attention='auto'"
+                            + (" (or precision.fused_attention_dropout=True: cuDNN's own)"
+                               if implementation == "cudnn" else ""))
+        return attention_kernels.fused_context(implementation, query, key, value, instance_ids,
+                                               max_instances, rate, kernel_seed)
     chunks = chunk_count(batch_size, seq_len, precision.attention_chunk_rows, platform)
     if chunks == 1:
         return _core(query, key, value, instance_ids, rate, dropout_key, precision.dtype)

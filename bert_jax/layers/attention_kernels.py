@@ -6,21 +6,31 @@ Implementations (`Precision.attention`):
   xla        `jax.nn.dot_product_attention(implementation='xla')` with the visibility mask of
              the instance ids: JAX's public entry on any platform, what the parity tests hold
              the kernels' inputs to on a CPU.
-  cudnn      GPU: cuDNN's fused attention through the function beneath
-             `jax.nn.dot_product_attention(implementation='cudnn')` (jax 0.10.2's private
-             `jax._src.cudnn.fused_attention_stablehlo.dot_product_attention`), which takes a
-             row's instances as segments (`q_offsets`/`kv_offsets` with per-segment lengths);
-             the public entry takes padding only. `_cudnn_segments` is the one place that
-             calls the private entry. bf16 or fp16 inputs only (cuDNN has no fp32 kernel).
+  cudnn      GPU: cuDNN's fused attention, bf16 or fp16 inputs only (cuDNN has no fp32
+             kernel), given the segments a row can hold (`cudnn_arguments`):
+             - unpacked rows (one instance, real tokens first, then padding): each row's
+               length, through `jax.nn.dot_product_attention(implementation='cudnn',
+               query_seq_lengths=..., key_value_seq_lengths=...)`;
+             - packed rows: `max_instances` segment slots (data.max_sequences_per_row, a
+               static number), offsets (B, slots + 1) and lengths (B, slots), through the
+               function beneath the public entry (jax 0.10.2's private
+               `jax._src.cudnn.fused_attention_stablehlo.dot_product_attention`), the only
+               one that takes segments. `_cudnn` is the one place that calls either.
+             Never the sequence length as the slot count: T slots a row made cuDNN's ragged
+             kernel 4.5x slower than per-row lengths (H100: 150.41 against 33.02 ms/step).
   splash     TPU: the Pallas splash attention kernel, the instance ids as segment ids, under
              `shard_map` over the batch (and heads) so each device runs it on its own rows.
-  auto       splash on a TPU, cuDNN on a GPU in bf16, the reference elsewhere.
+  auto       what `choose` says, each choice with the measurement behind it (README, "On a
+             GPU").
 
-Neither fused path applies dropout to the attention probabilities: splash has none, and the
-cuDNN entry's dropout takes its seed as a compile-time constant (`seed=42`), so every step
-would drop the same pattern unless cuDNN varies it per call, which no GPU here could check.
-So a fused kernel is taken only when `attention_dropout_rate` is 0 (or outside training);
-the paper's 0.1 keeps the reference path.
+Attention dropout: splash has none. cuDNN's kernel has one whose seed is a compile-time
+constant; XLA advances a per-kernel random offset at every call, so the masks should change
+from step to step, but no GPU has checked it yet (bench/cudnn_dropout_check.py does). So it
+is opt-in (`Precision.fused_attention_dropout`): each layer's kernel gets its own seed (from
+the layer's name), and its masks come from cuDNN's counter, not from the run's dropout key:
+they do not follow `seed`, and a resumed run's counters start again from 0.
+Without the opt-in a fused kernel is taken only when `attention_dropout_rate` is 0 (or
+outside training); the paper's 0.1 keeps the reference path.
 
 What fused kernels compute differently: a padding query (instance id 0) sees every real key
 in the reference, nothing (cuDNN) or the other padding (splash) here. No real token reads a
@@ -34,6 +44,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from bert_jax.errors import UserError
 from bert_jax.model_config import ATTENTION_IMPLEMENTATIONS
 
 Array = jax.Array
@@ -41,31 +52,42 @@ Array = jax.Array
 SPLASH_BLOCK = 128
 
 
-def choose(implementation: str, platform: str, rate: float, seq_len, dtype: str) -> str:
+def choose(implementation: str, platform: str, rate: float, seq_len, dtype: str,
+           max_instances: int | None = None, fused_dropout: bool = False) -> str:
     """The implementation one attention call takes: `implementation` unless 'auto'.
 
-    A fused kernel needs no attention dropout (`rate` 0) and a concrete length; the splash
-    kernel a length that is a multiple of its 128-token blocks; cuDNN 16-bit inputs.
+    `max_instances`: the most instances a row holds (1: unpacked rows; None: not known, as in
+    domain MLM's blocks). On a GPU in 16 bits auto takes the paths measured fastest there
+    (README, "On a GPU"): cuDNN with per-row lengths on unpacked rows (H100, BERT-Base bf16:
+    33.02 ms/step at 128 x 128, 33.62 at 32 x 512) and XLA's attention on packed or unknown
+    rows (38.07 and 50.93 ms; cuDNN segments were never run on packed rows, so they stay
+    opt-in: precision.attention=cudnn). On a TPU, splash on whole 128-token blocks (compiled,
+    never timed on a TPU: no TPU path was). Attention dropout (`rate` > 0) keeps the
+    reference unless `fused_dropout` opts into cuDNN's (module docstring).
     """
     if implementation != "auto":
         return implementation
-    if rate or not isinstance(seq_len, int):
+    if not isinstance(seq_len, int) or (rate and not fused_dropout):
         return "reference"
-    if platform == "tpu" and seq_len % SPLASH_BLOCK == 0:
+    if platform == "tpu" and seq_len % SPLASH_BLOCK == 0 and not rate:
         return "splash"
     if platform in ("cuda", "gpu") and dtype in ("bfloat16", "float16"):
-        return "cudnn"
+        if max_instances == 1:
+            return "cudnn"
+        return "reference" if rate else "xla"
     return "reference"
 
 
 def fused_context(implementation: str, query: Array, key: Array, value: Array,
-                  instance_ids: Array) -> Array:
+                  instance_ids: Array, max_instances: int | None = None, rate: float = 0.0,
+                  seed: int = 0) -> Array:
     """The context (B, T, nh, hd) of pre-scaled (B, T, nh, hd) queries, keys and values, in
-    `implementation` ('xla', 'cudnn' or 'splash'), with no attention dropout."""
+    `implementation` ('xla', 'cudnn' or 'splash'); attention dropout `rate` (cuDNN only)
+    from the kernel's own generator, seeded with `seed`."""
     if implementation == "xla":
         return _xla(query, key, value, instance_ids)
     if implementation == "cudnn":
-        return _cudnn_segments(query, key, value, instance_ids)
+        return _cudnn(query, key, value, instance_ids, max_instances, rate, seed)
     if implementation == "splash":
         return _splash_sharded(query, key, value, instance_ids)
     raise ValueError(f"no fused attention implementation {implementation!r}; "
@@ -79,32 +101,59 @@ def _xla(query, key, value, instance_ids):
                                         scale=1.0, implementation="xla")
 
 
-def instance_segments(instance_ids: Array) -> tuple[Array, Array]:
-    """cuDNN's packed layout of (B, T) instance ids 1..N (0 = padding): (offsets (B, T + 1),
-    lengths (B, T)), segment m's first token and length, -1 where a row has fewer segments.
-
-    T slots per row, one per possible instance: the count must be static, and a row of T
-    tokens holds at most T instances. Instances are contiguous runs of equal ids.
-    """
-    seq_len = instance_ids.shape[1]
-    segment = jnp.arange(1, seq_len + 1)  # (T,) the ids 1..T
-    member = instance_ids[:, None, :] == segment[None, :, None]  # (B, T segments, T tokens)
-    lengths = member.sum(axis=-1).astype(jnp.int32)  # (B, T)
-    starts = jnp.argmax(member, axis=-1).astype(jnp.int32)  # (B, T)
+def instance_segments(instance_ids: Array, slots: int) -> tuple[Array, Array]:
+    """cuDNN's packed layout of (B, T) instance ids 1..N (0 = padding, N <= `slots`):
+    (offsets (B, slots + 1), lengths (B, slots)), segment m's first token and length, -1
+    where a row has fewer segments. Instances are contiguous runs of equal ids."""
+    segment = jnp.arange(1, slots + 1)  # (slots,) the ids 1..slots
+    member = instance_ids[:, None, :] == segment[None, :, None]  # (B, slots, T)
+    lengths = member.sum(axis=-1).astype(jnp.int32)  # (B, slots)
+    starts = jnp.argmax(member, axis=-1).astype(jnp.int32)  # (B, slots)
     present = lengths > 0
     offsets = jnp.where(present, starts, -1)
-    offsets = jnp.pad(offsets, ((0, 0), (0, 1)), constant_values=-1)  # (B, T + 1)
+    offsets = jnp.pad(offsets, ((0, 0), (0, 1)), constant_values=-1)  # (B, slots + 1)
     return offsets, jnp.where(present, lengths, -1)
 
 
-def _cudnn_segments(query, key, value, instance_ids):
+def cudnn_arguments(instance_ids: Array, max_instances: int | None) -> dict[str, Array]:
+    """What cuDNN is told of (B, T) rows: `q_seqlen`/`kv_seqlen` (B,) per-row lengths for
+    unpacked rows (`max_instances` 1), plus `q_offsets`/`kv_offsets` (B, slots + 1) with
+    (B, slots) lengths for packed rows, slots = `max_instances`. A pure function, so a CPU
+    test can read what a GPU would be handed."""
+    if max_instances is None:
+        raise UserError(
+            "precision.attention='cudnn' needs the most instances a row holds (packed "
+            "pre-training rows: data.max_sequences_per_row), which these rows do not say; "
+            "use precision.attention='auto' or 'xla'")
+    # A row of padding only (a last partial batch's filler rows) gets one token's segment:
+    # finite outputs that no loss reads, where an empty one's are not defined (NaN x a zero
+    # weight would still poison the batch's sums).
+    if max_instances == 1:
+        lengths = jnp.sum(instance_ids > 0, axis=1).astype(jnp.int32)  # (B,)
+        lengths = jnp.maximum(lengths, 1)
+        return {"q_seqlen": lengths, "kv_seqlen": lengths}
+    offsets, lengths = instance_segments(instance_ids, max_instances)
+    empty = lengths[:, 0] < 0  # (B,) rows without an instance
+    lengths = lengths.at[:, 0].set(jnp.where(empty, 1, lengths[:, 0]))
+    offsets = offsets.at[:, 0].set(jnp.where(empty, 0, offsets[:, 0]))
+    return {"q_seqlen": lengths, "kv_seqlen": lengths, "q_offsets": offsets,
+            "kv_offsets": offsets}
+
+
+def _cudnn(query, key, value, instance_ids, max_instances, rate=0.0, seed=0):
     """cuDNN's fused attention on the rows' instances (GPU only; traced, never run here)."""
+    arguments = cudnn_arguments(instance_ids, max_instances)
+    if "q_offsets" not in arguments and not rate:
+        # The call measured on an H100 (33 ms/step): JAX's public entry, per-row lengths.
+        return jax.nn.dot_product_attention(
+            query, key, value, scale=1.0, query_seq_lengths=arguments["q_seqlen"],
+            key_value_seq_lengths=arguments["kv_seqlen"], implementation="cudnn")
     from jax._src.cudnn import fused_attention_stablehlo as cudnn
 
-    offsets, lengths = instance_segments(instance_ids)
+    # What the public entry passes for padding (mask type, layout), plus segments/dropout.
     return cudnn.dot_product_attention(
-        query, key, value, q_seqlen=lengths, kv_seqlen=lengths, q_offsets=offsets,
-        kv_offsets=offsets, scale=1.0, mask_type=cudnn.MaskType.PADDING, qkv_layout="BTNH")
+        query, key, value, **arguments, scale=1.0, mask_type=cudnn.MaskType.PADDING,
+        qkv_layout="BTNH", dropout_rate=rate, seed=seed)
 
 
 def _splash_rows(query, key, value, instance_ids, interpret=False):

@@ -40,9 +40,12 @@ def base_config(model_preset: str = "base") -> ml_collections.ConfigDict:
     config.precision.remat = False  # recompute each layer's activations in the backward pass
     # Cache-sized chunks of rows for attention on a CPU (bert_jax/layers/attention.py).
     config.precision.attention_chunk_rows = -1  # rows per device at once (0 = all, -1 = auto)
-    # layers/attention_kernels.py: auto takes splash (TPU) or cuDNN (GPU, bf16) when
-    # model.attention_dropout_rate is 0; reference, xla, cudnn or splash force one.
+    # layers/attention_kernels.py: auto takes splash (TPU) or, on a GPU in bf16, cuDNN for
+    # unpacked rows and XLA's for packed ones, when model.attention_dropout_rate is 0;
+    # reference, xla, cudnn or splash force one (README: which was measured at what).
     config.precision.attention = "auto"  # attention kernel: auto, reference, xla, cudnn, splash
+    # GPU opt-in: attention dropout inside cuDNN's kernel (its own masks; unchecked on a GPU).
+    config.precision.fused_attention_dropout = False
     config.init_from = ""  # model dir or training workdir to start from; brings its model.* sizes
     config.batch_size = 256  # global sequences per optimizer step, over all processes
     config.grad_accum_steps = 1  # micro-batches per step (batch_size must divide evenly)

@@ -70,7 +70,9 @@ class PretrainingTask(Task):
     def model_keywords(self, batch):
         if self.max_sequences_per_row == 1:
             return {}
-        return {name: batch[name] for name in _PACKED_INPUTS}
+        # The slot count a fused kernel gives each row's instances: static, from the config.
+        return {**{name: batch[name] for name in _PACKED_INPUTS},
+                "max_instances": self.max_sequences_per_row}
 
     def _nsp_weights(self, batch):
         """1 for each instance (NSP label) that counts: every row unpacked, filled slots packed."""
