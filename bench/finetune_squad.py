@@ -152,7 +152,8 @@ def squad_section(args) -> list[str]:
                                              args.train_examples,
                                              os.path.join(directory, "train.json"))
         dev, dev_count = first_questions(os.path.join(SQUAD, "dev-v1.1.xquad-en.json"),
-                                         args.dev_examples, os.path.join(directory, "dev.json"))
+                                         args.dev_examples or 1190,
+                                         os.path.join(directory, "dev.json"))
         ours = bert_jax_qa(model, train, dev, args, os.path.join(directory, "run"))
         again = bert_jax_qa(model, train, dev, args, os.path.join(directory, "again"))
         theirs = torch_qa(model, train, dev, args)
