@@ -33,6 +33,9 @@ def add_arguments(parser) -> None:
                         help="examples per batch (default 64)")
     parser.add_argument("--max-seq-len", type=int, default=None,
                         help="longest input in tokens (default: the training run's)")
+    parser.add_argument("--null-threshold", type=float, default=None,
+                        help="qa on SQuAD v2.0: the null threshold for exact/f1 (default: the "
+                             "one `finetune qa` recorded in task.json, else 0.0)")
     from input_pipeline.tasks.columns import add_header_argument
 
     add_header_argument(parser)
@@ -41,17 +44,19 @@ def add_arguments(parser) -> None:
 
 def evaluate_file(model, task_name: str, path: str, batch_size: int = 64,
                   max_seq_len: int | None = None, header: bool | None = None,
-                  progress: bool = True) -> dict:
+                  progress: bool = True, null_threshold: float | None = None) -> dict:
     """{'loss' (where the file carries the training objective), and the task's metrics} of
     `model` (a `ModelSource`, or a path) on the labelled file `path`."""
     from bert_jax.tasks import task_from_info
     from bert_jax.tasks.classification import force_header
+    from bert_jax.tasks.question_answering import with_null_threshold
     from bert_jax.training import prediction
     from bert_jax.training.finetune import load_finetuned
 
     task, bundle, params, tokenizer, info = load_finetuned(model, batch_size, task_from_info,
                                                            task_name, max_seq_len)
     force_header(task, header)
+    task = with_null_threshold(task, null_threshold, str(getattr(model, "name", model)))
     max_seq_len = max_seq_len or info.get("max_seq_len", 128)
     examples = task.read_examples(path, tokenizer, max_seq_len)
     predictions, means = prediction.predict(bundle, params, examples, batch_size, max_seq_len,
@@ -93,7 +98,8 @@ def run(args) -> int:
                                progress=not args.no_progress)
     else:
         metrics = evaluate_file(source, args.task, args.data, args.batch_size,
-                                args.max_seq_len, args.header, progress=not args.no_progress)
+                                args.max_seq_len, args.header, progress=not args.no_progress,
+                                null_threshold=args.null_threshold)
     for name, value in metrics.items():
         print(f"{name}: {value:.4f}")
     if args.output:
