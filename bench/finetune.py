@@ -254,6 +254,9 @@ def main() -> int:
                              "nli_pair: held-out SNLI dev pairs (default 1190)")
     parser.add_argument("--single-bert-jax-run", action="store_true",
                         help="run bert-jax once (compiling), not a second time from the cache")
+    parser.add_argument("--sides", default="bert-jax,transformers",
+                        help="squad_v2: which sides to run (one per process runs them side "
+                             "by side on a busy machine)")
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--learning-rate", type=float, default=5e-5)
