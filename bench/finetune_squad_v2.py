@@ -27,10 +27,9 @@ import time
 
 import numpy as np
 
-from bench.finetune_squad import MAX_SEQ_LEN, first_questions, load_peer, peer_logits, train_peer
+from bench.finetune_squad import (MAX_SEQ_LEN, load_peer, peer_logits, subset_files,
+                                  train_peer)
 
-SQUAD = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..",
-                     "shared", "data", "tasks", "squad")
 N_BEST, MAX_ANSWER_LEN = 20, 30
 
 
@@ -176,12 +175,8 @@ def squad_v2_section(args) -> list[str]:
 
     model = args.model or minilm_directory()
     with tempfile.TemporaryDirectory() as directory:
-        train, train_count = first_questions(os.path.join(SQUAD, "train-v2.0.subset.json"),
-                                             args.train_examples,
-                                             os.path.join(directory, "train.json"))
-        dev, dev_count = first_questions(os.path.join(SQUAD, "dev-v2.0.subset.json"),
-                                         args.dev_examples or 10 ** 9,
-                                         os.path.join(directory, "dev.json"))
+        train, train_count, dev, dev_count = subset_files(
+            directory, "train-v2.0.subset.json", "dev-v2.0.subset.json", args, 10 ** 9)
         sides = args.sides.split(",")
         ours = bert_jax_v2(model, train, dev, args, os.path.join(directory, "run")) \
             if "bert-jax" in sides else []
