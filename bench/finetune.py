@@ -25,7 +25,11 @@ as Excel writes a TSV (byte-order mark, a header row, CRLF, quotes only where ne
 read by bert-jax with its columns given by index; accuracy and the F1 of `entailment`
 (bench/finetune_nli_pair.py).
 
-Usage: python bench/finetune.py [--sections sst2,conll2003,squad,nli_pair] [--train-examples 4000] [--epochs 1]
+SQuAD v2.0 (`--sections squad_v2`): can it abstain? Official v2.0 metrics, best thresholds and
+the null odds' ROC AUC, the peer post-processed as transformers' utils_qa.py does
+(bench/finetune_squad_v2.py).
+
+Usage: python bench/finetune.py [--sections sst2,conll2003,squad,squad_v2,nli_pair] [--train-examples 4000] [--epochs 1]
        [--dev-examples 1190]
 """
 
@@ -225,13 +229,20 @@ def conll2003(args) -> list[str]:
     return comparison_lines(title, ours, again, theirs, sentences * args.epochs, "f1")
 
 
+def squad_v2(args) -> list[str]:
+    from bench.finetune_squad_v2 import squad_v2_section
+
+    return squad_v2_section(args)
+
+
 def nli_pair(args) -> list[str]:
     from bench.finetune_nli_pair import nli_pair_section
 
     return nli_pair_section(args)
 
 
-SECTIONS = {"sst2": sst2, "conll2003": conll2003, "squad": squad, "nli_pair": nli_pair}
+SECTIONS = {"sst2": sst2, "conll2003": conll2003, "squad": squad, "squad_v2": squad_v2,
+            "nli_pair": nli_pair}
 
 
 def main() -> int:
@@ -239,11 +250,15 @@ def main() -> int:
     parser.add_argument("--sections", default="sst2", help=f"comma-separated: {list(SECTIONS)}")
     parser.add_argument("--model", default=None, help="start from (default MiniLM)")
     parser.add_argument("--train-examples", type=int, default=4000)
-    parser.add_argument("--dev-examples", type=int, default=1190,
-                        help="squad: XQuAD-English dev questions to score (default all); "
-                             "nli_pair: held-out SNLI dev pairs")
+    parser.add_argument("--dev-examples", type=int, default=None,
+                        help="squad: XQuAD-English dev questions to score (default all "
+                             "1190); squad_v2: v2.0 dev subset questions (default all 4840); "
+                             "nli_pair: held-out SNLI dev pairs (default 1190)")
     parser.add_argument("--single-bert-jax-run", action="store_true",
                         help="run bert-jax once (compiling), not a second time from the cache")
+    parser.add_argument("--sides", default="bert-jax,transformers",
+                        help="squad_v2: which sides to run (one per process runs them side "
+                             "by side on a busy machine)")
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--learning-rate", type=float, default=5e-5)

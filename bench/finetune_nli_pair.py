@@ -109,18 +109,19 @@ def nli_pair_section(args) -> list[str]:
     from bench.finetune_recipe import comparison_lines, minilm_directory
 
     model = args.model or minilm_directory()
+    dev_examples = args.dev_examples or 1190
     with tempfile.TemporaryDirectory() as directory:
-        train, dev = excel_nli_files(directory, args.train_examples, args.dev_examples,
+        train, dev = excel_nli_files(directory, args.train_examples, dev_examples,
                                      args.seed)
         ours = bert_jax_pairs(model, train, dev, args, os.path.join(directory, "run"))
         again = None if args.single_bert_jax_run else bert_jax_pairs(
             model, train, dev, args, os.path.join(directory, "again"))
         theirs = torch_pairs(model, train, dev, ours["labels"], args)
-        share = sum(row[0] == "entailment" for row in read_excel_tsv(dev)) / args.dev_examples
+        share = sum(row[0] == "entailment" for row in read_excel_tsv(dev)) / dev_examples
     title = (f"SNLI binary pairs (entailment / not_entailment), Excel TSVs with BOM and header: "
              f"{args.train_examples} training pairs (seed {args.seed}) x {args.epochs} epoch(s), "
              f"batch {args.batch_size}, lr {args.learning_rate}, max 128 tokens; dev "
-             f"{args.dev_examples} held-out SNLI dev pairs ({100 * share:.1f}% entailment)")
+             f"{dev_examples} held-out SNLI dev pairs ({100 * share:.1f}% entailment)")
     return comparison_lines(title, ours, again, theirs, args.train_examples * args.epochs,
                             "accuracy", unit="pairs")
 

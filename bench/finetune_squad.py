@@ -115,6 +115,18 @@ def first_questions(source: str, count: int, path: str) -> tuple[str, int]:
     return path, total
 
 
+def subset_files(directory: str, train_name: str, dev_name: str, args,
+                 dev_default: int) -> tuple[str, int, str, int]:
+    """(train path, questions, dev path, questions): the first --train-examples and
+    --dev-examples (default `dev_default`) questions of two files in ../shared's squad/."""
+    train, train_count = first_questions(os.path.join(SQUAD, train_name), args.train_examples,
+                                         os.path.join(directory, "train.json"))
+    dev, dev_count = first_questions(os.path.join(SQUAD, dev_name),
+                                     args.dev_examples or dev_default,
+                                     os.path.join(directory, "dev.json"))
+    return train, train_count, dev, dev_count
+
+
 def bert_jax_qa(model: str, train: str, dev: str, args, workdir: str) -> dict:
     from bench.finetune_recipe import bert_jax_run
     from bert_jax.tasks.question_answering import QuestionAnsweringTask
@@ -148,11 +160,8 @@ def squad_section(args) -> list[str]:
 
     model = args.model or minilm_directory()
     with tempfile.TemporaryDirectory() as directory:
-        train, train_count = first_questions(os.path.join(SQUAD, "train-v1.1.subset.json"),
-                                             args.train_examples,
-                                             os.path.join(directory, "train.json"))
-        dev, dev_count = first_questions(os.path.join(SQUAD, "dev-v1.1.xquad-en.json"),
-                                         args.dev_examples, os.path.join(directory, "dev.json"))
+        train, train_count, dev, dev_count = subset_files(
+            directory, "train-v1.1.subset.json", "dev-v1.1.xquad-en.json", args, 1190)
         ours = bert_jax_qa(model, train, dev, args, os.path.join(directory, "run"))
         again = bert_jax_qa(model, train, dev, args, os.path.join(directory, "again"))
         theirs = torch_qa(model, train, dev, args)

@@ -18,6 +18,7 @@ import jax
 import numpy as np
 import pytest
 from interop_helpers import random_pretraining_params, torch_inputs, write_vocab
+from squad_v2_windows import DOC_STRIDE, expected_targets, squad_v2_batches, v2_examples
 
 from bert_jax import sharding
 from bert_jax.interop import model_writers
@@ -30,8 +31,10 @@ CONFIG = preset("tiny", vocab_size=37, hidden_dim=32, num_layers=2, num_heads=2,
 BATCH, STEPS, WARMUP, LEARNING_RATE = 8, 4, 1, 1e-3
 
 
-def _batches(num_labels: int, task_name: str):
+def _batches(num_labels: int, task_name: str, tokenizer=None, directory=None):
     """STEPS batches of BATCH rows, the last two rows of each filler (weight 0)."""
+    if task_name == "qa_v2":
+        return squad_v2_batches(tokenizer, directory, BATCH, STEPS)
     rng = np.random.default_rng(3)
     batches = []
     for step in range(STEPS):
@@ -78,7 +81,7 @@ def _real_rows(batch: dict) -> np.ndarray:
 def _torch_labels(batch: dict, task_name: str, real: np.ndarray) -> dict:
     import torch
 
-    if task_name == "qa":
+    if task_name in ("qa", "qa_v2"):
         return {name: torch.tensor(batch[name][real], dtype=torch.long)
                 for name in ("start_positions", "end_positions")}
     return dict(labels=_torch_label_tensor(batch, task_name, real))
@@ -102,7 +105,8 @@ def _bert_schedule(step: int) -> float:
 @pytest.mark.parametrize("task_name, labels", [("classify", ["a", "b", "c"]),
                                                ("regress", ["LABEL_0"]),
                                                ("ner", ["O", "B-PER", "I-PER", "B-LOC"]),
-                                               ("qa", ["start", "end"])])
+                                               ("qa", ["start", "end"]),
+                                               ("qa_v2", ["start", "end"])])
 def test_fine_tuning_steps_equal_pytorch_adamw_on_hf_model(tmp_path, task_name, labels):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
@@ -115,19 +119,21 @@ def test_fine_tuning_steps_equal_pytorch_adamw_on_hf_model(tmp_path, task_name, 
     if task_name == "ner":
         task = TokenClassificationTask(NerSettings(tuple(labels)))
         auto_model = transformers.AutoModelForTokenClassification
-    elif task_name == "qa":
+    elif task_name in ("qa", "qa_v2"):
         task = QuestionAnsweringTask()
         auto_model = transformers.AutoModelForQuestionAnswering
     else:
         task_class = RegressionTask if task_name == "regress" else ClassificationTask
         task = task_class(labels, ColumnSpec((), "label"))
         auto_model = transformers.AutoModelForSequenceClassification
+    tokenizer = load_tokenizer(write_vocab(tmp_path))
     rng = np.random.default_rng(1)
     params = {"bert": random_pretraining_params(CONFIG, 1)["bert"]}
-    if task_name in ("ner", "qa"):  # BertFor{Token Classification, Question Answering}: no pooler
+    if task_name != "classify" and task_name != "regress":  # BertFor{Token Classification,
+        # Question Answering}: no pooler
         params["bert"] = {name: value for name, value in params["bert"].items()
                           if name != "pooler"}
-    params["qa_outputs" if task_name == "qa" else "classifier"] = {
+    params["qa_outputs" if task_name.startswith("qa") else "classifier"] = {
         "kernel": rng.normal(0, 0.3, (CONFIG.hidden_dim, len(labels))).astype(np.float32),
         "bias": rng.normal(0, 0.3, (len(labels),)).astype(np.float32)}
 
@@ -146,7 +152,6 @@ def test_fine_tuning_steps_equal_pytorch_adamw_on_hf_model(tmp_path, task_name, 
         params, state.params))
 
     exported = str(tmp_path / "hf")
-    tokenizer = load_tokenizer(write_vocab(tmp_path))
     model_writers.export_huggingface(CONFIG, params, tokenizer, exported, head=task.head())
     model = auto_model.from_pretrained(
         exported, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
@@ -160,7 +165,7 @@ def test_fine_tuning_steps_equal_pytorch_adamw_on_hf_model(tmp_path, task_name, 
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _bert_schedule)
 
     rng_key, norms = jax.random.PRNGKey(0), []
-    for step, batch in enumerate(_batches(len(labels), task_name)):
+    for step, batch in enumerate(_batches(len(labels), task_name, tokenizer, tmp_path)):
         state, metrics = bundle.train_step(
             state, distributed.global_batch(batch, bundle.batch_shardings), rng_key)
         real = _real_rows(batch)
@@ -180,14 +185,14 @@ def test_fine_tuning_steps_equal_pytorch_adamw_on_hf_model(tmp_path, task_name, 
     assert max(norms) > 1.0  # clipping was exercised
 
     # The trained models agree: the same logits on fresh inputs.
-    check = _batches(len(labels), task_name)[0]
+    check = _batches(len(labels), task_name, tokenizer, tmp_path)[0]
     ours = _logits(task.apply(bundle.model, state.params,
                               distributed.global_batch(check, bundle.batch_shardings), False))
     model.eval()
     with torch.no_grad():
         output = model(**torch_inputs(check))
     theirs = (np.stack([output.start_logits.numpy(), output.end_logits.numpy()], -1)
-              if task_name == "qa" else output.logits.numpy())
+              if task_name.startswith("qa") else output.logits.numpy())
     real = _real_rows(check)
     before = _logits(task.apply(bundle.model, params, check, False))
     moved = np.abs(theirs[real] - before[real]).max()
@@ -201,3 +206,21 @@ def _logits(outputs) -> np.ndarray:
     if isinstance(outputs, tuple):
         return np.stack([np.asarray(part) for part in outputs], -1)
     return np.asarray(outputs)
+
+
+def test_v2_windows_point_unanswerable_and_answerless_windows_at_cls(tmp_path):
+    """The targets the v2.0 parity case trains on, against the original's rule."""
+    tokenizer = load_tokenizer(write_vocab(tmp_path))
+    examples, answers = v2_examples(tokenizer, tmp_path)
+    windows, seen = examples.gold.windows, {"cls_impossible": 0, "cls_answerless": 0, "span": 0}
+    for number, answer in enumerate(answers):
+        rows = np.flatnonzero(windows.question_index == number)
+        targets = expected_targets([DOC_STRIDE * index for index in range(len(rows))], answer)
+        got = list(zip(windows.start_positions[rows].tolist(),
+                       windows.end_positions[rows].tolist()))
+        assert got == targets, f"question {number}"
+        for target in targets:
+            seen["span" if target != (0, 0) else
+                 "cls_impossible" if answer is None else "cls_answerless"] += 1
+        assert windows.input_mask[rows].all()  # full windows: no padding in either softmax
+    assert min(seen.values()) >= 3, seen  # every kind of target is trained on

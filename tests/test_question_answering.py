@@ -52,8 +52,9 @@ def run(request, tmp_path_factory):
     train = write(root / "train.json", made_up_squad(64, 0, version_2))
     dev = write(root / "dev.json", made_up_squad(24, 1, version_2))
     workdir = str(root / "run")
-    # v2.0 checks the files and metrics only: one epoch, to keep the suite fast.
-    epochs = ["--epochs", "1" if version_2 else "3"]
+    # Three epochs: v1.1 finds paris; v2.0's null odds then separate enough that the best
+    # threshold lies between them (one epoch answered "" everywhere, at threshold 0).
+    epochs = ["--epochs", "3"]
     assert main(["finetune", "qa", "--model", model, "--train", train, "--eval", dev,
                  "--workdir", workdir, *epochs, *ARGS]) == 0
     return dict(root=root, train=train, dev=dev, workdir=workdir, version_2=version_2)
@@ -87,34 +88,85 @@ def test_run_writes_the_official_files_and_metrics(run):
         assert results["best"]["metrics"]["f1"] > 60
 
 
-def test_predict_and_evaluate_reproduce_the_run(run, tmp_path):
-    best = os.path.join(run["workdir"], "best")
+def _predict(run, tmp_path, name: str, *flags) -> dict:
+    """`bert-jax predict` of best/ on the dev questions without their answers."""
     questions = json.loads(open(run["dev"]).read())
     for paragraph in questions["data"][0]["paragraphs"]:  # questions to answer: no answers
         for qa in paragraph["qas"]:
             del qa["answers"]
             qa.pop("is_impossible", None)
-    output = tmp_path / "answers.json"
-    assert main(["predict", "--model", best, "--input", write(tmp_path / "q.json", questions),
-                 "--output", str(output)]) == 0
+    output = tmp_path / name / "answers.json"
+    output.parent.mkdir()
+    assert main(["predict", "--model", os.path.join(run["workdir"], "best"), "--input",
+                 write(tmp_path / "q.json", questions), "--output", str(output), *flags]) == 0
+    assert os.path.exists(output.parent / "nbest_predictions.json")
+    return json.loads(output.read_text())
+
+
+def _results(run) -> dict:
     with open(os.path.join(run["workdir"], "eval_results.json")) as file:
-        results = json.load(file)
-    answers = json.loads(output.read_text())
-    assert os.path.exists(tmp_path / "nbest_predictions.json")
+        return json.load(file)
+
+
+def test_predict_and_evaluate_reproduce_the_run(run, tmp_path):
+    best = os.path.join(run["workdir"], "best")
+    answers = _predict(run, tmp_path, "default")
     import bert_jax  # the Python API answers the same questions alike
 
     dev_questions = squad.read_squad(run["dev"]).questions
     assert bert_jax.load(best).predict(
         [{"question": q.question, "context": q.context} for q in dev_questions]) == [
         answers[q.question_id] for q in dev_questions]
-    metrics = squad_metrics.evaluate(squad.read_squad(run["dev"]).questions, answers,
-                                     run["version_2"])
+    # The run's evaluation answered at the null threshold 0 (v2.0; best/ records its own).
+    at_zero = ["--null-threshold", "0"] if run["version_2"] else []
+    if at_zero:
+        answers = _predict(run, tmp_path, "zero", *at_zero)
+    metrics = squad_metrics.evaluate(dev_questions, answers, run["version_2"])
+    results = _results(run)
     assert metrics["f1"] == pytest.approx(results["best"]["metrics"]["f1"])
     metrics_path = tmp_path / "metrics.json"
     assert main(["evaluate", "qa", "--model", best, "--data", run["dev"],
-                 "--output", str(metrics_path)]) == 0
+                 "--output", str(metrics_path), *at_zero]) == 0
     evaluated = json.loads(metrics_path.read_text())["metrics"]
     assert evaluated["f1"] == pytest.approx(results["best"]["metrics"]["f1"])
+
+
+def test_v2_run_records_its_best_f1_threshold(run):
+    if not run["version_2"]:
+        pytest.skip("v1.1 has no null threshold")
+    results = _results(run)
+    tuned = {name: results[name]["metrics"]["best_f1_thresh"] for name in ("best", "final")}
+    assert results["tuned_settings"] == {name: {"null_threshold": value}
+                                         for name, value in tuned.items()}
+    for name, directory in (("best", "best"), ("final", "")):  # best/, and the run's weights
+        with open(os.path.join(run["workdir"], directory, "task.json")) as file:
+            assert json.load(file)["settings"]["null_threshold"] == tuned[name]
+
+
+def test_v2_predict_uses_the_recorded_threshold_unless_told(run, tmp_path):
+    if not run["version_2"]:
+        pytest.skip("v1.1 has no null threshold")
+    spans = _predict(run, tmp_path, "never", "--null-threshold", "1e9")  # the best spans
+    with open(tmp_path / "never" / "null_odds.json") as file:  # best/'s, beside them
+        null_odds = json.load(file)
+    # A threshold that splits the questions, recorded as a run records its own.
+    threshold = float(np.median(list(null_odds.values())))
+    best = os.path.join(run["workdir"], "best")
+    with open(os.path.join(best, "task.json")) as file:
+        info = json.load(file)
+    recorded = info["settings"]["null_threshold"]
+    try:
+        info["settings"]["null_threshold"] = threshold
+        with open(os.path.join(best, "task.json"), "w") as file:
+            json.dump(info, file)
+        answers = _predict(run, tmp_path, "recorded")
+    finally:
+        info["settings"]["null_threshold"] = recorded
+        with open(os.path.join(best, "task.json"), "w") as file:
+            json.dump(info, file)
+    expected = {name: "" if odds > threshold else spans[name] for name, odds in null_odds.items()}
+    assert answers == expected
+    assert 0 < sum(answer == "" for answer in answers.values()) < len(answers)
 
 
 def test_bad_input_names_the_question_and_writes_nothing(tmp_path, capsys):

@@ -144,11 +144,16 @@ PLANS = {
                        ("--eval $S/dev-v1.1.xquad-en.json", "--eval small/squad.json"),
                        ("--input $S/dev-v1.1.xquad-en.json", "--input small/squad.json"),
                        ("--data $S/dev-v1.1.xquad-en.json", "--data small/squad.json"),
+                       ("--train $S/train-v2.0.subset.json", "--train small/squad2.json"),
+                       ("--eval $S/dev-v2.0.subset.json", "--eval small/squad2.json"),
+                       ("--input $S/dev-v2.0.subset.json", "--input small/squad2.json"),
                        ("--max-seq-len 256", "--max-seq-len 128 --epochs 1")),
-        prologue="mkdir -p small && python -c 'import json; d = json.load(open(\"../shared/"
-                 "data/tasks/squad/dev-v1.1.xquad-en.json\")); d[\"data\"] = d[\"data\"][:1]; "
+        prologue="mkdir -p small && for name in dev-v1.1.xquad-en:squad dev-v2.0.subset:squad2; "
+                 "do python -c 'import json, sys; d = json.load(open(\"../shared/data/tasks/"
+                 "squad/\" + sys.argv[1] + \".json\")); d[\"data\"] = d[\"data\"][:1]; "
                  "d[\"data\"][0][\"paragraphs\"] = d[\"data\"][0][\"paragraphs\"][:2]; "
-                 "json.dump(d, open(\"small/squad.json\", \"w\"))'")],
+                 "json.dump(d, open(\"small/\" + sys.argv[2] + \".json\", \"w\"))' "
+                 "${name%:*} ${name#*:}; done")],
     "Domain-adaptive masked-LM training": [Plan(
         "slow", "a masked-LM epoch of all-MiniLM-L6-v2",
         substitutions=(("head -n 8000", "head -n 60"), ("tail -n +8001", "sed -n 8001,8040p"),

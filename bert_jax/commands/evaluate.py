@@ -35,6 +35,9 @@ def add_arguments(parser) -> None:
                         help="examples per batch (default 64)")
     parser.add_argument("--max-seq-len", type=int, default=None,
                         help="longest input in tokens (default: the training run's)")
+    parser.add_argument("--null-threshold", type=float, default=None,
+                        help="qa on SQuAD v2.0: the null threshold for exact/f1 (default: the "
+                             "one `finetune qa` recorded in task.json, else 0.0)")
     from input_pipeline.tasks.columns import add_file_column_arguments, add_reading_arguments
 
     add_reading_arguments(parser)
@@ -44,18 +47,21 @@ def add_arguments(parser) -> None:
 
 def evaluate_file(model, task_name: str, path: str, batch_size: int = 64,
                   max_seq_len: int | None = None, header: bool | None = None,
-                  progress: bool = True, **reading) -> dict:
+                  progress: bool = True, null_threshold: float | None = None,
+                  **reading) -> dict:
     """{'loss' (where the file carries the training objective), and the task's metrics} of
     `model` (a `ModelSource`, or a path) on the labelled file `path`; `header` and `reading`
     (delimiter, skip_bad_rows, text_columns, label_column) as `classification.apply_reading`."""
     from bert_jax.tasks import task_from_info
     from bert_jax.tasks.classification import apply_reading
+    from bert_jax.tasks.question_answering import with_null_threshold
     from bert_jax.training import prediction
     from bert_jax.training.finetune import load_finetuned
 
     task, bundle, params, tokenizer, info = load_finetuned(model, batch_size, task_from_info,
                                                            task_name, max_seq_len)
     apply_reading(task, header, **reading)
+    task = with_null_threshold(task, null_threshold, str(getattr(model, "name", model)))
     max_seq_len = max_seq_len or info.get("max_seq_len", 128)
     examples = task.read_examples(path, tokenizer, max_seq_len)
     predictions, means = prediction.predict(bundle, params, examples, batch_size, max_seq_len,
@@ -103,7 +109,7 @@ def run(args) -> int:
     else:
         metrics = evaluate_file(source, args.task, args.data, args.batch_size,
                                 args.max_seq_len, args.header, progress=not args.no_progress,
-                                **reading_flags(args))
+                                null_threshold=args.null_threshold, **reading_flags(args))
     for name, value in metrics.items():
         print(f"{name}: {value:.4f}")
     if args.output:

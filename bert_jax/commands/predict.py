@@ -29,6 +29,10 @@ def add_arguments(parser) -> None:
                         help="examples per batch (default 64)")
     parser.add_argument("--max-seq-len", type=int, default=None,
                         help="longest input in tokens (default: the training run's)")
+    parser.add_argument("--null-threshold", type=float, default=None,
+                        help="qa on SQuAD v2.0: answer \"\" when the null score - the best "
+                             "span's exceeds this (default: the one `finetune qa` chose on its "
+                             "--eval file and recorded in task.json, else 0.0)")
     from input_pipeline.tasks.columns import add_file_column_arguments, add_reading_arguments
 
     add_reading_arguments(parser)
@@ -41,12 +45,15 @@ def run(args) -> int:
     from bert_jax.tasks import task_from_info
     from bert_jax.commands.evaluate import reading_flags
     from bert_jax.tasks.classification import apply_reading
+    from bert_jax.tasks.question_answering import with_null_threshold
     from bert_jax.training import prediction
     from bert_jax.training.finetune import load_finetuned
 
     finetuned = load_finetuned(model_source.resolve(args.model), args.batch_size,
                                task_from_info, max_seq_len=args.max_seq_len)
     apply_reading(finetuned[0], args.header, **reading_flags(args))
+    finetuned = (with_null_threshold(finetuned[0], args.null_threshold, args.model),
+                 *finetuned[1:])
     task, examples, predictions = prediction.predict_inputs(
         finetuned,
         lambda task, tokenizer, max_seq_len: task.read_examples(

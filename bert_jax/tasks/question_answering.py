@@ -93,6 +93,13 @@ class QuestionAnsweringTask(FineTuningTask):
         return squad_metrics.evaluate(gold.questions, answers, gold.version_2,
                                       null_odds if gold.version_2 else None)
 
+    def tuned_settings(self, metrics):
+        """v2.0: the null threshold the official script finds best for F1 on the evaluation
+        file (`best_f1_thresh`), which `predict` and `evaluate` then use."""
+        if "best_f1_thresh" not in metrics:
+            return {}
+        return {"null_threshold": float(metrics["best_f1_thresh"])}
+
     # -- the commands ---------------------------------------------------------------------
 
     @classmethod
@@ -172,6 +179,17 @@ class QuestionAnsweringTask(FineTuningTask):
         squad_postprocess.write_predictions(directory, answers, nbest,
                                             null_odds if examples.gold.version_2 else {},
                                             predictions_name=os.path.basename(path))
+
+
+def with_null_threshold(task, null_threshold: float | None, model: str):
+    """`predict` / `evaluate --null-threshold`: the task answering "" above `null_threshold`
+    instead of the threshold its run recorded (None: the recorded one)."""
+    if null_threshold is None:
+        return task
+    if not isinstance(task, QuestionAnsweringTask):
+        raise UserError(f"--null-threshold is for question answering (qa) models; {model} "
+                        f"was fine-tuned for {task.name!r}")
+    return QuestionAnsweringTask(dataclasses.replace(task.options, null_threshold=null_threshold))
 
 
 def _masked(outputs, input_mask, xp=jnp):

@@ -128,7 +128,7 @@ class BestModelEvaluator:
                                        else value < self.best["metrics"][self.metric])
         if better:
             self.best, self.waited = dict(step=step, metrics=metrics), 0
-            self._save_best(bundle, state)
+            self._save_best(bundle, state, tuned_info(self.task, self.task_info, metrics))
         else:
             self.waited += 1
         patience = self.run_config.finetune.patience
@@ -137,12 +137,12 @@ class BestModelEvaluator:
                                                  metrics.items()))
         return metrics
 
-    def _save_best(self, bundle, state) -> None:
+    def _save_best(self, bundle, state, info: dict) -> None:
         params = _host_params(state.params)
         if jax.process_index() == 0:
             model_writers.save_model(bundle.model_config, params, self.tokenizer,
                                      os.path.join(self.workdir, BEST), overwrite=True,
-                                     task_info=self.task_info, inside_run=True)
+                                     task_info=info, inside_run=True)
 
     def state(self):
         return dict(best=self.best, history=self.history, waited=self.waited, stop=self.stop)
@@ -155,6 +155,11 @@ class BestModelEvaluator:
 def task_info(task, max_seq_len: int) -> dict:
     return dict(task=task.name, settings=task.settings(), head=task.head(),
                 max_seq_len=max_seq_len)
+
+
+def tuned_info(task, info: dict, metrics: dict) -> dict:
+    """The task info with the settings the task chose on the evaluation (`tuned_settings`)."""
+    return dict(info, settings={**info["settings"], **task.tuned_settings(metrics)})
 
 
 def finetune(task, model, train_path: str, eval_path: str | None, workdir: str,
@@ -193,17 +198,24 @@ def finetune(task, model, train_path: str, eval_path: str | None, workdir: str,
                            task_files={TASK_INFO: json.dumps(info, indent=2)})
     return _write_results(task, run_config, workdir, settings, evaluator, evaluation, result,
                           dict(model=source.name, train=train_path, eval=eval_path,
-                               num_train_examples=len(train.rows)))
+                               num_train_examples=len(train.rows)), info)
 
 
 def _write_results(task, run_config, workdir, settings, evaluator, evaluation, result,
-                   inputs) -> dict:
+                   inputs, info) -> dict:
     results = dict(task=task.name, step=result["step"], stopped_early=result["stopped"],
                    settings=dict(dataclasses.asdict(settings), **inputs,
                                  run_config=run_config.to_dict()))
     if evaluator is not None and evaluator.history:
         results.update(final=evaluator.history[-1], best=evaluator.best,
                        best_metric=evaluator.metric, history=evaluator.history)
+        tuned = {name: task.tuned_settings(entry["metrics"])
+                 for name, entry in (("best", evaluator.best), ("final", results["final"]))}
+        if any(tuned.values()):  # the run's own task.json: its final weights' choice
+            results["tuned_settings"] = tuned
+            if jax.process_index() == 0 and not result["preempted"]:
+                model_writers.write_task_info(
+                    workdir, tuned_info(task, info, evaluator.history[-1]["metrics"]))
         if hasattr(task, "summary"):  # a task's own top-level names (mlm: perplexity_before)
             results.update(task.summary(evaluator.history))
     if result["preempted"]:  # not written: the run goes on when the command is run again

@@ -171,6 +171,12 @@ class FineTuningTask(Task):
     def write_predictions(self, path: str, examples: Examples, predictions: dict) -> None:
         """Predictions in input order, the format chosen by the extension of `path`."""
 
+    def tuned_settings(self, metrics: dict) -> dict:
+        """Settings chosen on the evaluation file from its `metrics` (SQuAD v2.0's null
+        threshold), recorded in the task.json of the model they were measured on so that
+        `predict` and `evaluate` use them; {} for a task that tunes nothing."""
+        return {}
+
     def examples_from_inputs(self, inputs: list, tokenizer, max_seq_len: int) -> Examples:
         """Python values to predict (as the API's `Model.predict` takes them) as Examples,
         unlabelled; the same encoding `read_examples` gives the same inputs in a file."""
