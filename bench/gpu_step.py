@@ -58,7 +58,6 @@ SMOKE = "--smoke" in sys.argv
 os.environ.setdefault("JAX_PLATFORMS", "cpu" if SMOKE else "cuda")
 # The two frameworks share the GPU: JAX must not take 75% of its memory up front.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-os.environ.setdefault("TQDM_DISABLE", "1")  # time_rounds' progress bar: noise in a log
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.model_step import make_batch, time_rounds  # noqa: E402
@@ -235,4 +234,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    # time_rounds' progress bar is noise in a log; set here, not at import, so a test that
+    # imports this module leaves its process's other bars alone.
+    os.environ.setdefault("TQDM_DISABLE", "1")
     main()
