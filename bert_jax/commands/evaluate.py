@@ -53,15 +53,13 @@ def evaluate_file(model, task_name: str, path: str, batch_size: int = 64,
     `model` (a `ModelSource`, or a path) on the labelled file `path`; `header` and `reading`
     (delimiter, skip_bad_rows, text_columns, label_column) as `classification.apply_reading`."""
     from bert_jax.tasks import task_from_info
-    from bert_jax.tasks.classification import apply_reading
-    from bert_jax.tasks.question_answering import with_null_threshold
     from bert_jax.training import prediction
     from bert_jax.training.finetune import load_finetuned
 
     task, bundle, params, tokenizer, info = load_finetuned(model, batch_size, task_from_info,
                                                            task_name, max_seq_len)
-    apply_reading(task, header, **reading)
-    task = with_null_threshold(task, null_threshold, str(getattr(model, "name", model)))
+    task = task_as_told(task, str(getattr(model, "name", model)), header, null_threshold,
+                        **reading)
     max_seq_len = max_seq_len or info.get("max_seq_len", 128)
     examples = task.read_examples(path, tokenizer, max_seq_len)
     predictions, means = prediction.predict(bundle, params, examples, batch_size, max_seq_len,
@@ -90,6 +88,17 @@ def evaluate_sts(model, data_path: str, batch_size: int = 32,
     embeddings = embed_texts(embedding, texts, batch_size, progress)  # (2N, D): one bar
     return correlations(pair_cosines(embeddings[:len(records)], embeddings[len(records):]),
                         gold)
+
+
+def task_as_told(task, model: str, header: bool | None, null_threshold: float | None,
+                 **reading):
+    """A loaded task with evaluate's and predict's flags applied: the reading flags
+    (`classification.apply_reading`) and a qa model's `--null-threshold`."""
+    from bert_jax.tasks.classification import apply_reading
+    from bert_jax.tasks.question_answering import with_null_threshold
+
+    apply_reading(task, header, **reading)
+    return with_null_threshold(task, null_threshold, model)
 
 
 def reading_flags(args) -> dict:

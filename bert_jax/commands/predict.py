@@ -43,17 +43,14 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from bert_jax.interop import model_source
     from bert_jax.tasks import task_from_info
-    from bert_jax.commands.evaluate import reading_flags
-    from bert_jax.tasks.classification import apply_reading
-    from bert_jax.tasks.question_answering import with_null_threshold
+    from bert_jax.commands.evaluate import reading_flags, task_as_told
     from bert_jax.training import prediction
     from bert_jax.training.finetune import load_finetuned
 
     finetuned = load_finetuned(model_source.resolve(args.model), args.batch_size,
                                task_from_info, max_seq_len=args.max_seq_len)
-    apply_reading(finetuned[0], args.header, **reading_flags(args))
-    finetuned = (with_null_threshold(finetuned[0], args.null_threshold, args.model),
-                 *finetuned[1:])
+    finetuned = (task_as_told(finetuned[0], args.model, args.header, args.null_threshold,
+                              **reading_flags(args)), *finetuned[1:])
     task, examples, predictions = prediction.predict_inputs(
         finetuned,
         lambda task, tokenizer, max_seq_len: task.read_examples(
