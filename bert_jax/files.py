@@ -15,7 +15,7 @@ Writers build output under a temporary name and publish it only when complete
 (`atomic_write`, `publish_directory`): locally by rename, on GCS by one upload of a
 finished file (an object appears only when its upload completes). Local temporaries are
 hidden siblings named for their process (`.NAME.tmp-PID-...`), so the next writer of the
-same path removes those a killed process left (`remove_stale_temporaries`).
+same path removes those a killed process left (`bert_jax/temporaries.py`).
 
 Emulators: gcsfs honours STORAGE_EMULATOR_HOST, tensorstore TENSORSTORE_GCS_HTTP_URL
 (`tests/gcs_emulator.py` sets both). `bert_jax/gcs.py` finds credentials once and checks
@@ -34,6 +34,7 @@ import shutil
 import tempfile
 
 from bert_jax.errors import UserError
+from bert_jax.temporaries import temporary_name
 
 # Must be set before orbax's epath first resolves a gs:// path (it caches the choice).
 os.environ["EPATH_USE_TF"] = "false"
@@ -240,56 +241,6 @@ def rmtree(path: str) -> None:
             filesystem.rm(path, recursive=True)
     else:
         shutil.rmtree(path, ignore_errors=True)
-
-
-def temporary_prefix(path: str) -> str:
-    """`.NAME.tmp-PID-`: the start of every temporary name a writer of `path` in this process
-    uses beside it (hidden, and naming its process, so a later run can tell it is stale)."""
-    return f".{os.path.basename(os.path.abspath(path))}.tmp-{os.getpid()}-"
-
-
-def temporary_name(path: str) -> str:
-    """A unique sibling name (`temporary_prefix` + a count); stale siblings of a killed
-    writer are removed first. Created by the caller (`open(..., "x")` keeps the umask)."""
-    remove_stale_temporaries(path)
-    stem = os.path.join(os.path.dirname(os.path.abspath(path)), temporary_prefix(path))
-    for attempt in range(1000):
-        if not os.path.exists(stem + str(attempt)):
-            return stem + str(attempt)
-    raise FileExistsError(f"{path}: no free temporary name beside it")
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process
-        return True
-    return True
-
-
-def remove_stale_temporaries(path: str) -> None:
-    """Removes the temporaries beside local `path` (`.NAME.tmp-PID-*`, files or directories)
-    whose writer process is gone: a `kill -9` or a power cut leaves them, hidden and as large
-    as the output, and no `finally` of theirs will run. A live writer's are kept, so two
-    runs on this machine never delete each other's work."""
-    directory, name = os.path.split(os.path.abspath(path))
-    prefix = f".{name}.tmp-"
-    try:
-        entries = os.listdir(directory)
-    except (FileNotFoundError, NotADirectoryError):
-        return
-    for entry in entries:
-        pid = entry[len(prefix):].split("-", 1)[0]
-        if not entry.startswith(prefix) or not pid.isdigit() or _process_alive(int(pid)):
-            continue
-        stale = os.path.join(directory, entry)
-        if os.path.isdir(stale) and not os.path.islink(stale):
-            shutil.rmtree(stale, ignore_errors=True)
-        else:
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(stale)
 
 
 @contextlib.contextmanager

@@ -33,7 +33,7 @@ import re
 import shutil
 import tempfile
 
-from bert_jax import files
+from bert_jax import files, temporaries
 from bert_jax.errors import UserError
 from bert_jax.storage_errors import reported
 from input_pipeline import manifest as manifest_lib, sources
@@ -140,7 +140,7 @@ class _ShardSet:
         self.staging = tempfile.mkdtemp(prefix="bert-jax-shards-") \
             if files.is_remote(output_dir) else output_dir
         # Hidden and named for this process; a killed run's are removed here (files.py).
-        self.temporary = [files.temporary_name(os.path.join(self.staging, name))
+        self.temporary = [temporaries.temporary_name(os.path.join(self.staging, name))
                           for name in shard_names(num_shards)]
         self.writers = []  # opened by `open`, inside the caller's cleanup
         self.counts = [0] * num_shards

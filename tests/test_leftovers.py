@@ -1,7 +1,7 @@
 """A command that fails, or is killed, leaves nothing a rerun trips on (issue 34): a failed
 start writes nothing (everything is checked, and the weights read, before the first write),
 and a writer killed with `kill -9` leaves temporaries the next writer of the same path
-removes (`files.remove_stale_temporaries`), while a live writer's are kept."""
+removes (`temporaries.remove_stale_temporaries`), while a live writer's are kept."""
 
 import os
 import signal

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from bert_jax import files
+from bert_jax import files, temporaries
 from bert_jax.errors import UserError
 from bert_jax.interop.source_kinds import CHECKPOINTS, MODEL_CONFIG, PARAMS, TASK_INFO, VOCAB
 from bert_jax.model_config import BertConfig
@@ -63,8 +63,8 @@ def write_directory_atomically(destination: str, fill: Callable[[str], None],
     created = _missing_directories(parent)
     files.makedirs(parent)
     local_destination = os.path.join(parent, files.basename(destination))
-    files.remove_stale_temporaries(local_destination)  # a killed run's (kill -9)
-    temporary = tempfile.mkdtemp(prefix=files.temporary_prefix(local_destination), dir=parent)
+    temporaries.remove_stale_temporaries(local_destination)  # a killed run's (kill -9)
+    temporary = tempfile.mkdtemp(prefix=temporaries.temporary_prefix(local_destination), dir=parent)
     published = False
     try:
         fill(temporary)
