@@ -164,24 +164,39 @@ def counted_bytes(instruction, types: dict, hbm_only: bool) -> tuple[int, int]:
 
 
 def op_bytes(hlo_text: str) -> list[OpBytes]:
-    """Every entry op that moves bytes, with its operands' and result's bytes and purpose.
-    A while loop's body (gradient accumulation) is counted once, as for the collectives."""
+    """Every op that moves bytes, with its operands' and result's bytes and purpose.
+
+    A `while` moves nothing itself (its state stays where it is): the ops of its body are
+    counted in its place, once, as XLA's cost analysis counts a loop (it cannot know the trip
+    count). libtpu's loops are the windowed matmuls beside FSDP's gradient permutes, whose
+    bodies work on chip, and gradient accumulation's; counting a body once keeps the
+    corrected count a floor."""
     module = hlo_module.parse(hlo_text)
-    types = {instruction.name: instruction.result for instruction in module.entry_instructions()}
     names = _naming(module)
-    found = []
-    for instruction in module.entry_instructions():
-        if instruction.opcode in FREE_OPCODES:
-            continue
-        op_name = names.get(instruction.name, "")
-        read, written = counted_bytes(instruction, types, hbm_only=False)
-        hbm_read, hbm_written = counted_bytes(instruction, types, hbm_only=True)
-        found.append(OpBytes(
-            name=instruction.name, opcode=instruction.opcode, op_name=op_name,
-            purpose=purpose_of(op_name, instruction.opcode),
-            direction=direction_of(op_name),
-            read_bytes=read, written_bytes=written,
-            hbm_read_bytes=hbm_read, hbm_written_bytes=hbm_written))
+    found: list[OpBytes] = []
+
+    def count(computation: str, inherited: str) -> None:
+        instructions = module.computations.get(computation, [])
+        types = {instruction.name: instruction.result for instruction in instructions}
+        for instruction in instructions:
+            op_name = (names.get(instruction.name, "") if computation == module.entry
+                       else instruction.op_name) or inherited
+            if instruction.opcode == "while":
+                for called in instruction.calls:
+                    count(called, op_name)
+                continue
+            if instruction.opcode in FREE_OPCODES:
+                continue
+            read, written = counted_bytes(instruction, types, hbm_only=False)
+            hbm_read, hbm_written = counted_bytes(instruction, types, hbm_only=True)
+            found.append(OpBytes(
+                name=instruction.name, opcode=instruction.opcode, op_name=op_name,
+                purpose=purpose_of(op_name, instruction.opcode),
+                direction=direction_of(op_name),
+                read_bytes=read, written_bytes=written,
+                hbm_read_bytes=hbm_read, hbm_written_bytes=hbm_written))
+
+    count(module.entry, "")
     return found
 
 

@@ -1,0 +1,58 @@
+"""bench/mesh_tables.py: an 8-chip stand-in's roofline terms carried to the pod, and the
+table naming the fastest layout that fits."""
+
+import json
+
+import pytest
+
+from bench import mesh_tables
+
+
+def _report(mesh: dict, sent: dict, compute=1e-3, memory=2e-3, interconnect=4e-3, fits=True):
+    return {"mesh_shape": mesh, "collective_bytes": sent, "fits": fits,
+            "roofline_terms": {"compute": compute, "memory": memory, "interconnect": interconnect},
+            "peak_bytes": 2**30, "bytes_accessed_per_device": 4 * 2**30,
+            "hbm_traffic_per_device": 2**30,
+            "bytes_by_purpose": {"MLP": {"forward": 2**31, "backward": 2**31, "step": 0}}}
+
+
+@pytest.mark.parametrize("layout, mesh, pod_chips, scale", [
+    # every collective over all devices: (n - 1) / n from 8 chips to 32 or 256
+    ("data", {"data": 8, "fsdp": 1, "tensor": 1}, 32, (31 / 32) / (7 / 8)),
+    ("fsdp", {"data": 1, "fsdp": 8, "tensor": 1}, 256, (255 / 256) / (7 / 8)),
+])
+def test_collectives_over_every_device_grow_by_n_minus_one_over_n(layout, mesh, pod_chips, scale):
+    report = _report(mesh, {"all-reduce": 100.0, "all-gather": 300.0})
+    terms = mesh_tables.pod_terms(report, layout, pod_chips)
+    assert terms["interconnect"] == pytest.approx(4e-3 * scale)
+    assert terms["compute"] == 1e-3 and terms["memory"] == 2e-3
+
+
+def test_mixed_widens_only_its_data_axis():
+    """data=2 fsdp=4 at 8 chips is data=8 fsdp=4 on v4-64: its all-reduces go from a group
+    of 2 to one of 8, its gathers stay within the 4-chip host."""
+    report = _report({"data": 2, "fsdp": 4, "tensor": 1},
+                     {"all-reduce": 100.0, "all-gather": 300.0})
+    terms = mesh_tables.pod_terms(report, "mixed", 32)
+    expected = (100.0 * (7 / 8) / (1 / 2) + 300.0) / 400.0
+    assert terms["interconnect"] == pytest.approx(4e-3 * expected)
+
+
+def test_the_table_marks_the_fastest_layout_that_fits(tmp_path):
+    reports = {
+        "data": _report({"data": 8, "fsdp": 1, "tensor": 1}, {"all-reduce": 1.0}, memory=9e-3),
+        "fsdp": _report({"data": 1, "fsdp": 8, "tensor": 1}, {"all-gather": 1.0}, memory=3e-3,
+                        interconnect=1e-3),
+        "mixed": _report({"data": 2, "fsdp": 4, "tensor": 1}, {"all-reduce": 1.0}, memory=1e-3,
+                         interconnect=1e-3, fits=False),
+    }
+    for layout, report in reports.items():
+        path = tmp_path / (mesh_tables.name_of("large", 1, "v4-64", layout) + ".json")
+        path.write_text(json.dumps({"reports": [report]}))
+    rows = mesh_tables.table(str(tmp_path), "large", 1)
+    v4 = [row for row in rows[2:] if "v4-64" in row or row.startswith("|  |")][:3]
+    assert "**fsdp**" in v4[1] and "**" not in v4[0] and "**" not in v4[2]
+    assert "at most 3.00" in v4[1]  # FSDP's pod memory term is an upper one
+    assert "does not fit" in v4[2]
+    assert "(100%)" in v4[0]  # the share of XLA's bytes the purpose table names
+    assert any("v5e-256" in row and "not compiled" in row for row in rows)
