@@ -136,13 +136,8 @@ def _carried(instruction, result_arrays: int) -> tuple[set, set] | None:
     _, marker, rest = instruction.attributes.partition("output_to_operand_aliasing=")
     if not marker or re.sub(r"\{[^}]*\}", "", instruction.result).count("(") != 1:
         return None
-    depth, end = 0, len(rest)
-    for index, character in enumerate(rest):  # the balanced {...} after the marker
-        depth += {"{": 1, "}": -1}.get(character, 0)
-        if depth == 0:
-            end = index + 1
-            break
-    pairs = [(int(result), int(operand)) for result, operand in _ALIASED.findall(rest[:end])]
+    aliasing, _ = hlo_module.split_balanced(rest, "{}")
+    pairs = [(int(result), int(operand)) for result, operand in _ALIASED.findall(aliasing)]
     if any(result >= result_arrays for result, _ in pairs):
         return None
     return {result for result, _ in pairs}, {operand for _, operand in pairs}

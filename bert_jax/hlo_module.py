@@ -51,11 +51,12 @@ class Module:
         return {instruction.name: instruction for instruction in self.computations[computation]}
 
 
-def _split_balanced(text: str) -> tuple[str, str]:
-    """("(a, (b))", rest) from "(a, (b)) rest": the leading parenthesised group and the rest."""
+def split_balanced(text: str, brackets: str = "()") -> tuple[str, str]:
+    """("(a, (b))", rest) from "(a, (b)) rest": the leading bracketed group and the rest
+    (`brackets="{}"` for a brace group such as an attribute's value)."""
     depth = 0
     for index, character in enumerate(text):
-        depth += {"(": 1, ")": -1}.get(character, 0)
+        depth += {brackets[0]: 1, brackets[1]: -1}.get(character, 0)
         if depth == 0:
             return text[:index + 1], text[index + 1:]
     return text, ""
@@ -68,12 +69,12 @@ def parse_instruction(line: str) -> Instruction | None:
         return None
     rest = match.group("rest")
     if rest.startswith("("):
-        result, rest = _split_balanced(rest)
+        result, rest = split_balanced(rest)
     else:
         result, _, rest = rest.partition(" ")
     rest = rest.strip()
     opcode, _, rest = rest.partition("(")
-    operands, attributes = _split_balanced("(" + rest)
+    operands, attributes = split_balanced("(" + rest)
     calls = tuple(name.strip().lstrip("%") for found in _CALLS.findall(attributes)
                   for name in found.split(","))
     op_name = _OP_NAME.search(attributes)
