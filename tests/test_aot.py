@@ -5,6 +5,7 @@ eight simulated CPU devices of conftest and, on a shared host, libtpu's process 
 """
 
 import dataclasses
+import json
 
 import pytest
 from aot_helpers import compile_report
@@ -158,6 +159,35 @@ def test_mesh_comparison_names_the_fastest_layout_that_fits():
     assert set(aot_report.mesh_layouts(256, 4)) == {"data", "fsdp", "mixed"}
     assert "--config.mesh.fsdp=4" in aot_report.mesh_layouts(256, 4)["mixed"]
     assert set(aot_report.mesh_layouts(4, 4)) == {"data", "fsdp"}  # one host: no mixed
+
+
+def test_the_compute_term_never_counts_fewer_flops_than_the_models_matmuls():
+    """XLA counts a loop's body once: under FSDP on v4 libtpu's windowed weight-gradient
+    matmuls left its FLOPs 13-15% short of the model's. The compute term takes the model's
+    share per device where XLA's count is lower, and says so in the FLOPs line."""
+    report = aot.CompileReport(
+        topology="v5e:2x2", device_kind="TPU v5 lite", num_devices=4, devices_per_chip=1,
+        mesh_shape={"fsdp": 4}, batch_size=8, seq_len=128, max_predictions=20,
+        argument_bytes=0, output_bytes=0, alias_bytes=0, temp_bytes=0, code_bytes=0,
+        compiled_flops_per_device=0.85 * V5E_PEAK * 1e-3,
+        model_flops_per_step=4 * V5E_PEAK * 1e-3, collectives={}, compile_seconds=1.0)
+    assert report.roofline_terms()["compute"] == pytest.approx(1e-3)
+    assert "the compute term uses the model's" in aot_report.format_report(report, 0.5, 10)
+    more = dataclasses.replace(report, compiled_flops_per_device=1.2 * V5E_PEAK * 1e-3)
+    assert more.roofline_terms()["compute"] == pytest.approx(1.2e-3)  # remat: XLA's, higher
+    assert "the compute term uses" not in aot_report.format_report(more, 0.5, 10)
+
+
+def test_a_json_report_reads_back_as_the_report_it_was_written_from():
+    report = aot.CompileReport(
+        topology="v5e:2x2", device_kind="TPU v5 lite", num_devices=4, devices_per_chip=1,
+        mesh_shape={"data": 4}, batch_size=8, seq_len=128, max_predictions=20,
+        argument_bytes=1, output_bytes=2, alias_bytes=1, temp_bytes=3, code_bytes=4,
+        compiled_flops_per_device=5.0, model_flops_per_step=6.0, collectives={"all-reduce": 1},
+        compile_seconds=1.0, unexplained_collectives=("all-gather x1 at bert",),
+        bytes_by_purpose={"MLP": {"forward": 1, "backward": 2, "step": 0, "ops": 3, "hbm": 1}})
+    written = json.loads(json.dumps(aot_report.report_to_json(report, 0.5)))
+    assert aot_report.report_from_json(written) == report
 
 
 def test_fit_line_reports_the_shortfall():

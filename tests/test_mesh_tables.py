@@ -6,14 +6,31 @@ import json
 import pytest
 
 from bench import mesh_tables
+from bert_jax import aot, aot_report
+from launch.tpu_types import generation_for_device_kind
+
+V4 = generation_for_device_kind("TPU v4")
+PEAK, HBM, ICI = (V4.peak_bf16_flops_per_chip, V4.hbm_bytes_per_second_per_chip,
+                  V4.interconnect_bytes_per_second_per_chip)
 
 
-def _report(mesh: dict, sent: dict, compute=1e-3, memory=2e-3, interconnect=4e-3, fits=True):
-    return {"mesh_shape": mesh, "collective_bytes": sent, "fits": fits,
-            "roofline_terms": {"compute": compute, "memory": memory, "interconnect": interconnect},
-            "peak_bytes": 2**30, "bytes_accessed_per_device": 4 * 2**30,
-            "hbm_traffic_per_device": 2**30,
-            "bytes_by_purpose": {"MLP": {"forward": 2**31, "backward": 2**31, "step": 0}}}
+def _report(mesh: dict, sent: dict, compute=1e-3, memory=2e-3, interconnect=4e-3, fits=True,
+            update_bytes=0.0) -> dict:
+    """An 8-chip v4 stand-in's `aot --json` report with these roofline terms, in seconds."""
+    scale = interconnect * ICI / sum(sent.values())
+    report = aot.CompileReport(
+        topology="v4:2x2x2 (megacore)", device_kind="TPU v4", num_devices=8,
+        devices_per_chip=1, mesh_shape=mesh, batch_size=64, seq_len=128, max_predictions=20,
+        argument_bytes=1, output_bytes=1, alias_bytes=1,
+        temp_bytes=2**30 if fits else 64 * 2**30, code_bytes=0,
+        compiled_flops_per_device=compute * PEAK, model_flops_per_step=0.0, collectives={},
+        compile_seconds=1.0, bytes_accessed_per_device=4 * 2**30,
+        collective_bytes={kind: sent_bytes * scale for kind, sent_bytes in sent.items()},
+        hbm_traffic_per_device=memory * HBM,
+        bytes_by_purpose={"MLP": {"forward": 2**31, "backward": 2**31, "step": 0, "hbm": 0},
+                          "optimizer update": {"forward": 0, "backward": 0, "step": 0,
+                                               "hbm": update_bytes}})
+    return json.loads(json.dumps(aot_report.report_to_json(report, 0.5)))
 
 
 @pytest.mark.parametrize("layout, mesh, pod_chips, scale", [
@@ -25,7 +42,8 @@ def test_collectives_over_every_device_grow_by_n_minus_one_over_n(layout, mesh, 
     report = _report(mesh, {"all-reduce": 100.0, "all-gather": 300.0})
     terms = mesh_tables.pod_terms(report, layout, pod_chips)
     assert terms["interconnect"] == pytest.approx(4e-3 * scale)
-    assert terms["compute"] == 1e-3 and terms["memory"] == 2e-3
+    assert terms["compute"] == pytest.approx(1e-3)
+    assert terms["memory"] == pytest.approx(2e-3)
 
 
 def test_mixed_widens_only_its_data_axis():
@@ -36,6 +54,18 @@ def test_mixed_widens_only_its_data_axis():
     terms = mesh_tables.pod_terms(report, "mixed", 32)
     expected = (100.0 * (7 / 8) / (1 / 2) + 300.0) / 400.0
     assert terms["interconnect"] == pytest.approx(4e-3 * expected)
+
+
+@pytest.mark.parametrize("layout, mesh, share", [
+    ("fsdp", {"data": 1, "fsdp": 8, "tensor": 1}, 8 / 32),  # 1/8 of the parameters -> 1/32
+    ("data", {"data": 8, "fsdp": 1, "tensor": 1}, 1.0),  # every chip updates all of them
+    ("mixed", {"data": 2, "fsdp": 4, "tensor": 1}, 1.0),  # 1/4 at 8 chips and on the pod
+])
+def test_only_fsdp_updates_a_smaller_share_of_the_parameters_on_the_pod(layout, mesh, share):
+    update = 0.5e-3 * HBM  # half a millisecond of the 2 ms memory term is the update
+    report = _report(mesh, {"all-reduce": 1.0}, update_bytes=update)
+    terms = mesh_tables.pod_terms(report, layout, 32)
+    assert terms["memory"] == pytest.approx(2e-3 - 0.5e-3 * (1 - share))
 
 
 def test_the_table_marks_the_fastest_layout_that_fits(tmp_path):
@@ -52,7 +82,7 @@ def test_the_table_marks_the_fastest_layout_that_fits(tmp_path):
     rows = mesh_tables.table(str(tmp_path), "large", 1)
     v4 = [row for row in rows[2:] if "v4-64" in row or row.startswith("|  |")][:3]
     assert "**fsdp**" in v4[1] and "**" not in v4[0] and "**" not in v4[2]
-    assert "at most 3.00" in v4[1]  # FSDP's pod memory term is an upper one
+    assert "| **3.00** |" in v4[1]  # FSDP's bound on the pod: its memory term
     assert "does not fit" in v4[2]
     assert "(100%)" in v4[0]  # the share of XLA's bytes the purpose table names
     assert any("v5e-256" in row and "not compiled" in row for row in rows)

@@ -102,11 +102,14 @@ def pod_config(model_preset: str) -> ml_collections.ConfigDict:
     the slice, and checkpoint/eval intervals sized for a 1M-step run."""
     config = base_config(model_preset)
     config.precision.dtype = "bfloat16"  # compute; parameters and loss stay float32
-    # FSDP over every chip: the fastest layout by the roofline bound of the compiled step
-    # (`bert-jax aot --compare-meshes`, README): BERT-Large at v4-64's 8 sequences per chip
-    # 34.6 ms FSDP, 37.7 mixed, 79.5 data parallel; at v5e-256's one, 21.7 against 30.9 and
-    # 65.2 (BERT-Base: 7.87, 12.1, 20.5). Data parallel runs the whole AdamW update on every
-    # chip.
+    # FSDP over every chip: the lowest roofline bound of the compiled step, with the
+    # corrected HBM bytes, in 7 of the 8 (model, phase, slice) cases (bench/mesh_tables.py,
+    # README): BERT-Large phase 1 at v4-64's 8 sequences per chip 7.00 ms FSDP, 9.87 mixed,
+    # 15.0 data parallel; at v5e-256's one 13.1, 13.9, 18.8. In the eighth, BERT-Large phase 2
+    # on v4-64, mixed (FSDP within a host) is 2% lower (42.2 against 43.0 ms), inside what an
+    # unmeasured bound can tell apart, so one default serves both phases and slices; run
+    # `bert-jax aot --compare-meshes` for yours. Data parallel runs the whole AdamW update on
+    # every chip.
     config.mesh.data = 1
     config.mesh.fsdp = -1  # parameters and optimizer slots split over every chip
     config.checkpoint.every_steps = 5000
