@@ -30,6 +30,7 @@ import subprocess
 import sys
 
 from bert_jax import aot_report
+from bert_jax.aot import CompileReport
 
 GIB, MIB = 2**30, 2**20
 # name -> (topology arguments, batch at the pod's sequences per chip, chips in the pod)
@@ -38,12 +39,9 @@ SLICES = {
     "v5e-256": (("--topology", "v5e:2x4"), 8, 256),
 }
 PHASES = {1: (), 2: ("--config.data.seq_len=512", "--config.data.max_predictions=80")}
-LAYOUTS = {
-    "data": ("--config.mesh.data=-1", "--config.mesh.fsdp=1"),
-    "fsdp": ("--config.mesh.data=1", "--config.mesh.fsdp=-1"),
-    "mixed": ("--config.mesh.data=-1", "--config.mesh.fsdp=4"),  # FSDP within a 4-chip host
-}
 STAND_IN_CHIPS = 8
+# data parallel, FSDP and mixed (FSDP within a 4-chip host): `aot --compare-meshes`'s layouts
+LAYOUTS = aot_report.mesh_layouts(STAND_IN_CHIPS, devices_per_host=4)
 
 
 def name_of(model: str, phase: int, slice_name: str, layout: str) -> str:
@@ -57,7 +55,7 @@ def compile_one(out: str, model: str, phase: int, slice_name: str, layout: str) 
     topology, batch, _ = SLICES[slice_name]
     command = [sys.executable, "-m", "bert_jax.cli", "aot", "--config", f"configs/bert_{model}.py",
                *topology, f"--config.batch_size={batch}", *PHASES[phase], *LAYOUTS[layout],
-               "--config.mesh.tensor=1", "--json", os.path.join(out, name + ".json")]
+               "--json", os.path.join(out, name + ".json")]
     print(f"compiling {name} ...", flush=True)
     with open(os.path.join(out, name + ".txt"), "w", encoding="utf-8") as log:
         subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=True)
@@ -69,18 +67,16 @@ def _spread(group: int) -> float:
     return (group - 1) / group if group > 1 else 0.0
 
 
-def pod_terms(values: dict, layout: str, pod_chips: int) -> dict:
-    """The 8-chip stand-in's roofline terms (`values`: its `aot --json` report, its terms
-    derived again by the current bert_jax.aot) carried to the pod (module docstring). Mixed
+def pod_terms(report: CompileReport, layout: str, pod_chips: int) -> dict:
+    """The 8-chip stand-in's roofline terms carried to the pod (module docstring). Mixed
     keeps FSDP within a 4-chip host and widens only its data axis: its all-reduces grow from a
     group of 2 to one of pod / 4, its gathers stay within the host. FSDP's update (the finite
     check, gradient norm, clipping and AdamW, on each chip's share of the parameters) shrinks
     from 1/8 of the parameters to 1/pod; the rest of its HBM traffic (activations, the
     gathered weights, the whole gradients before their reduce-scatter) holds."""
-    report = aot_report.report_from_json(values)
     sent = report.collective_bytes
     if layout == "fsdp":
-        update = sum(values["bytes_by_purpose"].get(purpose, {}).get("hbm", 0)
+        update = sum(report.bytes_by_purpose.get(purpose, {}).get("hbm", 0)
                      for purpose in aot_report.STATE_PURPOSES)
         report = dataclasses.replace(report, hbm_traffic_per_device=(
             report.hbm_traffic_per_device - update * (1 - STAND_IN_CHIPS / pod_chips)))
@@ -113,11 +109,11 @@ def table(out: str, model: str, phase: int) -> list[str]:
                 rows.append((layout, None, None))
                 continue
             with open(path, encoding="utf-8") as file:
-                report = json.load(file)["reports"][0]
-            terms = pod_terms(report, layout, pod_chips)
-            bound = max(terms.values())
+                # derived again by the current bert_jax.aot, not read from the file
+                report = aot_report.report_from_json(json.load(file)["reports"][0])
+            bound = max(pod_terms(report, layout, pod_chips).values())
             rows.append((layout, report, bound))
-            if report["fits"] and (best is None or bound < best[1]):
+            if report.fits and (best is None or bound < best[1]):
                 best = (layout, bound)
         for index, (layout, report, bound) in enumerate(rows):
             where = (f"{slice_name} ({batch // STAND_IN_CHIPS} a chip)" if index == 0 else "")
@@ -125,17 +121,17 @@ def table(out: str, model: str, phase: int) -> list[str]:
                 lines.append(f"| {where} | {layout} | not compiled | | | | | |")
                 continue
             named = sum(sum(row[key] for key in ("forward", "backward", "step"))
-                        for row in report["bytes_by_purpose"].values())
-            terms = aot_report.report_from_json(report).roofline_terms()
+                        for row in report.bytes_by_purpose.values())
+            terms = report.roofline_terms()
             mark = "**" if best and layout == best[0] else ""
             lines.append(
                 f"| {where} | {mark}{layout}{mark} "
-                f"({' '.join(f'{k}={v}' for k, v in report['mesh_shape'].items() if v > 1)}) "
-                f"| {_bytes(report['peak_bytes'])}{'' if report['fits'] else ' (does not fit)'} "
-                f"| {_bytes(report['bytes_accessed_per_device'])} "
-                f"({100 * named / report['bytes_accessed_per_device']:.0f}%) "
-                f"| {_bytes(report['hbm_traffic_per_device'])} "
-                f"| {_bytes(sum(report['collective_bytes'].values()))} "
+                f"({' '.join(f'{k}={v}' for k, v in report.mesh_shape.items() if v > 1)}) "
+                f"| {_bytes(report.peak_bytes)}{'' if report.fits else ' (does not fit)'} "
+                f"| {_bytes(report.bytes_accessed_per_device)} "
+                f"({100 * named / report.bytes_accessed_per_device:.0f}%) "
+                f"| {_bytes(report.hbm_traffic_per_device)} "
+                f"| {_bytes(report.collective_bytes_per_device)} "
                 f"| {terms['compute'] * 1e3:.2f} / {terms['memory'] * 1e3:.2f} / "
                 f"{terms['interconnect'] * 1e3:.2f} | {mark}{bound * 1e3:.2f}{mark} |")
     return lines

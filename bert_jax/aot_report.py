@@ -139,8 +139,8 @@ def bytes_table_lines(report: CompileReport) -> list[str]:
 def model_floor_note(report: CompileReport) -> str:
     """Where XLA's FLOPs (with the kernels') fall short of the model's, the roofline's compute
     term uses the model's; says so and the likeliest reason."""
-    counted = report.compiled_flops_per_device + report.kernel_flops_per_device
-    if counted >= report.model_flops_per_step / report.num_devices:
+    if report.compute_flops_per_device == (report.compiled_flops_per_device
+                                           + report.kernel_flops_per_device):
         return ""
     return ("; the compute term uses the model's: XLA counts a loop's body once, and this "
             "program runs matmuls in loops (libtpu's windowed matmuls under FSDP)")

@@ -15,8 +15,9 @@ PEAK, HBM, ICI = (V4.peak_bf16_flops_per_chip, V4.hbm_bytes_per_second_per_chip,
 
 
 def _report(mesh: dict, sent: dict, compute=1e-3, memory=2e-3, interconnect=4e-3, fits=True,
-            update_bytes=0.0) -> dict:
-    """An 8-chip v4 stand-in's `aot --json` report with these roofline terms, in seconds."""
+            update_bytes=0.0) -> aot.CompileReport:
+    """An 8-chip v4 stand-in's report with these roofline terms, in seconds, read back from
+    its `aot --json` as bench/mesh_tables.py reads it."""
     scale = interconnect * ICI / sum(sent.values())
     report = aot.CompileReport(
         topology="v4:2x2x2 (megacore)", device_kind="TPU v4", num_devices=8,
@@ -30,7 +31,8 @@ def _report(mesh: dict, sent: dict, compute=1e-3, memory=2e-3, interconnect=4e-3
         bytes_by_purpose={"MLP": {"forward": 2**31, "backward": 2**31, "step": 0, "hbm": 0},
                           "optimizer update": {"forward": 0, "backward": 0, "step": 0,
                                                "hbm": update_bytes}})
-    return json.loads(json.dumps(aot_report.report_to_json(report, 0.5)))
+    written = json.dumps(aot_report.report_to_json(report, 0.5))
+    return aot_report.report_from_json(json.loads(written))
 
 
 @pytest.mark.parametrize("layout, mesh, pod_chips, scale", [
@@ -78,7 +80,7 @@ def test_the_table_marks_the_fastest_layout_that_fits(tmp_path):
     }
     for layout, report in reports.items():
         path = tmp_path / (mesh_tables.name_of("large", 1, "v4-64", layout) + ".json")
-        path.write_text(json.dumps({"reports": [report]}))
+        path.write_text(json.dumps({"reports": [aot_report.report_to_json(report, 0.5)]}))
     rows = mesh_tables.table(str(tmp_path), "large", 1)
     v4 = [row for row in rows[2:] if "v4-64" in row or row.startswith("|  |")][:3]
     assert "**fsdp**" in v4[1] and "**" not in v4[0] and "**" not in v4[2]
