@@ -42,7 +42,7 @@ BATCH, SEQ_LEN, HEADS = 4, 64, 4  # head size = SEQ_LEN: identity values read th
 def kernel(smoke: bool, rate: float):
     """(query, key, value, seed, call) -> context (B, T, nh, T): cuDNN's fused attention with
     its own dropout, or in --smoke the reference's dropout from a key per (seed, call)."""
-    from bert_jax.layers import attention, attention_kernels
+    from bert_jax.models.layers import attention, attention_kernels
 
     ids = jnp.ones((BATCH, SEQ_LEN), jnp.int32)
 

@@ -4,7 +4,7 @@ The encoder (by default the real all-MiniLM-L6-v2 weights: 6 layers, hidden 384)
 once over CoNLL-2003 train (or its first sentences) and dev; each word's feature is the
 hidden state at its first word piece, for every layer. Then for each row of the table a
 head learns on those frozen features: the layers of the row combined as
-`bert_jax.frozen_encoder_heads.LayerCombination` does (sum for one layer, ELMo's scalar mix for a
+`bert_jax.models.frozen_encoder_heads.LayerCombination` does (sum for one layer, ELMo's scalar mix for a
 weighted sum, concat), dropout, and a linear classifier over the IOB2 labels (the
 library's `FeatureTokenClassifier`, as `finetune ner --freeze-encoder` trains it). Dev
 entity F1 is seqeval's, strict IOB2 (`bert_jax.tasks.entity_metrics`).
@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import flax.linen as nn  # noqa: E402
 import numpy as np  # noqa: E402
 
-from bert_jax.frozen_encoder_heads import FeatureTokenClassifier, LayerCombination  # noqa: E402
+from bert_jax.models.frozen_encoder_heads import FeatureTokenClassifier, LayerCombination  # noqa: E402
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "tasks", "conll2003")
 

@@ -29,7 +29,7 @@ class GpuJaxStep(JaxStep):
 
     def attention(self) -> str:
         """The attention the compiled step holds (cuDNN's fused kernel, or XLA's einsums)."""
-        from bert_jax import aot_hlo
+        from bert_jax.compiler import aot_hlo
         compiled = self.bundle.train_step.lower(self.state, self.batch, self.rng).compile()
         name, calls = aot_hlo.attention_kernel(compiled.as_text() or "")
         return f"{name}" + (f", {calls} kernel calls" if calls else "")
@@ -68,9 +68,9 @@ class GpuTorchStep(TorchGatheredStep):
 
 
 def attention_path(batch_size: int, seq_len: int) -> str:
-    """Which attention the model takes here: bert_jax/layers/attention.py chunks only on a CPU."""
+    """Which attention the model takes here: bert_jax/models/layers/attention.py chunks only on a CPU."""
     import jax
-    from bert_jax.layers.attention import chunk_count
+    from bert_jax.models.layers.attention import chunk_count
     backend = jax.default_backend()
     chunks = chunk_count(batch_size, seq_len, -1, backend)
     path = "plain (whole batch)" if chunks == 1 else f"chunked ({chunks} chunks)"

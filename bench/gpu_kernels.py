@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.gpu_frameworks import DTYPES, GpuJaxStep  # noqa: E402
 from bench.gpu_step import parse_configs  # noqa: E402
 from bench.model_step import make_batch  # noqa: E402
-from bert_jax.model_config import ATTENTION_IMPLEMENTATIONS  # noqa: E402
+from bert_jax.models.config import ATTENTION_IMPLEMENTATIONS  # noqa: E402
 
 
 def kind(name: str) -> str:

@@ -24,7 +24,7 @@ Two precisions, like for like:
 Each timed call runs --steps steps and then waits for the device once (no host sync
 between steps, as a training loop runs); the calls alternate in --rounds rounds, with the
 framework's own large matmul (the measured peak) between them, and medians are reported.
-MFU counts model FLOPs (`bert_jax.flops`: matmuls only, 3x forward) of the batch's real
+MFU counts model FLOPs (`bert_jax.compiler.flops`: matmuls only, 3x forward) of the batch's real
 (unpadded) tokens against each framework's measured matmul peak in the step's precision and
 against the card's datasheet dense peak (DATASHEET_PEAK). --markdown-out writes the table
 the README quotes, headed by the card's name. --check exits 1 when bert-jax's median step is
@@ -64,13 +64,13 @@ from bench.model_step import make_batch, time_rounds  # noqa: E402
 from bench.gpu_card import (allow_tf32_in_torch, datasheet_peak, device_name,  # noqa: E402
                             matmul_peaks, memory_report, print_environment, release)
 from bench.gpu_frameworks import DTYPES, attention_path, build_steps  # noqa: E402
-from bert_jax.model_config import ATTENTION_IMPLEMENTATIONS  # noqa: E402
+from bert_jax.models.config import ATTENTION_IMPLEMENTATIONS  # noqa: E402
 
 
 def benchmark_config(preset: str, precision: str, batch_size: int, seq_len: int, args,
                      compiled: list) -> tuple[list[str], list[str], dict]:
     """Text rows, markdown rows and raw seconds for one (preset, precision, batch) config."""
-    from bert_jax import flops
+    from bert_jax.compiler import flops
     label = f"{preset} {precision} {batch_size}x{seq_len}"
     print(f"{label}:", flush=True)
     batch = make_batch(batch_size, seq_len, args.predictions)

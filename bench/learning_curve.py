@@ -140,7 +140,7 @@ def held_out_means(bundle, params, held_out: list) -> dict:
 
 def attention_dropout_comparison(args) -> int:
     """Attention-probability dropout 0.1 (the paper) against 0 (the fused kernels' setting,
-    bert_jax/layers/attention_kernels.py): BERT-mini, the same shards and seeds on both
+    bert_jax/models/layers/attention_kernels.py): BERT-mini, the same shards and seeds on both
     sides, two seeds a side, held-out MLM loss on a shard no run trains on."""
     from input_pipeline.reader import PretrainingDataset, expand_patterns
     from input_pipeline.tokenization import load_tokenizer

@@ -1,6 +1,6 @@
 """The README's mesh tables: BERT-Base and BERT-Large, phases 1 and 2, on v4-64 and v5e-256,
 each mesh layout compiled by `bert-jax aot` and compared by the roofline bound with the
-corrected HBM bytes (bert_jax/aot_bytes.py).
+corrected HBM bytes (bert_jax/compiler/aot_bytes.py).
 
 A 32- or 256-chip compile of BERT-Large takes half an hour or more here, so each pod is
 compiled as an 8-chip stand-in holding the pod's sequences per chip (256 sequences a step:
@@ -13,7 +13,7 @@ the pod; FSDP stays within a 4-chip host) by (7/8) / (1/2) or (63/64) / (1/2). D
 and mixed's memory terms hold (each chip updates the same share of the parameters); in FSDP's
 the update's bytes (finite check, gradient norm, clipping, AdamW) fall from 1/8 of the
 parameters' to 1/32 or 1/256, the rest holds. The compute term is never below the model's
-matmul FLOPs per chip (bert_jax.aot: XLA counts libtpu's windowed-matmul loops once).
+matmul FLOPs per chip (bert_jax.compiler.aot: XLA counts libtpu's windowed-matmul loops once).
 
     python bench/mesh_tables.py --out runs/mesh-tables            # compiles what is missing, then prints
     python bench/mesh_tables.py --out runs/mesh-tables --no-compile  # prints what is there
@@ -29,8 +29,8 @@ import os
 import subprocess
 import sys
 
-from bert_jax import aot_report
-from bert_jax.aot import CompileReport
+from bert_jax.compiler import aot_report
+from bert_jax.compiler.aot import CompileReport
 
 GIB, MIB = 2**30, 2**20
 # name -> (topology arguments, batch at the pod's sequences per chip, chips in the pod)
@@ -109,7 +109,7 @@ def table(out: str, model: str, phase: int) -> list[str]:
                 rows.append((layout, None, None))
                 continue
             with open(path, encoding="utf-8") as file:
-                # derived again by the current bert_jax.aot, not read from the file
+                # derived again by the current bert_jax.compiler.aot, not read from the file
                 report = aot_report.report_from_json(json.load(file)["reports"][0])
             bound = max(pod_terms(report, layout, pod_chips).values())
             rows.append((layout, report, bound))

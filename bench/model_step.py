@@ -14,7 +14,7 @@ Token values do not change the work, so the batch is random ids.
 
 Both frameworks use the same number of threads (all cores). The two are timed in
 interleaved rounds, so a change in machine load hits both; the ratio per round is what
-counts. Model-FLOPs utilisation (MFU, `bert_jax.flops`: matmul FLOPs only, 3x forward) is
+counts. Model-FLOPs utilisation (MFU, `bert_jax.compiler.flops`: matmul FLOPs only, 3x forward) is
 reported against each framework's own fp32 matmul peak, measured in this process on large
 square matmuls in every round (load changes the peak too), and against the better one; each
 row's FLOPs are the work it does (`torch` counts its MLM head on all 128 positions).
@@ -197,7 +197,7 @@ def time_rounds(steps: dict, rounds: int, repeats: dict) -> dict[str, list[list[
 
 def benchmark_preset(preset_name: str, args) -> list[str]:
     """Table rows for one model size: each framework's step, MFU against per-round peaks."""
-    from bert_jax import flops
+    from bert_jax.compiler import flops
     batch = make_batch(args.batch_size, args.seq_len, args.predictions)
     jax_step = JaxStep(preset_name, batch)
     steps = {"jax": jax_step, "torch": TorchStep(jax_step.model_config, batch),
@@ -275,7 +275,7 @@ def packing_comparison(preset_name: str, args) -> list[str]:
     real tokens, and the ratio per round (see the module docstring)."""
     import tempfile
 
-    from bert_jax import flops
+    from bert_jax.compiler import flops
 
     sides = {}
     with tempfile.TemporaryDirectory(prefix="bert-jax-packing-") as directory:

@@ -34,7 +34,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 # (part, pattern on the HLO op_name), first match wins; op_names carry the flax module path
-# and named scopes (`dropout` in bert_jax/layers/dropout.py, also inside attention chunks).
+# and named scopes (`dropout` in bert_jax/models/layers/dropout.py, also inside attention chunks).
 PARTS = (
     ("dropout random bits", r"random_bits|threefry|random_wrap|random_unwrap|_fold_in"),
     ("attention q/k/v/output dense", r"attention/(query|key|value|output)"),

@@ -24,8 +24,8 @@ def main() -> None:
     parser.add_argument("--predictions", type=int, default=10)
     parser.add_argument("--steps", type=int, default=5)
     args = parser.parse_args()
-    from bert_jax import calibration
-    from bert_jax.model_config import BERT_VOCAB_SIZE
+    from bert_jax.compiler import calibration
+    from bert_jax.models.config import BERT_VOCAB_SIZE
     from bert_jax.run_config import base_config
 
     for preset in args.presets.split(","):

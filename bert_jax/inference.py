@@ -12,9 +12,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax.model_config import BertConfig
+from bert_jax.models.config import BertConfig
 from bert_jax.errors import UserError
-from bert_jax.model import BertForPreTraining, BertModel
+from bert_jax.models.bert import BertForPreTraining, BertModel
 
 def runnable_params(config: BertConfig, params: dict) -> dict:
     """`params` with zeros for an absent pooler or NSP head, so the modules can be applied.

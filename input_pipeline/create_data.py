@@ -33,9 +33,9 @@ import re
 import shutil
 import tempfile
 
-from bert_jax import files, temporaries
+from bert_jax.storage import files, temporaries
 from bert_jax.errors import UserError
-from bert_jax.storage_errors import reported
+from bert_jax.storage.storage_errors import reported
 from input_pipeline import manifest as manifest_lib, sources
 from input_pipeline.tokenization import load_tokenizer
 from input_pipeline.work_unit import Settings, UnitResult, process_unit

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 
-from bert_jax import files
+from bert_jax.storage import files
 from bert_jax.errors import UserError
 
 

@@ -11,7 +11,7 @@ version instead of reading their rows as single instances.
 
 import json
 
-from bert_jax import files
+from bert_jax.storage import files
 from bert_jax.errors import UserError
 
 MANIFEST_NAME = "manifest.json"

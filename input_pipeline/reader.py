@@ -19,7 +19,7 @@ import re
 import numpy as np
 import tensorflow as tf
 
-from bert_jax import files as file_lib
+from bert_jax.storage import files as file_lib
 from bert_jax.errors import UserError
 from input_pipeline import dynamic_masking, manifest as manifest_lib, schema
 from input_pipeline import tfrecord

@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from bert_jax import files
+from bert_jax.storage import files
 from bert_jax.errors import UserError
 
 PROSE_DOCUMENT_SENTENCES = 200

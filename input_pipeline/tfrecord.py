@@ -3,13 +3,13 @@
 A record is `length (uint64 LE) | crc of length (uint32) | data | crc of data (uint32)`.
 The reader uses these to check a shard's schema before training, to name the file when
 tf.data reports lost data, and to stream remote (`gs://`) shards through the one file layer
-(`bert_jax/files.py`); none of it needs TensorFlow.
+(`bert_jax/storage/files.py`); none of it needs TensorFlow.
 """
 
 import struct
 
 from bert_jax.errors import UserError
-from bert_jax import files
+from bert_jax.storage import files
 
 _HEADER = struct.Struct("<QI")  # length, masked crc32c of the length
 _FOOTER_SIZE = 4  # masked crc32c of the data

@@ -21,7 +21,7 @@ import numpy as np
 import tokenizers
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
-from bert_jax import files
+from bert_jax.storage import files
 from bert_jax.errors import UserError
 from input_pipeline.vocabulary_files import (SENTENCEPIECE_MODEL, SPECIAL_TOKENS,
                                              read_vocabulary, vocabulary_hash)

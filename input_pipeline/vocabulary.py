@@ -7,7 +7,7 @@ and both put BERT's special tokens [PAD] [UNK] [CLS] [SEP] [MASK] at ids 0-4.
 import json
 import os
 
-from bert_jax import files as file_layer
+from bert_jax.storage import files as file_layer
 from bert_jax.errors import UserError
 from input_pipeline import sources
 from input_pipeline.vocabulary_files import SENTENCEPIECE_MODEL, SPECIAL_TOKENS

@@ -8,7 +8,7 @@ vocabulary trainer (`vocabulary.py`) import it, so none of them imports another 
 import hashlib
 from collections.abc import Sequence
 
-from bert_jax import files
+from bert_jax.storage import files
 from bert_jax.errors import UserError
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")

@@ -10,7 +10,7 @@ import json
 import pytest
 from aot_helpers import compile_report
 
-from bert_jax import aot, aot_hlo, aot_report
+from bert_jax.compiler import aot, aot_hlo, aot_report
 from bert_jax.errors import UserError
 
 TINY = dict(vocab_size=1024, hidden_dim=128, num_layers=2, mlp_dim=512, max_positions=512,
@@ -96,7 +96,7 @@ def test_roofline_bound_from_bytes_flops_and_collectives(tiny_v5e):
     compiled = report["compiled_flops_per_device"] + report["kernel_flops_per_device"]
     assert terms["compute"] == pytest.approx(compiled / V5E_PEAK)
     assert report["bytes_accessed_per_device"] > report["argument_bytes"]  # reads the state
-    # The memory term: the corrected HBM count (bert_jax.aot_bytes), at least the state's
+    # The memory term: the corrected HBM count (bert_jax.compiler.aot_bytes), at least the state's
     # compulsory traffic, at most XLA's count.
     memory_bytes = max(report["hbm_traffic_per_device"],
                        report["argument_bytes"] + report["output_bytes"])

@@ -1,11 +1,12 @@
-"""bert_jax.aot_bytes: every byte of a compiled step named, XLA's count and the corrected one."""
+"""bert_jax.compiler.aot_bytes: every byte of a compiled step named, XLA's count and the corrected one."""
 
 import jax
 import pytest
 
 from test_training_support import tiny_run_config
 
-from bert_jax import aot_bytes, hlo_module, sharding
+from bert_jax.compiler import aot_bytes, hlo_module
+from bert_jax import sharding
 from bert_jax.tasks.pretraining import task_from_run_config
 from bert_jax.training import train_step
 

@@ -7,8 +7,8 @@ simulated CPU devices); tests/test_aot.py checks the data-parallel layout, this 
 import pytest
 from aot_helpers import compile_report
 
-from bert_jax import aot_collectives, aot_hlo
-from bert_jax.aot_hlo import Collective
+from bert_jax.compiler import aot_collectives, aot_hlo
+from bert_jax.compiler.aot_hlo import Collective
 
 FSDP = {"data": 1, "fsdp": 4, "tensor": 1}
 DATA = {"data": 4, "fsdp": 1, "tensor": 1}
@@ -48,7 +48,7 @@ FORWARD = "jit(step_fn)/jvp(BertForPreTraining)/"
     (op("all-gather", FORWARD + "bert/layer_0/mlp/output/dot_general"), DATA, False),
     (op("collective-permute", BACKWARD + "bert/layer_0/mlp/output/dot_general"), FSDP, True),
     # What the masked-position gather and the MLM head's LayerNorm did before their rows were
-    # pinned to the batch layout (bert_jax/model.py, batch_split):
+    # pinned to the batch layout (bert_jax/models/bert.py, batch_split):
     (op("collective-permute", FORWARD + "jit(_take_along_axis)/gather"), FSDP, False),
     (op("all-to-all", BACKWARD + "mlm_head/layer_norm/mul"), FSDP, False),
     (op("all-to-all", FORWARD + "bert/embeddings/word_embeddings/jit(_take)/gather"), FSDP, True),

@@ -4,7 +4,7 @@ instances in steps / (instances per row) steps of each one's own compiled step."
 
 import pytest
 
-from bert_jax import aot, aot_report
+from bert_jax.compiler import aot, aot_report
 from bert_jax.errors import UserError
 from bert_jax.commands.aot import _instances_per_row
 

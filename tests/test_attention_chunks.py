@@ -1,6 +1,6 @@
 """The CPU's chunked attention core: the same function as the whole-batch core, row for row.
 
-`bert_jax.layers.attention` runs long windows through the core a few rows at a time with the
+`bert_jax.models.layers.attention` runs long windows through the core a few rows at a time with the
 backward pass recomputing each chunk. These tests pin that it computes what the plain core
 computes (values and gradients, with padding), that dropout gives every chunk its own masks
 and the backward pass the same masks as the forward, and that under a batch-sharded mesh
@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 
 from bert_jax import sharding
-from bert_jax.layers.attention import (_core, attention, attention_probabilities, chunk_count,
+from bert_jax.models.layers.attention import (_core, attention, attention_probabilities, chunk_count,
                                       traced_platform, visible_keys)
-from bert_jax.model_config import Precision, preset
+from bert_jax.models.config import Precision, preset
 from bert_jax.errors import UserError
-from bert_jax.model import BertModel
+from bert_jax.models.bert import BertModel
 
 WHOLE = Precision(attention_chunk_rows=0)
 

@@ -1,4 +1,4 @@
-"""The fused attention paths (bert_jax/layers/attention_kernels.py) against the reference core.
+"""The fused attention paths (bert_jax/models/layers/attention_kernels.py) against the reference core.
 
 On a CPU: JAX's public `dot_product_attention(implementation='xla')` and the splash kernel in
 Pallas's interpret mode, on padded and packed rows. cuDNN needs a GPU: its test runs only
@@ -11,9 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax.model_config import Precision
+from bert_jax.models.config import Precision
 from bert_jax.errors import UserError
-from bert_jax.layers import attention, attention_kernels
+from bert_jax.models.layers import attention, attention_kernels
 
 BATCH, SEQ_LEN, HEADS, HEAD_DIM = 2, 128, 2, 64
 

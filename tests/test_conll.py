@@ -8,9 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax.model_config import preset
+from bert_jax.models.config import preset
 from bert_jax.errors import UserError
-from bert_jax.frozen_encoder_heads import FeatureTokenClassifier, LayerCombination
+from bert_jax.models.frozen_encoder_heads import FeatureTokenClassifier, LayerCombination
 from bert_jax.tasks.entity_metrics import entity_scores
 from input_pipeline.tasks import word_labels
 from input_pipeline.tasks.conll import (check_known_tags, iob1_to_iob2, label_names,

@@ -93,7 +93,7 @@ def test_beam_reads_and_writes_gs_as_the_local_writer(corpus, tmp_path, gcs_buck
     """Inputs by a gs:// glob, shards and manifest to gs://, on the GCS emulator (workers
     are processes: they reach it through the inherited environment)."""
     pytest.importorskip("apache_beam")
-    from bert_jax import files
+    from bert_jax.storage import files
 
     local = str(tmp_path / "local")
     local_manifest = create_pretraining_data([corpus["pattern"]], corpus["vocab"], local,

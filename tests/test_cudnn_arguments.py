@@ -1,4 +1,4 @@
-"""What cuDNN's fused attention is handed, read on a CPU (bert_jax/layers/attention_kernels.py).
+"""What cuDNN's fused attention is handed, read on a CPU (bert_jax/models/layers/attention_kernels.py).
 
 cuDNN cannot be traced without a GPU, so both of its entries (JAX's public
 `dot_product_attention(implementation='cudnn')` and the private segment entry beneath it)
@@ -18,9 +18,9 @@ import pytest
 from jax._src.cudnn import fused_attention_stablehlo
 
 from bert_jax.errors import UserError
-from bert_jax.layers import attention, attention_kernels
-from bert_jax.model import BertModel
-from bert_jax.model_config import Precision
+from bert_jax.models.layers import attention, attention_kernels
+from bert_jax.models.bert import BertModel
+from bert_jax.models.config import Precision
 from bert_jax.tasks.pretraining import PretrainingTask
 from input_pipeline import packing
 from test_packed_training import CONFIG, PER_ROW, PREDICTIONS, ROWS, SEQ_LEN, instances

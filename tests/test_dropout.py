@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from bert_jax import sharding
-from bert_jax.layers.dropout import Dropout, dropout, random_quarters
+from bert_jax.models.layers.dropout import Dropout, dropout, random_quarters
 
 
 def _apply(rate, x, seed=0, deterministic=False):

@@ -10,7 +10,7 @@ from interop_helpers import WORDS, minilm_directory, random_pretraining_params, 
 
 from bert_jax.interop import model_writers
 from bert_jax.cli import main
-from bert_jax.model_config import preset
+from bert_jax.models.config import preset
 from bert_jax.embeddings import pooling, search
 from bert_jax.embeddings.encoder import embed_texts, load_embedding_model
 from bert_jax.embeddings.model_directory import (EmbeddingSettings, read_settings,

@@ -45,7 +45,7 @@ def test_finetune_writes_results_best_model_and_predictions(run):
 def _direct_logits(model_directory, texts):
     """Our model's logits called directly (no batching, no bucketing)."""
     from bert_jax.interop import model_source
-    from bert_jax.heads import BertForSequenceClassification
+    from bert_jax.models.bert_heads import BertForSequenceClassification
     from input_pipeline.tokenization import load_tokenizer
 
     loaded = model_source.resolve(model_directory).load()

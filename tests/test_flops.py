@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 from flax.linen import meta
 
-from bert_jax import flops, losses
-from bert_jax.model_config import preset
-from bert_jax.model import BertForPreTraining
+from bert_jax.compiler import flops
+from bert_jax import losses
+from bert_jax.models.config import preset
+from bert_jax.models.bert import BertForPreTraining
 
 BATCH, SEQ_LEN, PREDICTIONS = 2, 32, 5
 

@@ -14,10 +14,10 @@ from gcs_emulator import gcs_bucket, gcs_emulator  # noqa: F401  (fixtures)
 from interop_helpers import random_pretraining_params, tiny_random_model
 from pipeline_helpers import make_corpus, write_vocabulary
 
-from bert_jax import files
+from bert_jax.storage import files
 from bert_jax.interop import model_source, model_writers
 from bert_jax.cli import main
-from bert_jax.model_config import preset
+from bert_jax.models.config import preset
 from bert_jax.errors import UserError
 from input_pipeline.tokenization import load_tokenizer
 

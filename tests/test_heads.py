@@ -8,9 +8,9 @@ from interop_helpers import random_pretraining_params, torch_inputs, write_vocab
 
 from bert_jax import losses
 from bert_jax.interop import model_source, model_writers
-from bert_jax.model_config import preset
-from bert_jax.heads import BertForSequenceClassification, BertForTokenClassification
-from bert_jax.model import BertModel
+from bert_jax.models.config import preset
+from bert_jax.models.bert_heads import BertForSequenceClassification, BertForTokenClassification
+from bert_jax.models.bert import BertModel
 from input_pipeline.tokenization import load_tokenizer
 
 CONFIG = preset("tiny", vocab_size=37, hidden_dim=32, num_layers=2, num_heads=2, mlp_dim=64,

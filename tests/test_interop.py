@@ -105,7 +105,7 @@ def test_export_matches_transformers_pretraining_heads(random_model):
     batch = tokenizer.encode_for_model(
         ["the man went to the store .", ("he bought a gallon", "of milk !")], 16, pad_to_max=True)
     positions = np.array([[1, 3, 5], [2, 4, 9]], np.int32)
-    from bert_jax.model import BertForPreTraining
+    from bert_jax.models.bert import BertForPreTraining
     mlm_logits, nsp_logits = BertForPreTraining(config).apply(
         {"params": params}, batch["input_ids"], batch["segment_ids"], batch["input_mask"],
         positions)

@@ -6,7 +6,7 @@ import json
 import numpy as np
 from interop_helpers import write_vocab
 
-from bert_jax import json_values
+from bert_jax.storage import json_values
 from input_pipeline.tokenization import load_tokenizer
 
 

@@ -19,7 +19,8 @@ import re
 import pytest
 from gcs_emulator import gcs_emulator  # noqa: F401  (fixture)
 
-from bert_jax import cli, files
+from bert_jax import cli
+from bert_jax.storage import files
 from bert_jax.errors import UserError
 from launch.check import check_jobs
 from launch.job import load_job

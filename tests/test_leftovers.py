@@ -13,7 +13,7 @@ import pytest
 from finetune_helpers import made_up_sentences, tiny_model_directory, write_tsv
 from interop_helpers import write_vocab
 
-from bert_jax import files
+from bert_jax.storage import files
 from bert_jax.cli import main
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -59,7 +59,7 @@ def test_pretrain_refuses_float16_before_writing_demo_data(tmp_path, monkeypatch
 # Run in a child process that kills itself with SIGKILL in the middle of writing `path`.
 _KILLED_WRITER = textwrap.dedent("""
     import os, signal, sys
-    from bert_jax import files
+    from bert_jax.storage import files
     from bert_jax.interop import model_writers
     kind, path = sys.argv[1:]
 

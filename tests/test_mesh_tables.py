@@ -6,7 +6,7 @@ import json
 import pytest
 
 from bench import mesh_tables
-from bert_jax import aot, aot_report
+from bert_jax.compiler import aot, aot_report
 from launch.tpu_types import generation_for_device_kind
 
 V4 = generation_for_device_kind("TPU v4")

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from flax.linen import meta
 
-from bert_jax.model_config import PRESET_NAMES, BertConfig, preset
+from bert_jax.models.config import PRESET_NAMES, BertConfig, preset
 from bert_jax.errors import UserError
-from bert_jax.model import BertForPreTraining, BertModel
+from bert_jax.models.bert import BertForPreTraining, BertModel
 
 
 @pytest.mark.parametrize("name", PRESET_NAMES)

@@ -76,8 +76,8 @@ def test_frozen_encoder_head_reads_the_encoders_hidden_states():
     import jax
 
     from bert_jax import inference
-    from bert_jax.model_config import preset
-    from bert_jax.frozen_encoder_heads import FeatureTokenClassifier, FrozenEncoderTokenClassifier
+    from bert_jax.models.config import preset
+    from bert_jax.models.frozen_encoder_heads import FeatureTokenClassifier, FrozenEncoderTokenClassifier
 
     config = preset("tiny", vocab_size=40, hidden_dim=16, num_layers=2, num_heads=2,
                     mlp_dim=32, max_positions=16)
@@ -178,7 +178,7 @@ def test_eval_tag_unseen_in_training_fails_before_any_output(data, tmp_path, cap
 def test_hf_export_is_a_token_classifier_with_our_logits_and_tags(run, data, tmp_path):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    from bert_jax.heads import BertForTokenClassification
+    from bert_jax.models.bert_heads import BertForTokenClassification
     from input_pipeline.tasks import word_labels
     from input_pipeline.tokenization import load_tokenizer
 

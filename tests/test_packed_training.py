@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 import pipeline_helpers as helpers
-from bert_jax.model_config import Precision, preset
+from bert_jax.models.config import Precision, preset
 from bert_jax.errors import UserError
-from bert_jax.model import BertModel
+from bert_jax.models.bert import BertModel
 from bert_jax.run_config import base_config
 from bert_jax.tasks.pretraining import PretrainingTask
 from bert_jax.training import checkpointing, trainer

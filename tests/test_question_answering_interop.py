@@ -10,7 +10,7 @@ from interop_helpers import minilm_directory
 
 from bert_jax.interop import model_source, model_writers
 from bert_jax.cli import main
-from bert_jax.heads import BertForQuestionAnswering
+from bert_jax.models.bert_heads import BertForQuestionAnswering
 from input_pipeline.tokenization import load_tokenizer
 
 QUESTIONS = [("Who wrote the letter?", "The letter was written by Anna in Moscow, 1867."),

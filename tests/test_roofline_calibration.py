@@ -2,7 +2,7 @@
 
 from test_training_support import tiny_run_config
 
-from bert_jax import calibration
+from bert_jax.compiler import calibration
 
 
 def test_the_corrected_bound_does_not_exceed_the_measured_cpu_step():

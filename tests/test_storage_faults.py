@@ -1,5 +1,5 @@
 """Storage faults (issue 24, 4.6): a full disk, a file-size limit and a read-only directory
-are one line naming the path (bert_jax/storage_errors.py), from the run lock, checkpoints
+are one line naming the path (bert_jax/storage/storage_errors.py), from the run lock, checkpoints
 and the shard writer, and a failed create-data leaves nothing behind.
 
 The file-size limit is real: a child process lowers RLIMIT_FSIZE (SIGXFSZ ignored, so a
@@ -17,7 +17,7 @@ import pytest
 
 from bert_jax.cli import main
 from bert_jax.errors import UserError
-from bert_jax.storage_errors import storage_failure
+from bert_jax.storage.storage_errors import storage_failure
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(TESTS)

@@ -11,7 +11,7 @@ import pytest
 
 from bert_jax import sharding
 from bert_jax.interop import model_source, source_kinds
-from bert_jax.model_config import BertConfig, Precision
+from bert_jax.models.config import BertConfig, Precision
 from bert_jax.tasks.pretraining import PretrainingTask, task_from_run_config
 from bert_jax.training import train_step
 from input_pipeline import schema

@@ -17,7 +17,7 @@ from interop_helpers import random_pretraining_params, write_vocab
 
 from bert_jax.interop import model_source, model_writers
 from bert_jax.cli import main
-from bert_jax.model_config import preset
+from bert_jax.models.config import preset
 from bert_jax.errors import UserError
 from input_pipeline.tokenization import load_tokenizer
 
@@ -282,9 +282,9 @@ def bert_jax_outputs(config, params, feed) -> dict:
     sequence_output, pooled_output, mlm_logits, nsp_logits, logits (sequence classifier)."""
     import jax
 
-    from bert_jax.heads import BertForSequenceClassification
+    from bert_jax.models.bert_heads import BertForSequenceClassification
     from bert_jax.inference import runnable_params
-    from bert_jax.model import BertForPreTraining, BertModel
+    from bert_jax.models.bert import BertForPreTraining, BertModel
 
     arguments = (feed["input_ids"], feed["segment_ids"], feed["input_mask"])
     with_pooler = "pooler" in params["bert"]

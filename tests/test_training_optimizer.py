@@ -7,7 +7,7 @@ import numpy as np
 from bert_jax import sharding
 from bert_jax.tasks.pretraining import task_from_run_config
 from bert_jax.training import optimizer, train_step
-from bert_jax.model import BertForPreTraining
+from bert_jax.models.bert import BertForPreTraining
 from bert_jax.run_config import base_config
 from test_training_support import synthetic_batch, tiny_run_config
 

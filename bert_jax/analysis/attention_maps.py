@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator, Sequence
 import numpy as np
 
 from bert_jax import inference
-from bert_jax.model_config import BertConfig
+from bert_jax.models.config import BertConfig
 
 
 class TruncationWarning(UserWarning):

@@ -8,7 +8,7 @@ from bert_jax.analysis.attention_maps import sentence_attention
 from bert_jax.analysis.probe import ProbeCounts, ProbeResult
 from bert_jax.analysis.statistics import StatisticsAccumulator
 from bert_jax.analysis.word_attention import word_attention
-from bert_jax.model_config import BertConfig
+from bert_jax.models.config import BertConfig
 
 
 @dataclasses.dataclass

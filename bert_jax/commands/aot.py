@@ -40,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chip-config", default=None,
                         help="libtpu chip config name; 'megacore' makes each v4/v5p chip one "
                              "device (default: libtpu's)")
-    from bert_jax.aot_report import DEFAULT_MFU  # imports no JAX
+    from bert_jax.compiler.aot_report import DEFAULT_MFU  # imports no JAX
 
     parser.add_argument("--mfu", type=float, default=DEFAULT_MFU,
                         help="model-FLOPs utilisation assumed for the time projection "
@@ -63,7 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _compile(config_path: str, overrides: list[str], topology: str, chip_config, devices):
-    from bert_jax import aot
+    from bert_jax.compiler import aot
     from bert_jax.run_config import load_run_config
 
     run_config = load_run_config(config_path, overrides)
@@ -87,15 +87,15 @@ def _compile(config_path: str, overrides: list[str], topology: str, chip_config,
 
 
 def _write_json(path: str, reports: list, mfu: float, extra: dict) -> None:
-    from bert_jax import files
-    from bert_jax.aot_report import report_to_json
+    from bert_jax.storage import files
+    from bert_jax.compiler.aot_report import report_to_json
 
     with files.atomic_write(path) as file:
         json.dump({"reports": [report_to_json(r, mfu) for r in reports], **extra}, file, indent=2)
 
 
 def run(args: argparse.Namespace) -> int:
-    from bert_jax import aot, aot_report
+    from bert_jax.compiler import aot, aot_report
     from bert_jax.errors import UserError
 
     if not 0 < args.mfu <= 1:
@@ -142,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _instances_per_row(text: str | None) -> tuple[float, float]:
-    from bert_jax import aot_report
+    from bert_jax.compiler import aot_report
     from bert_jax.errors import UserError
 
     if text is None:
@@ -159,7 +159,7 @@ def _instances_per_row(text: str | None) -> tuple[float, float]:
 
 def _compare_meshes(args: argparse.Namespace) -> int:
     """Compiles each mesh layout on --topology, prints every report, then the comparison."""
-    from bert_jax import aot, aot_report
+    from bert_jax.compiler import aot, aot_report
     from bert_jax.errors import UserError
     from launch.tpu_types import generation_for_device_kind
 

@@ -56,7 +56,7 @@ def write_npy(path: str, array) -> None:
     writer; mkstemp's had made it -rw------- where every other output is -rw-r--r--)."""
     import numpy as np
 
-    from bert_jax import files
+    from bert_jax.storage import files
 
     with files.atomic_write(path, "wb") as file:
         np.save(file, array)

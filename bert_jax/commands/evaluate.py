@@ -108,7 +108,7 @@ def reading_flags(args) -> dict:
 
 
 def run(args) -> int:
-    from bert_jax import files, json_values
+    from bert_jax.storage import files, json_values
     from bert_jax.interop import model_source
 
     source = model_source.resolve(args.model)

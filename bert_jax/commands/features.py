@@ -50,7 +50,7 @@ def add_arguments(parser) -> None:
 
 def read_texts(path: str) -> list[str | tuple[str, str]]:
     """One text per line; a line with a tab is a (first, second) pair."""
-    from bert_jax import files
+    from bert_jax.storage import files
     from bert_jax.errors import UserError
 
     lines = files.split_lines(files.read_user_text(path, "input"))  # not at U+2028
@@ -70,7 +70,7 @@ def write_npz(path: str, arrays: dict) -> None:
     """np.savez, published only when complete (local or gs://)."""
     import numpy as np
 
-    from bert_jax import files
+    from bert_jax.storage import files
 
     with files.atomic_write(path, "wb") as file:
         np.savez(file, **arrays)

@@ -51,7 +51,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     import os
 
-    from bert_jax import json_values
+    from bert_jax.storage import json_values
     from bert_jax.analysis import figures
     from bert_jax.analysis.probe_report import report_dict, report_markdown
     from bert_jax.analysis.treebank import probe_treebank

@@ -14,8 +14,9 @@ import json
 import jax
 import numpy as np
 
-from bert_jax import files, inference
-from bert_jax.model_config import BertConfig
+from bert_jax.storage import files
+from bert_jax import inference
+from bert_jax.models.config import BertConfig
 from bert_jax.embeddings import pooling as pooling_functions
 from bert_jax.embeddings.model_directory import EmbeddingSettings, read_settings
 from bert_jax.errors import UserError

@@ -85,7 +85,7 @@ def _read_index(path: str) -> tuple[np.ndarray, dict] | None:
 
 def _write_index(path: str, embeddings: np.ndarray, metadata: dict) -> None:
     """Published only when complete, with the user's umask, as every output is."""
-    from bert_jax import files
+    from bert_jax.storage import files
 
     try:
         with files.atomic_write(path, "wb") as file:

@@ -9,7 +9,7 @@ A head is described by a small dict, the same in task.json and here:
   {"architecture": "BertForQuestionAnswering"}
 """
 
-from bert_jax.model_config import BertConfig
+from bert_jax.models.config import BertConfig
 from bert_jax.errors import UserError
 from bert_jax.interop.tensor_map import Entry, dense_entries
 

@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 
-from bert_jax.model_config import BertConfig
+from bert_jax.models.config import BertConfig
 from bert_jax.errors import UserError
 from bert_jax.interop import hf_heads, tensor_map
 from bert_jax.interop.tensor_map import COPY, Entry, dense_entries, norm_entries

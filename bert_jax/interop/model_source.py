@@ -6,7 +6,7 @@ Python API and the trainer receive instead of the path. It reads each of the mod
 at most once: `config()` its model config (an HF config.json is parsed once and shared with
 the task head it describes), `tokenizer()` its vocabulary, `task_info()` what a fine-tuned
 model was trained for, and `load()` its weights, as a `LoadedModel` that stays the one copy
-while anything holds it. Every source may be local or `gs://` (through `bert_jax/files.py`).
+while anything holds it. Every source may be local or `gs://` (through `bert_jax/storage/files.py`).
 
     source = model_source.resolve("sentence-transformers/all-MiniLM-L6-v2")
     source.config().hidden_dim         # 384, without reading the weights
@@ -17,11 +17,11 @@ import dataclasses
 import json
 import weakref
 
-from bert_jax import files
+from bert_jax.storage import files
 from bert_jax.errors import UserError
 from bert_jax.interop import source_kinds
 from bert_jax.interop.source_kinds import MODEL_CONFIG, TASK_INFO, VOCAB
-from bert_jax.model_config import BertConfig
+from bert_jax.models.config import BertConfig
 
 # The file each kind keeps its model config in (a training step: its run's).
 _CONFIG_FILES = {"huggingface": "config.json", "tf-checkpoint": "bert_config.json"}

@@ -1,7 +1,7 @@
 """Saves a model as a bert-jax, Hugging Face or original TF checkpoint directory, or a SavedModel.
 
 (Reading any of them, and Hub names, is `model_source.py`'s.) Every path may be local or
-`gs://` (through `bert_jax/files.py`). Every writer builds its output in a temporary
+`gs://` (through `bert_jax/storage/files.py`). Every writer builds its output in a temporary
 directory and publishes it when complete, refuses to write into a training run's directory
 or over its own source, and leaves the user's umask in force.
 """
@@ -13,10 +13,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from bert_jax import files, temporaries
+from bert_jax.storage import files, temporaries
 from bert_jax.errors import UserError
 from bert_jax.interop.source_kinds import CHECKPOINTS, MODEL_CONFIG, PARAMS, TASK_INFO, VOCAB
-from bert_jax.model_config import BertConfig
+from bert_jax.models.config import BertConfig
 
 TOKENIZER_CONFIG = "tokenizer_config.json"
 

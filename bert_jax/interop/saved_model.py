@@ -11,7 +11,7 @@ module stays small and a BERT-Large fits under protobuf's 2 GB limit.
 Signatures (int32 inputs of shape [batch, seq]: `input_ids`, `input_mask`, `segment_ids`):
   - `serving_default` -> `sequence_output` [batch, seq, hidden], `pooled_output` [batch, hidden]
     (no `pooled_output` when the model has no pooler) and, for a sequence classifier
-    (`bert_jax/heads.py`), `logits` [batch, num_labels];
+    (`bert_jax/models/bert_heads.py`), `logits` [batch, num_labels];
   - `pretraining` (models with the masked-LM head) also takes `masked_lm_positions` [batch,
     predictions] -> `mlm_logits` [batch, predictions, vocab] and, with the next-sentence
     head, `nsp_logits` [batch, 2], as the original run_pretraining.py computes them.
@@ -26,7 +26,7 @@ import tempfile
 
 import numpy as np
 
-from bert_jax.model_config import BertConfig, Precision
+from bert_jax.models.config import BertConfig, Precision
 from bert_jax.interop import tensor_map
 
 # What jax2tf can lower for; by default every platform TF Serving runs on, so the
@@ -48,8 +48,8 @@ def _encoder_function(config: BertConfig, parts: set[str]):
     With a sequence classifier the head's own module runs (heads.py), and the encoder's
     outputs are read from inside it, so the encoder is computed once.
     """
-    from bert_jax.heads import BertForSequenceClassification
-    from bert_jax.model import BertModel
+    from bert_jax.models.bert_heads import BertForSequenceClassification
+    from bert_jax.models.bert import BertModel
 
     def encoder(params, input_ids, input_mask, segment_ids):
         arguments = (input_ids, segment_ids, input_mask)
@@ -73,7 +73,7 @@ def _encoder_function(config: BertConfig, parts: set[str]):
 
 def _pretraining_function(config: BertConfig, with_nsp: bool):
     """(params, input_ids, input_mask, segment_ids, masked_lm_positions) -> head logits."""
-    from bert_jax.model import BertForPreTraining
+    from bert_jax.models.bert import BertForPreTraining
 
     def pretraining(params, input_ids, input_mask, segment_ids, masked_lm_positions):
         mlm_logits, nsp_logits = BertForPreTraining(config, PORTABLE).apply(

@@ -8,7 +8,7 @@ A Hugging Face Hub name is resolved to its cached directory before (`model_sourc
 Nothing here reads a file's content.
 """
 
-from bert_jax import files
+from bert_jax.storage import files
 from bert_jax.errors import UserError
 
 MODEL_CONFIG = "model_config.json"

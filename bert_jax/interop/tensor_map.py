@@ -7,7 +7,7 @@ the formats' own files hold names and nothing else.
 
 A model is made of parts that a file holds whole or not at all: the encoder (always), the
 pooler, the masked-LM head, the next-sentence head and a task head such as the
-sequence classifier (`bert_jax/heads.py`).
+sequence classifier (`bert_jax/models/bert_heads.py`).
 """
 
 import dataclasses
@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-from bert_jax.model_config import BertConfig
+from bert_jax.models.config import BertConfig
 from bert_jax.errors import UserError
 
 PARTS = ("encoder", "pooler", "mlm_head", "nsp_head", "classifier", "qa_outputs")
@@ -89,7 +89,7 @@ def parameter_shapes(config: BertConfig) -> dict[tuple[str, ...], tuple[int, ...
     import jax
     import jax.numpy as jnp
 
-    from bert_jax.model import BertForPreTraining
+    from bert_jax.models.bert import BertForPreTraining
 
     ids = jnp.zeros((1, 1), jnp.int32)
     abstract = jax.eval_shape(

@@ -9,8 +9,8 @@ import glob
 import json
 import os
 
-from bert_jax import files
-from bert_jax.model_config import BertConfig
+from bert_jax.storage import files
+from bert_jax.models.config import BertConfig
 from bert_jax.errors import UserError
 from bert_jax.interop import huggingface, tensor_map
 from bert_jax.interop.tensor_map import COPY, Entry, dense_entries, norm_entries

@@ -11,10 +11,10 @@ import os
 
 import numpy as np
 
-from bert_jax import files
+from bert_jax.storage import files
 from bert_jax.errors import UserError
 from bert_jax.interop.source_kinds import PARAMS, latest_step_directory
-from bert_jax.model_config import BertConfig
+from bert_jax.models.config import BertConfig
 
 
 def read_params(source) -> dict:

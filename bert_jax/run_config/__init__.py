@@ -26,7 +26,7 @@ OVERRIDE_PREFIX = "--config."
 
 def base_config(model_preset: str = "base") -> ml_collections.ConfigDict:
     """Every field a run config has, with the original BERT recipe's values; files override."""
-    from bert_jax.model_config import preset  # light: a dataclass module
+    from bert_jax.models.config import preset  # light: a dataclass module
 
     config = ml_collections.ConfigDict()
     config.seed = 0  # parameter initialisation, dropout and data order
@@ -38,7 +38,7 @@ def base_config(model_preset: str = "base") -> ml_collections.ConfigDict:
     config.precision.dtype = "float32"  # activations: float32 or bfloat16
     config.precision.param_dtype = "float32"  # parameter storage (keep float32 to train)
     config.precision.remat = False  # recompute each layer's activations in the backward pass
-    # Cache-sized chunks of rows for attention on a CPU (bert_jax/layers/attention.py).
+    # Cache-sized chunks of rows for attention on a CPU (bert_jax/models/layers/attention.py).
     config.precision.attention_chunk_rows = -1  # rows per device at once (0 = all, -1 = auto)
     # layers/attention_kernels.py: auto takes splash (TPU) or, on a GPU in bf16, cuDNN for
     # unpacked rows and XLA's for packed ones, when model.attention_dropout_rate is 0;

@@ -11,7 +11,7 @@ import re
 
 import ml_collections
 
-from bert_jax import model_config as model_config_module
+from bert_jax.models import config as model_config_module
 from bert_jax import run_config
 
 # `config.data.seq_len = 128  # comment` (assignment and comment on one line).

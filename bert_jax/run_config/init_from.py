@@ -25,7 +25,7 @@ ARCHITECTURE = ("vocab_size", "hidden_dim", "num_layers", "num_heads", "mlp_dim"
 
 def explicit_model_fields(config, override_keys) -> set[str]:
     """The architecture fields set by an override or by the config file (see above)."""
-    from bert_jax.model_config import preset
+    from bert_jax.models.config import preset
 
     explicit = {key[len("model."):] for key in override_keys
                 if key.startswith("model.")} & set(ARCHITECTURE)

@@ -35,9 +35,10 @@ import sys
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax import files, json_values, losses
+from bert_jax.storage import files, json_values
+from bert_jax import losses
 from bert_jax.errors import UserError
-from bert_jax.heads import BertForSequenceClassification
+from bert_jax.models.bert_heads import BertForSequenceClassification
 from bert_jax.tasks import arguments
 from bert_jax.training.task import Examples, FineTuningTask
 from input_pipeline.tasks import columns, label_rules

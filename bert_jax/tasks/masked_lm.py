@@ -18,8 +18,9 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax import files, json_values, losses
-from bert_jax.heads import BertForMaskedLM
+from bert_jax.storage import files, json_values
+from bert_jax import losses
+from bert_jax.models.bert_heads import BertForMaskedLM
 from bert_jax.tasks import arguments
 from bert_jax.training.task import Examples, FineTuningTask
 from bert_jax.training.batching import BucketedBatches

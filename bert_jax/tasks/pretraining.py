@@ -14,8 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from bert_jax import losses
-from bert_jax.model_config import BertConfig, Precision
-from bert_jax.model import BertForPreTraining
+from bert_jax.models.config import BertConfig, Precision
+from bert_jax.models.bert import BertForPreTraining
 from bert_jax.training.task import Task
 from input_pipeline import schema
 
@@ -102,7 +102,7 @@ class PretrainingTask(Task):
                 "next_sentence_labels": np.argmax(nsp_logits, axis=-1)}  # (B,) or (B, N)
 
     def train_step_flops(self, model_config, batch_size, seq_len):
-        from bert_jax import flops
+        from bert_jax.compiler import flops
 
         return flops.train_step_flops(model_config, batch_size, seq_len, self.row_predictions)
 

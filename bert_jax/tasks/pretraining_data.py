@@ -16,7 +16,7 @@ from typing import Any, Callable, NamedTuple
 
 import ml_collections
 
-from bert_jax import files
+from bert_jax.storage import files
 from bert_jax.errors import UserError
 
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from bert_jax import losses
 from bert_jax.errors import UserError
-from bert_jax.heads import BertForQuestionAnswering
+from bert_jax.models.bert_heads import BertForQuestionAnswering
 from bert_jax.tasks import arguments
 from bert_jax.tasks.arguments import QuestionAnsweringSettings  # the flags' defaults
 from bert_jax.training.task import Examples, FineTuningTask

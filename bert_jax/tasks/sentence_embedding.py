@@ -23,13 +23,13 @@ import flax.linen as nn
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax import files, json_values
-from bert_jax.model_config import BertConfig, Precision
+from bert_jax.storage import files, json_values
+from bert_jax.models.config import BertConfig, Precision
 from bert_jax.embeddings import losses
 from bert_jax.embeddings.pooling import pool
 from bert_jax.embeddings.similarity import correlations, pair_cosines
 from bert_jax.errors import UserError
-from bert_jax.model import FLOAT32, BertModel, Dense
+from bert_jax.models.bert import FLOAT32, BertModel, Dense
 from bert_jax.tasks import arguments
 from bert_jax.tasks.arguments import LOSSES  # defined with the --loss flag
 from bert_jax.training.task import Examples, FineTuningTask

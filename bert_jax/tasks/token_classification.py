@@ -18,7 +18,7 @@ Predictions are read at each word's first piece and scored per entity with seqev
 whose predictions are joined again.
 
 With `freeze_encoder` the encoder does not train: a head reads its chosen layers combined
-(`bert_jax/frozen_encoder_heads.py`), the feature-based approach of the BERT paper's Table 7.
+(`bert_jax/models/frozen_encoder_heads.py`), the feature-based approach of the BERT paper's Table 7.
 """
 
 import dataclasses
@@ -27,8 +27,9 @@ import json
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax import files, json_values, losses
-from bert_jax.model_config import BertConfig, Precision
+from bert_jax.storage import files, json_values
+from bert_jax import losses
+from bert_jax.models.config import BertConfig, Precision
 from bert_jax.errors import UserError
 from bert_jax.tasks import arguments
 from bert_jax.training.task import Examples, FineTuningTask
@@ -130,13 +131,13 @@ class TokenClassificationTask(FineTuningTask):
     def build_model(self, model_config: BertConfig, precision: Precision):
         num_labels = len(self.ner.label_names)
         if self.ner.freeze_encoder:
-            from bert_jax.frozen_encoder_heads import FrozenEncoderTokenClassifier
+            from bert_jax.models.frozen_encoder_heads import FrozenEncoderTokenClassifier
             from bert_jax.inference import resolve_layers
 
             layers = resolve_layers(self.ner.layers, model_config.num_layers)
             return FrozenEncoderTokenClassifier(model_config, num_labels, layers,
                                                 self.ner.combine, precision)
-        from bert_jax.heads import BertForTokenClassification
+        from bert_jax.models.bert_heads import BertForTokenClassification
 
         return BertForTokenClassification(model_config, num_labels, precision)
 

@@ -18,9 +18,9 @@ import jax
 import orbax.checkpoint as ocp
 from etils import epath
 
-from bert_jax import files  # also routes orbax's epath through the one file layer
+from bert_jax.storage import files  # also routes orbax's epath through the one file layer
 from bert_jax.errors import UserError
-from bert_jax.storage_errors import storage_failure
+from bert_jax.storage.storage_errors import storage_failure
 
 ITEMS = ("params", "opt_state", "meta")
 
@@ -72,7 +72,7 @@ class Checkpoints:
     @contextlib.contextmanager
     def _storage_errors(self, step: int | None):
         """One clear error for a full disk, a file-size limit or a read-only directory
-        (bert_jax/storage_errors.py), not a traceback per thread."""
+        (bert_jax/storage/storage_errors.py), not a traceback per thread."""
         try:
             yield
         except Exception as error:  # orbax re-raises background-thread errors, wrapped

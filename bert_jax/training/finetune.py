@@ -19,7 +19,8 @@ import jax
 import ml_collections
 import numpy as np
 
-from bert_jax import files, json_values, sharding
+from bert_jax.storage import files, json_values
+from bert_jax import sharding
 from bert_jax.errors import UserError
 from bert_jax.interop import model_source, model_writers
 from bert_jax.interop.source_kinds import TASK_INFO

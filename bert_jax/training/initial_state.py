@@ -15,7 +15,7 @@ import jax
 import numpy as np
 
 from bert_jax.errors import UserError
-from bert_jax.model_config import BertConfig
+from bert_jax.models.config import BertConfig
 from bert_jax.run_config.init_from import ARCHITECTURE
 from bert_jax.training import train_step as train_step_lib
 

@@ -54,7 +54,7 @@ def decay_mask(params: Any) -> Any:
 
 
 # Name scopes of the step's parts, read back from the compiled program's op_name metadata
-# (bert_jax.aot_bytes attributes each op's bytes by them).
+# (bert_jax.compiler.aot_bytes attributes each op's bytes by them).
 CLIPPING, UPDATE, NORM, FINITE = "gradient_clipping", "optimizer_update", "gradient_norm", "finite_check"
 
 

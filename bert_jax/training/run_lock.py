@@ -23,9 +23,9 @@ import uuid
 
 import filelock
 
-from bert_jax import files
+from bert_jax.storage import files
 from bert_jax.errors import UserError
-from bert_jax.storage_errors import reported
+from bert_jax.storage.storage_errors import reported
 
 LOCK_NAME = ".run_lock"
 LEASE_NAME = "run_lease.json"

@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax.model_config import BertConfig, Precision
+from bert_jax.models.config import BertConfig, Precision
 from bert_jax.errors import UserError
 
 # name -> (numpy dtype, shape as a function of (batch_size, seq_len)).
@@ -122,7 +122,7 @@ class Task(abc.ABC):
 
     def train_step_flops(self, model_config: BertConfig, batch_size: int, seq_len: int) -> float:
         """Model FLOPs of one train step (3x forward), for MFU; the encoder's by default."""
-        from bert_jax import flops
+        from bert_jax.compiler import flops
 
         return 3 * batch_size * flops.encoder_flops_per_sequence(model_config, seq_len)
 

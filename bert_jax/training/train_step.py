@@ -33,7 +33,7 @@ import optax
 
 from bert_jax import sharding
 from bert_jax.training import optimizer
-from bert_jax.model_config import BertConfig, Precision
+from bert_jax.models.config import BertConfig, Precision
 from bert_jax.errors import UserError
 from bert_jax.training.task import Task
 

@@ -22,7 +22,8 @@ from typing import Callable
 
 import jax
 
-from bert_jax import files, sharding
+from bert_jax.storage import files
+from bert_jax import sharding
 from bert_jax.errors import UserError
 from bert_jax.training import checkpointing, distributed, initial_state
 from bert_jax.training import train_step as train_step_lib, workdir as workdir_lib

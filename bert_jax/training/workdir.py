@@ -8,8 +8,8 @@ task's own files (a fine-tuning run's task.json) written.
 
 import json
 
-from bert_jax import files
-from bert_jax.model_config import BertConfig
+from bert_jax.storage import files
+from bert_jax.models.config import BertConfig
 from bert_jax.errors import UserError
 from bert_jax.run_config import to_json
 

@@ -17,7 +17,7 @@ Why this shape:
 - Nothing is renamed into place until every shard is written; a failure (in any worker)
   removes this run's temporary files, and a `UserError` raised in a worker (a non-UTF-8
   line, an empty corpus) reaches the caller as the same `UserError`.
-- Every path goes through the one file layer (`bert_jax/files.py`), so inputs and output
+- Every path goes through the one file layer (`bert_jax/storage/files.py`), so inputs and output
   may be local or `gs://`. A worker writes a remote shard to its own disk with
   TensorFlow's writer and uploads it under a temporary name through the file layer
   (TensorFlow's `gs://` client has its endpoint built in: no emulator, so no test).
@@ -35,7 +35,7 @@ import uuid
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from bert_jax import files
+from bert_jax.storage import files
 from bert_jax.errors import UserError
 from input_pipeline import create_data, manifest as manifest_lib, sources
 from input_pipeline.beam.shard_assignment import first_records, pieces_by_shard

@@ -77,7 +77,7 @@ def iob1_to_iob2(tags: Sequence[str]) -> list[str]:
 
 
 def _read_lines(path: str) -> list[str]:
-    from bert_jax import files
+    from bert_jax.storage import files
 
     return files.split_lines(files.read_user_text(path, "CoNLL"))
 
@@ -174,7 +174,7 @@ def write_conll(path: str, sentences: Sequence[Sentence], predicted: Sequence[Se
 
     Written through the file layer's atomic writer, so a failure leaves no half-written file.
     """
-    from bert_jax import files
+    from bert_jax.storage import files
 
     with files.atomic_write(path) as file:
         for sentence, tags in zip(sentences, predicted, strict=True):

@@ -54,7 +54,7 @@ def _finish(path: str, first_line: int, sentence_id: str | None,
 
 def read_conllu(path: str) -> Iterator[Sentence]:
     """The sentences of `path`, in order, streamed. Raises UserError at the first bad line."""
-    from bert_jax import files
+    from bert_jax.storage import files
 
     try:
         # Iterating the file splits at newlines only; a leading byte-order mark is dropped.

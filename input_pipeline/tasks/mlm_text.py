@@ -23,7 +23,7 @@ import numpy as np
 
 from bert_jax.errors import UserError
 from input_pipeline import masking
-from bert_jax.files import read_user_text
+from bert_jax.storage.files import read_user_text
 
 HELDOUT_STREAM = 1 << 30  # the generator stream of held-out masks, apart from every epoch's
 
@@ -121,7 +121,7 @@ def load_masked_blocks(path: str, tokenizer, max_seq_len: int, seed: int,
     """A text file read, tokenised and packed, or a shard directory read; see `MaskedBlocks`."""
     if not 0 < masked_lm_prob < 1:
         raise UserError(f"masked-LM probability {masked_lm_prob} should be between 0 and 1")
-    from bert_jax import files
+    from bert_jax.storage import files
     from input_pipeline import manifest as manifest_lib
 
     if files.isdir(path) and files.exists(files.join(path, manifest_lib.MANIFEST_NAME)):

@@ -21,7 +21,7 @@ import json
 import os
 import re
 
-from bert_jax import files
+from bert_jax.storage import files
 from bert_jax.errors import UserError
 
 

@@ -13,7 +13,7 @@ import json
 import logging
 
 from bert_jax.errors import UserError
-from bert_jax.files import read_user_text
+from bert_jax.storage.files import read_user_text
 
 logger = logging.getLogger(__name__)
 

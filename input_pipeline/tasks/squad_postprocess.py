@@ -21,7 +21,7 @@ import os
 
 import numpy as np
 
-from bert_jax import json_values
+from bert_jax.storage import json_values
 from input_pipeline.tasks.squad import Question
 from input_pipeline.tasks.squad_windows import Windows
 
@@ -135,7 +135,7 @@ def postprocess(questions: list[Question], windows: Windows, start_logits: np.nd
 
 def write_json(path: str, value) -> None:
     """Writes JSON through the file layer's atomic writer: no half-written file is left."""
-    from bert_jax import files
+    from bert_jax.storage import files
 
     with files.atomic_write(path) as file:
         json_values.dump(value, file, indent=2, ensure_ascii=False)

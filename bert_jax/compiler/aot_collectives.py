@@ -23,7 +23,7 @@ of the step (loss sums, the gradient norm, the optimizer; "" where XLA combined 
 
 import re
 
-from bert_jax.aot_hlo import Collective
+from bert_jax.compiler.aot_hlo import Collective
 
 WHY = {
     "all-reduce": "sums over the batch: gradients over data, loss terms and counts, gradient "

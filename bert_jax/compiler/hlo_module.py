@@ -12,7 +12,7 @@ that define them), the computations it calls and the JAX `op_name` of its metada
 import dataclasses
 import re
 
-from bert_jax.aot_hlo import array_bytes
+from bert_jax.compiler.aot_hlo import array_bytes
 
 _DEFINITION = re.compile(r"^\s*(?:ROOT\s+)?%(?P<name>[\w.\-]+)\s*=\s*(?P<rest>.*)$")
 _COMPUTATION = re.compile(r"^(?P<entry>ENTRY\s+)?%(?P<name>[\w.\-]+)\s")

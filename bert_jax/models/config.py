@@ -12,7 +12,7 @@ BERT_VOCAB_SIZE = 30522
 # Keys that older model_config.json files hold but that now belong to the run (`Precision`).
 RUN_TIME_KEYS = ("dtype", "param_dtype", "remat")
 DTYPES = ("float32", "bfloat16")
-# Precision.attention's choices (bert_jax/layers/attention_kernels.py says what each is).
+# Precision.attention's choices (bert_jax/models/layers/attention_kernels.py says what each is).
 ATTENTION_IMPLEMENTATIONS = ("auto", "reference", "xla", "cudnn", "splash")
 
 
@@ -23,11 +23,11 @@ class Precision:
     param_dtype: str = "float32"  # storage dtype of parameters (keep float32 to train)
     remat: bool = False  # recompute each layer's activations in the backward pass
     # Rows per device whose attention scores are computed at once: 0 = the whole batch,
-    # -1 = automatic (2 on a CPU from 160 tokens on, else 0; see bert_jax/layers/attention.py).
+    # -1 = automatic (2 on a CPU from 160 tokens on, else 0; see bert_jax/models/layers/attention.py).
     attention_chunk_rows: int = -1
     # The attention kernel: auto (splash on a TPU; on a GPU in bf16 cuDNN for unpacked rows,
     # XLA's for packed ones; when attention dropout is off), reference, xla, cudnn or splash
-    # (bert_jax/layers/attention_kernels.py; the README says what each was measured at).
+    # (bert_jax/models/layers/attention_kernels.py; the README says what each was measured at).
     attention: str = "auto"
     # GPU, opt-in: attention dropout inside cuDNN's fused kernel, its masks from cuDNN's own
     # generator (not yet checked on a GPU: bench/cudnn_dropout_check.py checks it).

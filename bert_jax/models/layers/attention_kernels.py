@@ -1,7 +1,7 @@
 """The attention core on each platform's fused kernel, behind one entry point.
 
 Implementations (`Precision.attention`):
-  reference  bert_jax.layers.attention's einsums, chunked on a CPU: every platform, attention
+  reference  bert_jax.models.layers.attention's einsums, chunked on a CPU: every platform, attention
              dropout, the probabilities when asked for. Exports and the probe take it.
   xla        `jax.nn.dot_product_attention(implementation='xla')` with the visibility mask of
              the instance ids: JAX's public entry on any platform, what the parity tests hold
@@ -45,7 +45,8 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.errors import UserError
-from bert_jax.model_config import ATTENTION_IMPLEMENTATIONS
+from bert_jax.models.config import ATTENTION_IMPLEMENTATIONS
+from bert_jax.models.layers.visibility import visible_keys
 
 Array = jax.Array
 # Splash attention's tiles: the sequence must be a multiple of this (its default block sizes).
@@ -95,8 +96,6 @@ def fused_context(implementation: str, query: Array, key: Array, value: Array,
 
 
 def _xla(query, key, value, instance_ids):
-    from bert_jax.layers.attention import visible_keys  # (B, 1, T, T): the reference's rule
-
     return jax.nn.dot_product_attention(query, key, value, mask=visible_keys(instance_ids),
                                         scale=1.0, implementation="xla")
 

@@ -15,10 +15,10 @@ Writers build output under a temporary name and publish it only when complete
 (`atomic_write`, `publish_directory`): locally by rename, on GCS by one upload of a
 finished file (an object appears only when its upload completes). Local temporaries are
 hidden siblings named for their process (`.NAME.tmp-PID-...`), so the next writer of the
-same path removes those a killed process left (`bert_jax/temporaries.py`).
+same path removes those a killed process left (`bert_jax/storage/temporaries.py`).
 
 Emulators: gcsfs honours STORAGE_EMULATOR_HOST, tensorstore TENSORSTORE_GCS_HTTP_URL
-(`tests/gcs_emulator.py` sets both). `bert_jax/gcs.py` finds credentials once and checks
+(`tests/gcs_emulator.py` sets both). `bert_jax/storage/gcs.py` finds credentials once and checks
 each bucket answers before its first use: no network or no credentials is one line naming
 the bucket within seconds, not a minute of retries.
 """
@@ -34,7 +34,7 @@ import shutil
 import tempfile
 
 from bert_jax.errors import UserError
-from bert_jax.temporaries import temporary_name
+from bert_jax.storage.temporaries import temporary_name
 
 # Must be set before orbax's epath first resolves a gs:// path (it caches the choice).
 os.environ["EPATH_USE_TF"] = "false"
@@ -49,7 +49,7 @@ def _filesystem(path: str):
 
     protocol = path.split("://", 1)[0]
     if protocol in ("gs", "gcs"):  # a bucket that cannot be reached fails fast, in one line
-        from bert_jax import gcs
+        from bert_jax.storage import gcs
 
         return gcs.filesystem(path)
     return fsspec.filesystem(protocol)

@@ -17,9 +17,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax.model_config import BertConfig, Precision
-from bert_jax.layers.attention import attend, attention, attention_probabilities
-from bert_jax.layers.dropout import Dropout
+from bert_jax.models.config import BertConfig, Precision
+from bert_jax.models.layers.attention import attend, attention, attention_probabilities
+from bert_jax.models.layers.dropout import Dropout
 
 Array = jax.Array
 
@@ -150,7 +150,7 @@ class Embeddings(nn.Module):
 
 class SelfAttention(nn.Module):
     """Multi-head scaled dot-product self-attention within each instance of a row (see
-    `bert_jax.layers.attention` for the mask the instance ids make)."""
+    `bert_jax.models.layers.attention` for the mask the instance ids make)."""
     config: BertConfig
     precision: Precision = FLOAT32
 

@@ -17,9 +17,9 @@ import re
 import time
 from typing import Any
 
-from bert_jax import aot_collectives, aot_hlo
-from bert_jax.aot_hlo import COLLECTIVES
-from bert_jax.model_config import BERT_VOCAB_SIZE, BertConfig
+from bert_jax.compiler import aot_collectives, aot_hlo
+from bert_jax.compiler.aot_hlo import COLLECTIVES
+from bert_jax.models.config import BERT_VOCAB_SIZE, BertConfig
 from bert_jax.errors import UserError
 from launch.tpu_types import GIB, TpuGeneration, generation_for_device_kind, GENERATIONS
 
@@ -81,22 +81,22 @@ class CompileReport:
     temp_bytes: int  # activations, gradients and scratch during the step
     code_bytes: int  # the compiled program itself
     compiled_flops_per_device: float  # XLA's cost analysis of the per-device program
-    model_flops_per_step: float  # bert_jax.flops: matmul FLOPs of the whole global step
+    model_flops_per_step: float  # bert_jax.compiler.flops: matmul FLOPs of the whole global step
     collectives: dict  # HLO op name -> count in the compiled program
     compile_seconds: float
     bytes_accessed_per_device: float = 0.0  # XLA's cost analysis: HBM bytes read and written
-    # Bytes one device sends over the interconnect, per collective kind (bert_jax.aot_hlo).
+    # Bytes one device sends over the interconnect, per collective kind (bert_jax.compiler.aot_hlo).
     collective_bytes: dict = dataclasses.field(default_factory=dict)
     attention: str = aot_hlo.XLA  # the attention implementation the program holds
-    # FLOPs inside Pallas kernels, which XLA's cost analysis does not see (bert_jax.flops).
+    # FLOPs inside Pallas kernels, which XLA's cost analysis does not see (bert_jax.compiler.flops).
     kernel_flops_per_device: float = 0.0
     # "KIND xN at OP_NAME" for collectives the mesh layout does not call for (a sharding bug;
-    # bert_jax.aot_collectives says why each other one is there).
+    # bert_jax.compiler.aot_collectives says why each other one is there).
     unexplained_collectives: tuple = ()
     # XLA's RESOURCE_EXHAUSTED message when the step cannot fit at all: the TPU compiler
     # refuses to build it, so there is no memory analysis (the fields above are then 0).
     out_of_memory: str = ""
-    # Where the bytes accessed go (bert_jax.aot_bytes): purpose -> {"forward", "backward",
+    # Where the bytes accessed go (bert_jax.compiler.aot_bytes): purpose -> {"forward", "backward",
     # "step": XLA's way of counting, "hbm": the corrected count, "ops": how many}.
     bytes_by_purpose: dict = dataclasses.field(default_factory=dict)
     # The corrected count: the bytes that touch HBM (aot_bytes.hbm_bytes), the roofline's
@@ -223,7 +223,8 @@ def resolve_shapes(run_config) -> bool:
 
 def compile_train_step(run_config, devices: list, topology: str = "") -> CompileReport:
     """Compiles the real train step (bert_jax.training.train_step) for `devices` and measures it."""
-    from bert_jax import flops, sharding
+    from bert_jax.compiler import flops
+    from bert_jax import sharding
     from bert_jax.tasks.pretraining import task_from_run_config
     from bert_jax.training import train_step
 
@@ -258,10 +259,10 @@ def _measure(compiled, model_config: BertConfig, run_config, mesh_shape: dict) -
 
     FLOPs: XLA's cost analysis counts every op of the per-device program except what runs
     inside a Pallas kernel (it reports a splash kernel's work as about nothing); those are
-    added from bert_jax.flops (the attention core's model FLOPs, 3x forward, split evenly
+    added from bert_jax.compiler.flops (the attention core's model FLOPs, 3x forward, split evenly
     over the devices, as the batch and heads are).
     """
-    from bert_jax import flops
+    from bert_jax.compiler import flops
 
     memory = compiled.memory_analysis()
     cost = _first(compiled.cost_analysis())
@@ -288,7 +289,7 @@ def _measure(compiled, model_config: BertConfig, run_config, mesh_shape: dict) -
 
 def _byte_accounts(hlo_text: str, model_config: BertConfig, run_config, mesh_shape: dict) -> dict:
     """The bytes table by purpose, the corrected HBM count and the first-principles count."""
-    from bert_jax import aot_bytes
+    from bert_jax.compiler import aot_bytes
 
     ops = aot_bytes.op_bytes(hlo_text)
     state = aot_bytes.state_bytes(hlo_text)

@@ -2,7 +2,7 @@
 
 XLA's cost analysis counts, for each op of the program, the bytes of every operand it reads
 and of the result it writes, and sums them. This module repeats that count op by op from
-the compiled HLO text (`bert_jax.hlo_module`) and groups the ops by what they are for, from
+the compiled HLO text (`bert_jax.compiler.hlo_module`) and groups the ops by what they are for, from
 the JAX `op_name` each op carries: the model's scopes (`bert/layer_3/attention/...`; a
 `transpose(jvp(...))` prefix marks the backward pass) and the step's own
 (`bert_jax.training.optimizer`: gradient_norm, gradient_clipping, optimizer_update,
@@ -21,8 +21,8 @@ import collections
 import dataclasses
 import re
 
-from bert_jax import hlo_module
-from bert_jax.aot_hlo import COLLECTIVES
+from bert_jax.compiler import hlo_module
+from bert_jax.compiler.aot_hlo import COLLECTIVES
 
 # Ops that move no bytes of their own: they name, slice into or bundle other buffers.
 FREE_OPCODES = frozenset({"parameter", "constant", "get-tuple-element", "tuple", "bitcast",

@@ -11,8 +11,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax.model_config import BertConfig, Precision
-from bert_jax.model import FLOAT32, BertModel, Dense, Dropout, MaskedLanguageModelHead
+from bert_jax.models.config import BertConfig, Precision
+from bert_jax.models.bert import FLOAT32, BertModel, Dense, Dropout, MaskedLanguageModelHead
 
 Array = jax.Array
 

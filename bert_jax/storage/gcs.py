@@ -1,4 +1,4 @@
-"""`gs://` for the file layer (bert_jax/files.py): credentials found once, and a bucket that
+"""`gs://` for the file layer (bert_jax/storage/files.py): credentials found once, and a bucket that
 cannot be reached named in one line within seconds.
 
 Left to itself, gcsfs looks for credentials by every method it knows, asking the GCE

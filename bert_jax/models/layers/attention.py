@@ -23,10 +23,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax.model_config import Precision
+from bert_jax.models.config import Precision
 from bert_jax.errors import UserError
-from bert_jax.layers import attention_kernels
-from bert_jax.layers.dropout import dropout
+from bert_jax.models.layers import attention_kernels
+from bert_jax.models.layers.visibility import visible_keys
+from bert_jax.models.layers.dropout import dropout
 
 Array = jax.Array
 
@@ -38,13 +39,6 @@ Array = jax.Array
 # 64-100 ms in chunks of 1-16 rows.
 AUTOMATIC_MIN_TOKENS = 160
 AUTOMATIC_ROWS = 2
-
-
-def visible_keys(instance_ids: Array) -> Array:
-    """Which keys each query sees, (B, 1, T, T) bool, from (B, T) instance ids."""
-    query_ids = instance_ids[:, None, :, None]  # (B, 1, T, 1)
-    key_ids = instance_ids[:, None, None, :]  # (B, 1, 1, T)
-    return (key_ids > 0) & ((query_ids == key_ids) | (query_ids == 0))
 
 
 def attention_probabilities(query: Array, key: Array, instance_ids: Array) -> Array:

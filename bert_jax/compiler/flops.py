@@ -7,7 +7,7 @@ forward pass: the backward pass computes two products (input and weight gradient
 each forward one. Rematerialisation is not counted (it is hardware work, not model work).
 """
 
-from bert_jax.model_config import BertConfig
+from bert_jax.models.config import BertConfig
 
 
 def attention_core_flops(config: BertConfig, batch_size: int, seq_len: int) -> int:

@@ -1,4 +1,4 @@
-"""Human-readable fit reports and time projections from `bert_jax.aot.CompileReport`s.
+"""Human-readable fit reports and time projections from `bert_jax.compiler.aot.CompileReport`s.
 
 Also the original recipe (Devlin et al., 2019, appendix A.2): BERT-Large, 1,000,000 steps
 of 256 sequences, the first 90% at length 128 and the last 10% at length 512; "training
@@ -8,8 +8,8 @@ took 4 days to complete".
 
 import dataclasses
 
-from bert_jax import aot_collectives
-from bert_jax.aot import COLLECTIVES, CompileReport, format_bytes
+from bert_jax.compiler import aot_collectives
+from bert_jax.compiler.aot import COLLECTIVES, CompileReport, format_bytes
 
 DEFAULT_MFU = 0.5
 ORIGINAL_DAYS = 4.0  # the paper's BERT-Large pre-training time on 64 TPU chips
@@ -100,7 +100,7 @@ STATE_PURPOSES = ("finite check", "gradient clipping", "gradient norm", "optimiz
 
 
 def bytes_table_lines(report: CompileReport) -> list[str]:
-    """Where the bytes accessed go, by purpose (bert_jax.aot_bytes), with the corrected HBM
+    """Where the bytes accessed go, by purpose (bert_jax.compiler.aot_bytes), with the corrected HBM
     count beside XLA's, then the first-principles count."""
     table = report.bytes_by_purpose
     if not table:
@@ -152,7 +152,7 @@ def kernel_lines(report: CompileReport) -> list[str]:
     if not report.kernel_flops_per_device:
         return [line + " (all its FLOPs in XLA's cost analysis)"]
     return [line + f"; its kernels' {report.kernel_flops_per_device * report.num_devices:.3e} "
-            f"FLOPs per step from bert_jax.flops (the attention core, 3x forward), which XLA's "
+            f"FLOPs per step from bert_jax.compiler.flops (the attention core, 3x forward), which XLA's "
             f"cost analysis does not see inside a Pallas call; everything else from XLA's"]
 
 
