@@ -19,98 +19,11 @@ import jax.numpy as jnp
 
 from bert_jax.models.config import BertConfig, Precision
 from bert_jax.models.layers.attention import attend, attention, attention_probabilities
+from bert_jax.models.layers.dense import (FLOAT32, Dense, add_bias, batch_split, gelu,
+                                          initializer, layer_norm, zeros)
 from bert_jax.models.layers.dropout import Dropout
 
 Array = jax.Array
-
-
-def _init(config: BertConfig, *axes: str):
-    """Truncated-normal initialiser with std `initializer_std`, annotated with logical axes."""
-    return nn.with_logical_partitioning(
-        nn.initializers.truncated_normal(config.initializer_std), axes)
-
-
-def _zeros(*axes: str):
-    return nn.with_logical_partitioning(nn.initializers.zeros_init(), axes)
-
-
-def _ones(*axes: str):
-    return nn.with_logical_partitioning(nn.initializers.ones_init(), axes)
-
-
-def gelu(x: Array) -> Array:
-    """The exact (erf) GELU of the original BERT and of Hugging Face's `gelu`."""
-    return jax.nn.gelu(x, approximate=False)
-
-
-FLOAT32 = Precision()
-
-
-def layer_norm(config: BertConfig, precision: Precision, name: str | None = None
-               ) -> nn.LayerNorm:
-    """LayerNorm with float32 statistics (flax's `force_float32_reductions`), returned in the
-    compute dtype: in bf16 the residual stream between layers is bf16, half the bytes of
-    every elementwise pass over it."""
-    return nn.LayerNorm(
-        epsilon=config.layer_norm_eps, dtype=precision.dtype, param_dtype=precision.param_dtype,
-        scale_init=_ones("embed"), bias_init=_zeros("embed"), name=name)
-
-
-@jax.custom_vjp
-def add_bias(x: Array, bias: Array) -> Array:
-    """x + bias in x's dtype, the bias's gradient summed in float32: a bf16 sum over the
-    B x T rows of a batch loses the gradient's low digits (XLA need not widen it)."""
-    return x + bias.astype(x.dtype)
-
-
-def _add_bias_forward(x, bias):
-    return add_bias(x, bias), bias
-
-
-def _add_bias_backward(bias, gradient):
-    rows = tuple(range(gradient.ndim - bias.ndim))
-    return gradient, jnp.sum(gradient, axis=rows, dtype=jnp.float32).astype(bias.dtype)
-
-
-add_bias.defvjp(_add_bias_forward, _add_bias_backward)
-
-
-def batch_split(x: Array) -> Array:
-    """`x` (B, ..., H) laid out as the encoder's activations: split along the batch only.
-
-    For rows gathered out of the encoder's output (masked positions, [CLS] states) and the
-    pooled output. Unconstrained, XLA's partitioner (jax 0.10.2, libtpu 0.0.42) splits their
-    gradients along `embed` under FSDP, like the head weights beside them, and moves them back
-    to the batch layout with all-to-alls and collective-permutes: a 2-layer model on v5e:2x2
-    with fsdp=4 held 7 all-to-alls and 3 collective-permutes without these constraints, 2
-    all-to-alls (the word-embedding lookup's, by design) and none with them.
-    """
-    return nn.with_logical_constraint(x, ("batch", *[None] * (x.ndim - 2), "embed"))
-
-
-class Dense(nn.Module):
-    """A dense layer over the last `len(input_axes)` dimensions, its kernel axes named.
-
-    Written out rather than `nn.DenseGeneral`, which initialises a multi-axis kernel in its
-    flattened 2-D shape: under a mesh that breaks the kernel's 3 logical axis names.
-    """
-    config: BertConfig
-    features: tuple[int, ...]
-    input_axes: tuple[str, ...]
-    output_axes: tuple[str, ...]
-    precision: Precision = FLOAT32
-
-    @nn.compact
-    def __call__(self, x: Array) -> Array:
-        config, precision = self.config, self.precision
-        num_inputs = len(self.input_axes)
-        kernel = self.param("kernel", _init(config, *self.input_axes, *self.output_axes),
-                            x.shape[-num_inputs:] + self.features, precision.param_dtype)
-        bias = self.param("bias", _zeros(*self.output_axes), self.features,
-                          precision.param_dtype)
-        x, kernel = nn.dtypes.promote_dtype(x, kernel, dtype=precision.dtype)
-        contracting = (tuple(range(x.ndim - num_inputs, x.ndim)), tuple(range(num_inputs)))
-        return add_bias(jax.lax.dot_general(x, kernel, (contracting, ((), ()))), bias)
 
 
 class Embeddings(nn.Module):
@@ -125,14 +38,15 @@ class Embeddings(nn.Module):
         embed = functools.partial(
             nn.Embed, features=config.hidden_dim, param_dtype=self.precision.param_dtype,
             dtype=self.precision.param_dtype)
+        std = config.initializer_std
         self.word_embeddings = embed(
-            num_embeddings=config.vocab_size, embedding_init=_init(config, "vocab", "embed"))
+            num_embeddings=config.vocab_size, embedding_init=initializer(std, "vocab", "embed"))
         self.position_embeddings = embed(
             num_embeddings=config.max_positions,
-            embedding_init=_init(config, "positions", "embed"))
+            embedding_init=initializer(std, "positions", "embed"))
         self.segment_embeddings = embed(
             num_embeddings=config.num_segments,
-            embedding_init=_init(config, "segments", "embed"))
+            embedding_init=initializer(std, "segments", "embed"))
         self.layer_norm = layer_norm(config, self.precision)
         self.dropout = Dropout(config.dropout_rate)
 
@@ -283,7 +197,7 @@ class MaskedLanguageModelHead(nn.Module):
         # table's matmul, and unpinned XLA splits it along `embed` under FSDP and moves it
         # back with all-to-alls (6 in a 2-layer model on v5e:2x2, fsdp=4; none pinned).
         x = batch_split(x)
-        bias = self.param("output_bias", _zeros("vocab"), (config.vocab_size,),
+        bias = self.param("output_bias", zeros("vocab"), (config.vocab_size,),
                           precision.param_dtype)
         return add_bias(decode(x), bias)
 

@@ -12,7 +12,9 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.models.config import BertConfig, Precision
-from bert_jax.models.bert import FLOAT32, BertModel, Dense, Dropout, MaskedLanguageModelHead
+from bert_jax.models.bert import BertModel, MaskedLanguageModelHead
+from bert_jax.models.layers.dense import FLOAT32, Dense
+from bert_jax.models.layers.dropout import Dropout
 
 Array = jax.Array
 

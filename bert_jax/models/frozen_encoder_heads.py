@@ -17,7 +17,9 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.models.config import BertConfig, Precision
-from bert_jax.models.bert import FLOAT32, BertModel, Dense, Dropout, Embeddings, EncoderLayer
+from bert_jax.models.bert import BertModel, Embeddings, EncoderLayer
+from bert_jax.models.layers.dense import FLOAT32, Dense
+from bert_jax.models.layers.dropout import Dropout
 from bert_jax.tasks.arguments import COMBINE_MODES  # defined with ner's --combine flag
 
 Array = jax.Array

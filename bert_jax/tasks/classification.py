@@ -38,7 +38,7 @@ import numpy as np
 from bert_jax.storage import files, json_values
 from bert_jax import losses
 from bert_jax.errors import UserError
-from bert_jax.models.bert_heads import BertForSequenceClassification
+from bert_jax.models.families import family_of
 from bert_jax.tasks import arguments
 from bert_jax.training.task import Examples, FineTuningTask
 from input_pipeline.tasks import columns, label_rules
@@ -63,7 +63,8 @@ class SentenceTask(FineTuningTask):
         return dict(label_names=self.label_names, columns=self.spec.to_dict())
 
     def build_model(self, model_config, precision):
-        return BertForSequenceClassification(model_config, self.num_outputs, precision)
+        return family_of(model_config).sequence_classifier(model_config, self.num_outputs,
+                                                            precision)
 
     def batch_schema(self):
         tokens = lambda batch, seq_len: (batch, seq_len)  # noqa: E731

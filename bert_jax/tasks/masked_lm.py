@@ -20,7 +20,7 @@ import numpy as np
 
 from bert_jax.storage import files, json_values
 from bert_jax import losses
-from bert_jax.models.bert_heads import BertForMaskedLM
+from bert_jax.models.families import family_of
 from bert_jax.tasks import arguments
 from bert_jax.training.task import Examples, FineTuningTask
 from bert_jax.training.batching import BucketedBatches
@@ -72,7 +72,7 @@ class MaskedLMTask(FineTuningTask):
         return None  # exports as BertForMaskedLM, the architecture its parameters imply
 
     def build_model(self, model_config, precision):
-        return BertForMaskedLM(model_config, precision)
+        return family_of(model_config).masked_lm_model(model_config, precision)
 
     def batch_schema(self):
         tokens = lambda batch, seq_len: (batch, seq_len)  # noqa: E731

@@ -15,7 +15,7 @@ import numpy as np
 
 from bert_jax import losses
 from bert_jax.models.config import BertConfig, Precision
-from bert_jax.models.bert import BertForPreTraining
+from bert_jax.models.families import family_of
 from bert_jax.training.task import Task
 from input_pipeline import schema
 
@@ -51,7 +51,7 @@ class PretrainingTask(Task):
                 "max_sequences_per_row": self.max_sequences_per_row}
 
     def build_model(self, model_config: BertConfig, precision: Precision):
-        return BertForPreTraining(model_config, precision)
+        return family_of(model_config).pretraining_model(model_config, precision)
 
     def batch_schema(self):
         rows = self.max_sequences_per_row

@@ -18,7 +18,7 @@ import numpy as np
 
 from bert_jax import losses
 from bert_jax.errors import UserError
-from bert_jax.models.bert_heads import BertForQuestionAnswering
+from bert_jax.models.families import family_of
 from bert_jax.tasks import arguments
 from bert_jax.tasks.arguments import QuestionAnsweringSettings  # the flags' defaults
 from bert_jax.training.task import Examples, FineTuningTask
@@ -57,7 +57,7 @@ class QuestionAnsweringTask(FineTuningTask):
         return dict(architecture="BertForQuestionAnswering")
 
     def build_model(self, model_config, precision):
-        return BertForQuestionAnswering(model_config, precision)
+        return family_of(model_config).question_answering(model_config, precision)
 
     def batch_schema(self):
         tokens = lambda batch, seq_len: (batch, seq_len)  # noqa: E731

@@ -29,7 +29,8 @@ from bert_jax.embeddings import losses
 from bert_jax.embeddings.pooling import pool
 from bert_jax.embeddings.similarity import correlations, pair_cosines
 from bert_jax.errors import UserError
-from bert_jax.models.bert import FLOAT32, BertModel, Dense
+from bert_jax.models.bert import BertModel
+from bert_jax.models.layers.dense import FLOAT32, Dense
 from bert_jax.tasks import arguments
 from bert_jax.tasks.arguments import LOSSES  # defined with the --loss flag
 from bert_jax.training.task import Examples, FineTuningTask

@@ -137,9 +137,9 @@ class TokenClassificationTask(FineTuningTask):
             layers = resolve_layers(self.ner.layers, model_config.num_layers)
             return FrozenEncoderTokenClassifier(model_config, num_labels, layers,
                                                 self.ner.combine, precision)
-        from bert_jax.models.bert_heads import BertForTokenClassification
+        from bert_jax.models.families import family_of
 
-        return BertForTokenClassification(model_config, num_labels, precision)
+        return family_of(model_config).token_classifier(model_config, num_labels, precision)
 
     def trainable(self):
         if not self.ner.freeze_encoder:

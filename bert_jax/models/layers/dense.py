@@ -1,0 +1,108 @@
+"""The layers both encoder families build from: initialisers with logical axis names, the
+dense layer, LayerNorm with float32 statistics, the bias add whose gradient sums in float32,
+GELU, and the batch-only layout of gathered rows."""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from bert_jax.models.config import Precision
+
+Array = jax.Array
+
+FLOAT32 = Precision()
+
+
+def initializer(std: float, *axes: str):
+    """Truncated-normal initialiser (cut at 2 std, as both families' reference code) with
+    standard deviation `std`, annotated with logical axes."""
+    return nn.with_logical_partitioning(nn.initializers.truncated_normal(std), axes)
+
+
+def zeros(*axes: str):
+    return nn.with_logical_partitioning(nn.initializers.zeros_init(), axes)
+
+
+def ones(*axes: str):
+    return nn.with_logical_partitioning(nn.initializers.ones_init(), axes)
+
+
+def gelu(x: Array) -> Array:
+    """The exact (erf) GELU of the original BERT, of ModernBERT and of Hugging Face's `gelu`."""
+    return jax.nn.gelu(x, approximate=False)
+
+
+def layer_norm(config, precision: Precision, name: str | None = None, use_bias: bool = True
+               ) -> nn.LayerNorm:
+    """LayerNorm (epsilon `config.layer_norm_eps`, a bias unless `use_bias` is False) with
+    float32 statistics (flax's `force_float32_reductions`), returned in the compute dtype:
+    in bf16 the residual stream between layers is bf16, half the bytes of every elementwise
+    pass over it."""
+    return nn.LayerNorm(
+        epsilon=config.layer_norm_eps, dtype=precision.dtype, param_dtype=precision.param_dtype,
+        use_bias=use_bias, scale_init=ones("embed"), bias_init=zeros("embed"), name=name)
+
+
+@jax.custom_vjp
+def add_bias(x: Array, bias: Array) -> Array:
+    """x + bias in x's dtype, the bias's gradient summed in float32: a bf16 sum over the
+    B x T rows of a batch loses the gradient's low digits (XLA need not widen it)."""
+    return x + bias.astype(x.dtype)
+
+
+def _add_bias_forward(x, bias):
+    return add_bias(x, bias), bias
+
+
+def _add_bias_backward(bias, gradient):
+    rows = tuple(range(gradient.ndim - bias.ndim))
+    return gradient, jnp.sum(gradient, axis=rows, dtype=jnp.float32).astype(bias.dtype)
+
+
+add_bias.defvjp(_add_bias_forward, _add_bias_backward)
+
+
+def batch_split(x: Array) -> Array:
+    """`x` (B, ..., H) laid out as the encoder's activations: split along the batch only.
+
+    For rows gathered out of the encoder's output (masked positions, [CLS] states) and the
+    pooled output. Unconstrained, XLA's partitioner (jax 0.10.2, libtpu 0.0.42) splits their
+    gradients along `embed` under FSDP, like the head weights beside them, and moves them back
+    to the batch layout with all-to-alls and collective-permutes: a 2-layer model on v5e:2x2
+    with fsdp=4 held 7 all-to-alls and 3 collective-permutes without these constraints, 2
+    all-to-alls (the word-embedding lookup's, by design) and none with them.
+    """
+    return nn.with_logical_constraint(x, ("batch", *[None] * (x.ndim - 2), "embed"))
+
+
+class Dense(nn.Module):
+    """A dense layer over the last `len(input_axes)` dimensions, its kernel axes named.
+
+    Written out rather than `nn.DenseGeneral`, which initialises a multi-axis kernel in its
+    flattened 2-D shape: under a mesh that breaks the kernel's 3 logical axis names.
+    `config.initializer_std` is the kernel's initial std unless `std` is given (ModernBERT
+    scales its output projections down with depth); `use_bias=False` for bias-free layers.
+    """
+    config: object  # any model config with `initializer_std`
+    features: tuple[int, ...]
+    input_axes: tuple[str, ...]
+    output_axes: tuple[str, ...]
+    precision: Precision = FLOAT32
+    use_bias: bool = True
+    std: float | None = None
+
+    @nn.compact
+    def __call__(self, x: Array) -> Array:
+        precision = self.precision
+        std = self.config.initializer_std if self.std is None else self.std
+        num_inputs = len(self.input_axes)
+        kernel = self.param("kernel", initializer(std, *self.input_axes, *self.output_axes),
+                            x.shape[-num_inputs:] + self.features, precision.param_dtype)
+        x, kernel = nn.dtypes.promote_dtype(x, kernel, dtype=precision.dtype)
+        contracting = (tuple(range(x.ndim - num_inputs, x.ndim)), tuple(range(num_inputs)))
+        y = jax.lax.dot_general(x, kernel, (contracting, ((), ())))
+        if not self.use_bias:
+            return y
+        bias = self.param("bias", zeros(*self.output_axes), self.features,
+                          precision.param_dtype)
+        return add_bias(y, bias)
