@@ -22,6 +22,7 @@ from bert_jax.errors import UserError
 from bert_jax.interop import source_kinds
 from bert_jax.interop.source_kinds import MODEL_CONFIG, TASK_INFO, VOCAB
 from bert_jax.models.config import BertConfig
+from bert_jax.models.families import config_from_dict
 
 # The file each kind keeps its model config in (a training step: its run's).
 _CONFIG_FILES = {"huggingface": "config.json", "tf-checkpoint": "bert_config.json"}
@@ -69,7 +70,7 @@ class ModelSource:
             elif self.kind == "tf-checkpoint":
                 config = tf_checkpoint.config_from_original(values, path)
             else:
-                config = BertConfig.from_dict(values, source=path)
+                config = config_from_dict(values, source=path)
             self._cache["config"] = config
         return self._cache["config"]
 

@@ -17,6 +17,7 @@ from bert_jax.storage import files, temporaries
 from bert_jax.errors import UserError
 from bert_jax.interop.source_kinds import CHECKPOINTS, MODEL_CONFIG, PARAMS, TASK_INFO, VOCAB
 from bert_jax.models.config import BertConfig
+from bert_jax.models.families import config_to_dict
 
 TOKENIZER_CONFIG = "tokenizer_config.json"
 
@@ -119,7 +120,7 @@ def save_model(config: BertConfig, params: dict, tokenizer, destination: str,
 
     def fill(directory: str) -> None:
         with open(os.path.join(directory, MODEL_CONFIG), "w", encoding="utf-8") as file:
-            json.dump(config.to_dict(), file, indent=2)
+            json.dump(config_to_dict(config), file, indent=2)
         if task_info is not None:
             write_task_info(directory, task_info)
         _write_tokenizer_files(directory, tokenizer)
@@ -155,7 +156,7 @@ def export_huggingface(config: BertConfig, params: dict, tokenizer, destination:
 
     def fill(directory: str) -> None:
         written.append(huggingface.write_directory(
-            config, params, directory, tokenizer.pad_id, architecture, head))
+            config, params, directory, tokenizer, architecture, head))
         _write_tokenizer_files(directory, tokenizer, huggingface.tokenizer_settings(config))
         if extra_files:
             extra_files(directory)

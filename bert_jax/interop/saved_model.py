@@ -87,6 +87,18 @@ def _pretraining_function(config: BertConfig, with_nsp: bool):
     return pretraining
 
 
+def pretraining_params(config: BertConfig, params: dict) -> dict:
+    """`params` with zeros for an absent pooler or NSP head, so BertForPreTraining can be
+    applied: a BertForMaskedLM file has neither, and its MLM logits do not depend on them."""
+    from bert_jax.inference import encoder_params
+
+    completed = {**params, "bert": encoder_params(config, params)}
+    if "nsp_head" not in params:
+        completed["nsp_head"] = dict(kernel=np.zeros((config.hidden_dim, 2), np.float32),
+                                     bias=np.zeros((2,), np.float32))
+    return completed
+
+
 def _variables(tree: dict):
     """The params tree as non-trainable float32 tf.Variables named by their path."""
     import jax
@@ -129,14 +141,12 @@ def write_directory(config: BertConfig, params: dict, directory: str, tokenizer,
     """
     import tensorflow as tf
 
-    from bert_jax.inference import runnable_params
-
     tensor_map.refuse_unknown_heads(params, HEAD_PARTS, "the SavedModel export")
     parts = tensor_map.present_parts(params)
     module = tf.Module()
     # The pre-training signature's module needs every part: zeros stand in for an absent
     # pooler or NSP head, and their outputs are not exposed.
-    module.params = _variables(runnable_params(config, params) if "mlm_head" in parts
+    module.params = _variables(pretraining_params(config, params) if "mlm_head" in parts
                                else params)
     signatures = {"serving_default": _signature(
         _encoder_function(config, parts), module.params, config, platforms)}

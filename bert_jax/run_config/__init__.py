@@ -31,8 +31,9 @@ def base_config(model_preset: str = "base") -> ml_collections.ConfigDict:
     config = ml_collections.ConfigDict()
     config.seed = 0  # parameter initialisation, dropout and data order
     config.model_preset = model_preset  # model.* starts from it; init_from adopts unchanged ones
-    # BertConfig fields; vocab_size 0 = the size of data.vocab_path's vocabulary.
+    # The preset's config fields (models/config.py); vocab_size 0 = the vocabulary's size.
     config.model = ml_collections.ConfigDict(preset(model_preset, vocab_size=0).to_dict())
+    config.model.family = "bert"  # bert or modernbert: which config class model.* are the fields of
     # How this run computes (not part of the saved model: fp32 weights train on in bf16).
     config.precision = ml_collections.ConfigDict()
     config.precision.dtype = "float32"  # activations: float32 or bfloat16

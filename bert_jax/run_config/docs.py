@@ -32,7 +32,7 @@ def key_comments(config_file: str | None = None, defined_in=()) -> dict:
     if config_file:
         with open(config_file, encoding="utf-8") as file:
             comments.update(_assignment_comments(file.read()))
-    for cls in (model_config_module.BertConfig,):
+    for cls in (model_config_module.BertConfig, model_config_module.ModernBertConfig):
         for line in inspect.getsource(cls).splitlines():
             if match := _FIELD.match(line):
                 comments[f"model.{match[1]}"] = match[2]

@@ -80,9 +80,10 @@ def check_sections(config, source: str) -> None:
     """Builds the `model` and `precision` sections as the trainer will, so what their own
     checks refuse (precision.dtype float16, a hidden_dim that is not a multiple of num_heads)
     is refused when the config is built: before a command writes demo data or run files."""
-    from bert_jax.models.config import BertConfig, Precision
+    from bert_jax.models.config import Precision
+    from bert_jax.models.families import config_from_dict
 
     if config.get("precision") is not None:
         Precision.from_run_config(config)
     if config.get("model") is not None:
-        BertConfig.from_dict(dict(config.model), source=f"{source}: model")
+        config_from_dict(dict(config.model), source=f"{source}: model")

@@ -63,9 +63,11 @@ class TrainStepBundle:
     model: nn.Module
 
 
-def model_config_of(run_config) -> BertConfig:
-    """The run config's `model` section as a BertConfig (vocab_size must be resolved)."""
-    return BertConfig.from_dict(dict(run_config.model), source="run config 'model'")
+def model_config_of(run_config):
+    """The run config's `model` section as its family's config (vocab_size must be resolved)."""
+    from bert_jax.models.families import config_from_dict
+
+    return config_from_dict(dict(run_config.model), source="run config 'model'")
 
 
 def _split_micro_batches(batch: dict, num_micro: int, mesh) -> dict:
