@@ -189,13 +189,27 @@ _SIZES = {
     "large": (24, 1024, 16),
 }
 
-PRESET_NAMES = tuple(_SIZES)
+# ModernBERT's sizes (num_layers, hidden_dim, num_heads, mlp_dim): base and large as the
+# paper trained them (Warner et al., 2024, table 1); tiny for laptops and tests.
+_MODERNBERT_SIZES = {
+    "modernbert-tiny": (3, 128, 2, 192),
+    "modernbert-base": (22, 768, 12, 1152),
+    "modernbert-large": (28, 1024, 16, 2624),
+}
+
+PRESET_NAMES = tuple(_SIZES) + tuple(_MODERNBERT_SIZES)
 
 
-def preset(name: str, **overrides: Any) -> BertConfig:
-    """The named size with the feed-forward width at 4 x hidden, then any overrides."""
+def preset(name: str, **overrides: Any):
+    """The named size, then any overrides: a BERT size (feed-forward width 4 x hidden) or a
+    ModernBERT one (`modernbert-*`, its own widths)."""
+    if name in _MODERNBERT_SIZES:
+        num_layers, hidden_dim, num_heads, mlp_dim = _MODERNBERT_SIZES[name]
+        values = dict(num_layers=num_layers, hidden_dim=hidden_dim, num_heads=num_heads,
+                      mlp_dim=mlp_dim, **overrides)
+        return ModernBertConfig.from_dict(values, source=f"preset {name!r}")
     if name not in _SIZES:
-        raise UserError(f"unknown model preset {name!r}; expected one of {list(_SIZES)}")
+        raise UserError(f"unknown model preset {name!r}; expected one of {list(PRESET_NAMES)}")
     num_layers, hidden_dim, num_heads = _SIZES[name]
     values = dict(num_layers=num_layers, hidden_dim=hidden_dim, num_heads=num_heads,
                   mlp_dim=4 * hidden_dim)

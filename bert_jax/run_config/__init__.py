@@ -27,13 +27,15 @@ OVERRIDE_PREFIX = "--config."
 def base_config(model_preset: str = "base") -> ml_collections.ConfigDict:
     """Every field a run config has, with the original BERT recipe's values; files override."""
     from bert_jax.models.config import preset  # light: a dataclass module
+    from bert_jax.models.families import family_of
 
     config = ml_collections.ConfigDict()
     config.seed = 0  # parameter initialisation, dropout and data order
     config.model_preset = model_preset  # model.* starts from it; init_from adopts unchanged ones
     # The preset's config fields (models/config.py); vocab_size 0 = the vocabulary's size.
-    config.model = ml_collections.ConfigDict(preset(model_preset, vocab_size=0).to_dict())
-    config.model.family = "bert"  # bert or modernbert: which config class model.* are the fields of
+    model = preset(model_preset, vocab_size=0)
+    config.model = ml_collections.ConfigDict(model.to_dict())
+    config.model.family = family_of(model).name  # bert or modernbert: whose fields model.* are
     # How this run computes (not part of the saved model: fp32 weights train on in bf16).
     config.precision = ml_collections.ConfigDict()
     config.precision.dtype = "float32"  # activations: float32 or bfloat16

@@ -45,9 +45,11 @@ def map_parameter_paths(function, params: Any) -> Any:
 
 
 def decay_mask(params: Any) -> Any:
-    """True for weights that get weight decay: everything but LayerNorm parameters and biases."""
+    """True for weights that get weight decay: everything but LayerNorm parameters and biases
+    (a LayerNorm is a module whose name ends in `norm`: BERT's `layer_norm`s, ModernBERT's
+    `norm`, `attention_norm`, `mlp_norm`, `final_norm`)."""
     def decays(names):
-        is_layer_norm = any("layer_norm" in name for name in names)
+        is_layer_norm = any(name.endswith("norm") for name in names)
         is_bias = names[-1] in ("bias", "output_bias")
         return not (is_layer_norm or is_bias)
     return map_parameter_paths(decays, params)
