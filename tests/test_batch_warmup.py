@@ -51,19 +51,16 @@ def test_a_warmup_that_cannot_be_run_is_refused_when_the_config_loads(overrides,
         load_run_config("demo", arguments)
 
 
-def _plain_step(config, state, batch):
-    bundle = train_step.build_train_step(config, sharding.mesh_from_config(config.mesh),
-                                         task_from_run_config(config))
-    placed = jax.device_put(batch, bundle.batch_shardings)
-    return jax.device_get(bundle.train_step(state, placed, jax.random.PRNGKey(1)))
+def _bundle(config, mesh):
+    return train_step.build_train_step(config, mesh, task_from_run_config(config))
 
 
 def test_a_warmup_update_is_the_mean_over_its_micro_batches_and_compiles_once():
-    config = tiny_run_config(**WARMUP)
+    no_dropout = {"model.dropout_rate": 0.0, "model.attention_dropout_rate": 0.0}
     # Dropout draws other masks per micro-batch; without it the two must agree.
-    config.model.update(dropout_rate=0.0, attention_dropout_rate=0.0)
-    bundle = train_step.build_train_step(config, sharding.mesh_from_config(config.mesh),
-                                         task_from_run_config(config))
+    config = tiny_run_config(**WARMUP, **no_dropout)
+    mesh = sharding.make_mesh(devices=jax.devices()[:4])  # 4 devices: compiles in half the time
+    bundle = _bundle(config, mesh)
     seq_len, predictions = config.data.seq_len, config.data.max_predictions
     micro_batches = [synthetic_batch(index, 8, seq_len, predictions) for index in range(4)]
     start = jax.device_get(bundle.init_state(jax.random.PRNGKey(0)))
@@ -71,32 +68,34 @@ def test_a_warmup_update_is_the_mean_over_its_micro_batches_and_compiles_once():
     def state_at(step):  # a new copy each time: the train step donates (deletes) its input
         return jax.device_put(start.replace(step=np.int32(step)), bundle.state_shardings)
 
+    outputs = {}
     for step in range(8):  # every count, from a state at that step (the schedule's rate)
         count = bundle.batch_warmup.micro_batches(step)
-        state = state_at(step)
         warm = jax.device_put(batch_warmup.step_batch(micro_batches[:count], 4),
                               bundle.batch_shardings)
-        warm_state, warm_metrics = jax.device_get(bundle.train_step(state, warm,
-                                                                    jax.random.PRNGKey(1)))
-        if step in (1, 4, 7):  # counts 1, 3 and 4 against one plain batch of the same rows
-            plain = tiny_run_config(batch_size=8 * count, grad_accum_steps=1,
-                                    **{"model.dropout_rate": 0.0,
-                                       "model.attention_dropout_rate": 0.0})
-            rows = {name: np.concatenate([batch[name] for batch in micro_batches[:count]])
-                    for name in micro_batches[0]}
-            plain_state, plain_metrics = _plain_step(plain, state_at(step), rows)
-            assert warm_metrics["batch_size"] == 8 * count
-            # The counts are exact sums of 0/1 weights: equal, not close.
-            assert warm_metrics["num_predictions"] == plain_metrics["num_predictions"]
-            # The same sums over the same counts in another order (micro-batch by micro-batch):
-            # float32 roundings of values of order 1, relative 1e-5 of them.
-            for name in ("loss", "mlm_loss", "nsp_loss", "grad_norm"):
-                np.testing.assert_allclose(warm_metrics[name], plain_metrics[name], rtol=1e-5,
-                                           err_msg=f"step {step}: {name}")
-            jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6),
-                         warm_state.params, plain_state.params)
+        outputs[step] = jax.device_get(bundle.train_step(state_at(step), warm,
+                                                         jax.random.PRNGKey(1)))
+        assert outputs[step][1]["batch_size"] == 8 * count
     # Counts 1 to 4 ran in one program: no compilation per count.
     assert bundle.train_step._cache_size() == 1
+
+    # Step 4 takes 3 of the 4 slots: the same as one plain batch of those 24 rows.
+    plain = _bundle(tiny_run_config(batch_size=24, grad_accum_steps=1, **no_dropout), mesh)
+    rows = {name: np.concatenate([batch[name] for batch in micro_batches[:3]])
+            for name in micro_batches[0]}
+    plain_state, plain_metrics = jax.device_get(plain.train_step(
+        state_at(4), jax.device_put(rows, plain.batch_shardings), jax.random.PRNGKey(1)))
+    warm_state, warm_metrics = outputs[4]
+    # The counts are exact sums of 0/1 weights: equal, not close.
+    for name in ("num_predictions", "num_sequences", "num_real_tokens"):
+        assert warm_metrics[name] == plain_metrics[name], name
+    # The same sums over the same counts in another order (micro-batch by micro-batch):
+    # float32 roundings of values of order 1, relative 1e-5 of them.
+    for name in ("loss", "mlm_loss", "nsp_loss", "grad_norm"):
+        np.testing.assert_allclose(warm_metrics[name], plain_metrics[name], rtol=1e-5,
+                                   err_msg=name)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6),
+                 warm_state.params, plain_state.params)
 
 
 def _params_at(workdir, step):
@@ -109,12 +108,12 @@ def _quiet(**kwargs):
 
 
 def test_resume_across_a_count_change_is_bit_identical(tmp_path):
-    config = tiny_run_config(**WARMUP)
+    config = tiny_run_config(**WARMUP, num_train_steps=8)
     reference = str(tmp_path / "reference")
     trainer.train(config, reference, **pretraining(config, synthetic_factory(config)), **_quiet())
     (events,) = os.listdir(os.path.join(reference, "tensorboard"))
     logged = read_scalars(os.path.join(reference, "tensorboard", events))["train/batch_size"]
-    assert [size for _, size in logged] == SIZES  # each update's batch, logged at its step
+    assert [size for _, size in logged] == SIZES[:8]  # each update's batch, logged at its step
     # The run, counts 1 to 4, compiled one train step.
     bundle = trainer._bundle_for(config, sharding.mesh_from_config(config.mesh),
                                  task_from_run_config(config))
@@ -131,5 +130,5 @@ def test_resume_across_a_count_change_is_bit_identical(tmp_path):
         4, None, None)[2]
     assert meta["data"] == [{"position": 1 + 1 + 2 + 2}]  # micro-batches read by steps 0-3
     trainer.train(config, resumed, **pretraining(config, synthetic_factory(config)), **_quiet())
-    jax.tree.map(np.testing.assert_array_equal, _params_at(resumed, 12),
-                 _params_at(reference, 12))
+    jax.tree.map(np.testing.assert_array_equal, _params_at(resumed, 8),
+                 _params_at(reference, 8))

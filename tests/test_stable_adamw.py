@@ -161,3 +161,27 @@ def test_stable_adamw_equals_the_formula_in_float64():
     # float32 against float64: each step rounds the parameter and the update (relative
     # 2^-24 each, and the moments a few times more); the same per-step budget as above.
     assert worst <= _bound(params)
+
+
+def test_modernbert_recipe_is_a_run_config():
+    """What a `modernbert_base` config will say (ModernBERT's training configs): StableAdamW
+    lr 8e-4, betas 0.9/0.98, eps 1e-6, weight decay 1e-5 fully decoupled, none on biases and
+    norms; WSD with a 1-sqrt decay; the batch from 768 to 4,608 sequences."""
+    from bert_jax.run_config import load_run_config
+    from bert_jax.training import batch_warmup
+
+    overrides = {
+        "optimizer.name": "stable_adamw", "optimizer.learning_rate": "8e-4",
+        "optimizer.beta1": "0.9", "optimizer.beta2": "0.98", "optimizer.epsilon": "1e-6",
+        "optimizer.weight_decay": "1e-5", "optimizer.decouple_learning_rate": "true",
+        "optimizer.schedule": "wsd", "optimizer.decay_shape": "1-sqrt",
+        "optimizer.warmup_steps": "300", "optimizer.decay_steps": "2000",
+        "batch_size": "4608", "grad_accum_steps": "6", "batch_warmup.steps": "1000",
+        "batch_warmup.start_batch_size": "768", "num_train_steps": "10000"}
+    config = load_run_config("demo", [f"--config.{key}={value}"
+                                      for key, value in overrides.items()])
+    _, schedule = optimizer.make_optimizer(config.optimizer, config.num_train_steps)
+    assert float(schedule(300)) == float(schedule(7999)) == np.float32(8e-4)
+    np.testing.assert_allclose(float(schedule(9000)), 8e-4 * (1 - 0.5 ** 0.5), rtol=1e-6)
+    warmup = batch_warmup.from_run_config(config)
+    assert (warmup.batch_size(0), warmup.batch_size(1000)) == (768, 4608)
