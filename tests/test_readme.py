@@ -115,6 +115,12 @@ PLANS = {
     "Packed rows: no compute on padding": [Plan(
         "slow", "a vocabulary and packed shards of War and Peace, then two pre-training steps",
         substitutions=SMALL_PRETRAINING)],
+    "ModernBERT's optimizer recipe": [Plan(
+        "slow", "builds the demo's data, pre-trains 8 steps and averages two checkpoints",
+        substitutions=(("--config.optimizer.decay_steps=300",
+                        "--config.optimizer.decay_steps=4 --config.num_train_steps=8 "
+                        "--config.optimizer.warmup_steps=2 --config.checkpoint.every_steps=4"),
+                       ("--config.batch_warmup.steps=200", "--config.batch_warmup.steps=4")))],
     "Using a model": [Plan("ci", "test_readme_using_a_model_runs_as_written, on a tiny "
                                  "runs/demo")],
     "Special tokens in text": [Plan("slow", "reads the MiniLM vocabulary with "

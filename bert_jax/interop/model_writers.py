@@ -47,6 +47,13 @@ def _check_destination(destination: str, overwrite: bool, sources: tuple[str, ..
         raise UserError(f"{destination}: exists and is not empty (pass --overwrite to replace it)")
 
 
+def check_destination(destination: str, overwrite: bool = False,
+                      sources: tuple[str, ...] = ()) -> None:
+    """What `write_directory_atomically` refuses, checked alone: before long work whose
+    output it would refuse only at the end."""
+    _check_destination(files.absolute(destination), overwrite, sources, inside_run=False)
+
+
 def write_directory_atomically(destination: str, fill: Callable[[str], None],
                                overwrite: bool = False, sources: tuple[str, ...] = (),
                                inside_run: bool = False) -> None:

@@ -19,14 +19,21 @@ VOCAB = "vocab.txt"
 TASK_INFO = "task.json"
 
 
-def latest_step_directory(work_directory: str) -> str:
-    """checkpoints/<step> of the highest finished step (orbax's temporary names are not ints)."""
+def finished_steps(work_directory: str) -> list[int]:
+    """The steps of a training run's finished checkpoints, in order (orbax's temporary names,
+    of checkpoints still being written, are not integers)."""
     root = files.join(work_directory, CHECKPOINTS)
-    steps = [int(name) for name in files.listdir(root)
-             if name.isdigit() and files.isdir(files.join(root, name, PARAMS))]
+    return sorted(int(name) for name in files.listdir(root)
+                  if name.isdigit() and files.isdir(files.join(root, name, PARAMS)))
+
+
+def latest_step_directory(work_directory: str) -> str:
+    """checkpoints/<step> of the highest finished step."""
+    steps = finished_steps(work_directory)
+    root = files.join(work_directory, CHECKPOINTS)
     if not steps:
         raise UserError(f"{root}: this training run has no finished checkpoint yet")
-    return files.join(root, str(max(steps)))
+    return files.join(root, str(steps[-1]))
 
 
 def source_kind(path: str) -> str:

@@ -52,6 +52,11 @@ def base_config(model_preset: str = "base") -> ml_collections.ConfigDict:
     config.init_from = ""  # model dir or training workdir to start from; brings its model.* sizes
     config.batch_size = 256  # global sequences per optimizer step, over all processes
     config.grad_accum_steps = 1  # micro-batches per step (batch_size must divide evenly)
+    # Batch-size warm-up (ModernBERT's): the step starts with fewer micro-batches of the same
+    # size and gains one at a time until grad_accum_steps; one compiled program serves all.
+    config.batch_warmup = ml_collections.ConfigDict()
+    config.batch_warmup.steps = 0  # the batch reaches batch_size at this step; 0 = no warm-up
+    config.batch_warmup.start_batch_size = 0  # sequences per step at step 0; 0 = one micro-batch
     config.num_train_steps = 1_000_000  # this run (or phase) stops after this step
     config.schedule_steps = 0  # learning-rate schedule length; 0 = num_train_steps
 
@@ -70,14 +75,19 @@ def base_config(model_preset: str = "base") -> ml_collections.ConfigDict:
     config.data.demo_vocab_size = 4000  # WordPiece size of that demo vocabulary
 
     config.optimizer = ml_collections.ConfigDict()
-    config.optimizer.name = "adamw"  # adamw (the original) or lamb (large batches)
+    config.optimizer.name = "adamw"  # adamw (the original), lamb (large batches) or stable_adamw
     config.optimizer.learning_rate = 1e-4  # peak learning rate after warm-up
     config.optimizer.warmup_steps = 10_000  # linear warm-up from 0
+    config.optimizer.schedule = "linear"  # linear (BERT's) or wsd: warm-up, stable, then decay
+    config.optimizer.decay_steps = 0  # wsd: the decay takes the schedule's last N steps
+    config.optimizer.decay_shape = "1-sqrt"  # wsd: linear, cosine or 1-sqrt (ModernBERT's)
     config.optimizer.beta1 = 0.9  # decay of the first-moment (mean) estimate
     config.optimizer.beta2 = 0.999  # decay of the second-moment (variance) estimate
     config.optimizer.epsilon = 1e-6  # added to the root of the second moment
     config.optimizer.weight_decay = 0.01  # not on LayerNorm parameters or biases
-    config.optimizer.clip_norm = 1.0  # global gradient-norm clip
+    # stable_adamw: decay x (lr / peak) per step, torch-optimi's decouple_lr (ModernBERT's 1e-5).
+    config.optimizer.decouple_learning_rate = False  # weight decay follows the schedule, not lr
+    config.optimizer.clip_norm = 1.0  # global gradient-norm clip; 0 = none
 
     config.mesh = ml_collections.ConfigDict()
     config.mesh.data = -1  # pure data parallel axis; -1 = the devices left over
