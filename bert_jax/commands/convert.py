@@ -66,11 +66,14 @@ def add_arguments(parser) -> None:
                          "sentence-transformers"), default=None,
         help="format of DST (default: bert-jax when SRC is a Hugging Face directory, else hf)")
     parser.add_argument(
-        "--hf-architecture", choices=("auto", "BertForPreTraining", "BertForMaskedLM", "BertModel"),
+        "--hf-architecture", choices=("auto", "BertForPreTraining", "BertForMaskedLM", "BertModel",
+                                      "ModernBertForMaskedLM", "ModernBertModel"),
         default="auto",
         help="with --to hf: which transformers class the files are laid out for, so that it "
              "loads with no unexpected keys (default auto: BertForPreTraining when the model "
-             "has both pre-training heads, BertForMaskedLM with only the MLM head, else BertModel)")
+             "has both pre-training heads, BertForMaskedLM with only the MLM head, else "
+             "BertModel; a ModernBERT model: ModernBertForMaskedLM with its MLM head, else "
+             "ModernBertModel; a fine-tuned model: its task's class)")
     parser.add_argument(
         "--platforms", default=",".join(DEFAULT_PLATFORMS), metavar="LIST",
         help="with --to saved-model: comma-separated platforms to lower for, a subset of "
@@ -99,6 +102,8 @@ def run(args) -> int:
         raise UserError(f"{args.source}: no vocab.txt beside the weights; pass the vocabulary "
                         "(--vocab)")
     config = source.config()
+    if target in ("tf-checkpoint", "saved-model"):
+        model_writers.refuse_other_families(config, f"--to {target}")
     tokenizer = model_source.checked_tokenizer(vocab_path, config, args.source)
     if tokenizer.vocab_size != config.vocab_size:
         raise UserError(f"{vocab_path}: {tokenizer.vocab_size} tokens, but the model's "

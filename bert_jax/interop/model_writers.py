@@ -172,6 +172,15 @@ def export_huggingface(config: BertConfig, params: dict, tokenizer, destination:
     return written[0]
 
 
+def refuse_other_families(config, target: str) -> None:
+    """A one-line error, before anything is written, for a model `target` cannot hold:
+    formats written for BERT alone."""
+    if not isinstance(config, BertConfig):
+        family = config_to_dict(config)["family"]
+        raise UserError(f"{target} holds BERT models only; this is a {family} model: export "
+                        "it with --to hf (transformers) or --to bert-jax")
+
+
 def export_tf_checkpoint(config: BertConfig, params: dict, tokenizer, destination: str,
                          overwrite: bool = False, sources: tuple[str, ...] = ()) -> list[str]:
     """An original google-research/bert checkpoint directory; returns the parts written.
@@ -181,6 +190,7 @@ def export_tf_checkpoint(config: BertConfig, params: dict, tokenizer, destinatio
     """
     from bert_jax.interop import tf_checkpoint
 
+    refuse_other_families(config, "an original google-research/bert TF checkpoint")
     written = []
 
     def fill(directory: str) -> None:
@@ -197,6 +207,7 @@ def export_saved_model(config: BertConfig, params: dict, tokenizer, destination:
     """A TensorFlow SavedModel of the model (see interop/saved_model.py); returns its signatures."""
     from bert_jax.interop import saved_model
 
+    refuse_other_families(config, "the SavedModel export (its signatures are BERT's)")
     written = []
 
     def fill(directory: str) -> None:
