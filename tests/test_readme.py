@@ -115,6 +115,9 @@ PLANS = {
     "Packed rows: no compute on padding": [Plan(
         "slow", "a vocabulary and packed shards of War and Peace, then two pre-training steps",
         substitutions=SMALL_PRETRAINING)],
+    "Your own language: a byte-level BPE `tokenizer.json`": [Plan(
+        "slow", "a byte-level BPE and whole-word-masked shards of War and Peace, then two "
+                "pre-training steps", substitutions=SMALL_PRETRAINING)],
     "Using a model": [Plan("ci", "test_readme_using_a_model_runs_as_written, on a tiny "
                                  "runs/demo")],
     "Special tokens in text": [Plan("slow", "reads the MiniLM vocabulary with "
