@@ -247,6 +247,6 @@ def fill_mask(config, params: dict, tokenizer, text: str, top_k: int = 5
         params, input_ids, input_mask, np.array([positions], np.int32),
         config=config))[0]  # (P, vocab)
     top = np.argsort(-probabilities, axis=-1, kind="stable")[:, :top_k]  # (P, k)
-    return [[(tokenizer.id_to_token(int(token)), float(row[token])) for token in tokens]
+    return [[(tokenizer.token_text(int(token)), float(row[token])) for token in tokens]
             for row, tokens in zip(probabilities, top)]
 

@@ -121,6 +121,9 @@ PLANS = {
                         "--config.optimizer.decay_steps=4 --config.num_train_steps=8 "
                         "--config.optimizer.warmup_steps=2 --config.checkpoint.every_steps=4"),
                        ("--config.batch_warmup.steps=200", "--config.batch_warmup.steps=4")))],
+    "Your own language: a byte-level BPE `tokenizer.json`": [Plan(
+        "slow", "a byte-level BPE and whole-word-masked shards of War and Peace, then two "
+                "pre-training steps", substitutions=SMALL_PRETRAINING)],
     "Using a model": [Plan("ci", "test_readme_using_a_model_runs_as_written, on a tiny "
                                  "runs/demo")],
     "Special tokens in text": [Plan("slow", "reads the MiniLM vocabulary with "

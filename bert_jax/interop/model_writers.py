@@ -15,11 +15,9 @@ import numpy as np
 
 from bert_jax.storage import files, temporaries
 from bert_jax.errors import UserError
-from bert_jax.interop.source_kinds import CHECKPOINTS, MODEL_CONFIG, PARAMS, TASK_INFO, VOCAB
+from bert_jax.interop.source_kinds import CHECKPOINTS, MODEL_CONFIG, PARAMS, TASK_INFO
 from bert_jax.models.config import BertConfig
 from bert_jax.models.families import config_to_dict
-
-TOKENIZER_CONFIG = "tokenizer_config.json"
 
 
 def _inside_training_run(path: str) -> str | None:
@@ -103,24 +101,13 @@ def _remove_empty(directories: list[str]) -> None:
             return
 
 
-def _write_tokenizer_files(directory: str, tokenizer, settings: dict | None = None) -> None:
-    """vocab.txt and tokenizer_config.json, so the casing (and special tokens read as plain
-    text, if so) travel with the vocabulary."""
-    with open(os.path.join(directory, VOCAB), "w", encoding="utf-8") as file:
-        file.write("".join(f"{token}\n" for token in tokenizer.tokens))
-    values = {"do_lower_case": tokenizer.lowercase}
-    if getattr(tokenizer, "split_special_tokens", False):
-        values["split_special_tokens"] = True
-    with open(os.path.join(directory, TOKENIZER_CONFIG), "w", encoding="utf-8") as file:
-        json.dump({**values, **(settings or {})}, file, indent=2)
-
-
 def save_model(config: BertConfig, params: dict, tokenizer, destination: str,
                overwrite: bool = False, task_info: dict | None = None,
                inside_run: bool = False, sources: tuple[str, ...] = (),
                extra_files: Callable[[str], None] | None = None) -> None:
-    """A bert-jax model directory: model_config.json, vocab.txt, tokenizer_config.json, params/
-    (and task.json for a fine-tuned model); `extra_files(directory)` adds others (a
+    """A bert-jax model directory: model_config.json, the tokenizer's files (vocab.txt or
+    sentencepiece.model or tokenizer.json, with tokenizer_config.json), params/ (and task.json
+    for a fine-tuned model); `extra_files(directory)` adds others (a
     sentence embedding's pooling files) before the directory is renamed into place."""
     import jax
     import orbax.checkpoint as ocp
@@ -130,7 +117,7 @@ def save_model(config: BertConfig, params: dict, tokenizer, destination: str,
             json.dump(config_to_dict(config), file, indent=2)
         if task_info is not None:
             write_task_info(directory, task_info)
-        _write_tokenizer_files(directory, tokenizer)
+        tokenizer.save(directory)
         checkpointer = ocp.StandardCheckpointer()
         checkpointer.save(os.path.join(directory, PARAMS), jax.tree.map(np.asarray, params))
         checkpointer.wait_until_finished()
@@ -164,7 +151,7 @@ def export_huggingface(config: BertConfig, params: dict, tokenizer, destination:
     def fill(directory: str) -> None:
         written.append(huggingface.write_directory(
             config, params, directory, tokenizer, architecture, head))
-        _write_tokenizer_files(directory, tokenizer, huggingface.tokenizer_settings(config))
+        tokenizer.save(directory, huggingface.tokenizer_settings(config))
         if extra_files:
             extra_files(directory)
 
@@ -186,7 +173,7 @@ def export_tf_checkpoint(config: BertConfig, params: dict, tokenizer, destinatio
     """An original google-research/bert checkpoint directory; returns the parts written.
 
     bert_model.ckpt.{index,data-00000-of-00001}, bert_config.json and vocab.txt, as in the
-    released checkpoints' zip files.
+    released checkpoints' zip files (a tokenizer.json model's tokenizer files instead).
     """
     from bert_jax.interop import tf_checkpoint
 
@@ -195,7 +182,7 @@ def export_tf_checkpoint(config: BertConfig, params: dict, tokenizer, destinatio
 
     def fill(directory: str) -> None:
         written.extend(tf_checkpoint.write_directory(config, params, directory))
-        _write_tokenizer_files(directory, tokenizer)
+        tokenizer.save(directory)
 
     write_directory_atomically(destination, fill, overwrite, sources)
     return written

@@ -15,7 +15,8 @@ Signatures (int32 inputs of shape [batch, seq]: `input_ids`, `input_mask`, `segm
   - `pretraining` (models with the masked-LM head) also takes `masked_lm_positions` [batch,
     predictions] -> `mlm_logits` [batch, predictions, vocab] and, with the next-sentence
     head, `nsp_logits` [batch, 2], as the original run_pretraining.py computes them.
-The vocabulary travels as the asset `vocab.txt`, with a `do_lower_case` variable.
+The vocabulary travels as the asset `vocab.txt` (a tokenizer.json model's: `tokenizer.json`),
+with a `do_lower_case` variable.
 
 TensorFlow is imported only inside the functions (the input pipeline owns TensorFlow; this
 writer is the interop exception, like the checkpoint reader).
@@ -158,9 +159,10 @@ def write_directory(config: BertConfig, params: dict, directory: str, tokenizer,
         setattr(module, name, function)
     module.do_lower_case = tf.Variable(tokenizer.lowercase, trainable=False, name="do_lower_case")
     with tempfile.TemporaryDirectory() as scratch:
+        tokenizer.save(scratch)
         vocab_path = os.path.join(scratch, "vocab.txt")
-        with open(vocab_path, "w", encoding="utf-8") as file:
-            file.write("".join(f"{token}\n" for token in tokenizer.tokens))
+        if not os.path.exists(vocab_path):
+            vocab_path = os.path.join(scratch, "tokenizer.json")
         module.vocab_file = tf.saved_model.Asset(vocab_path)
         tf.saved_model.save(module, directory, signatures=signatures)
     return sorted(signatures)

@@ -14,7 +14,6 @@ from bert_jax.errors import UserError
 MODEL_CONFIG = "model_config.json"
 PARAMS = "params"
 CHECKPOINTS = "checkpoints"
-VOCAB = "vocab.txt"
 # What a fine-tuned model was trained for: {"task", "settings", "head", "max_seq_len"}.
 TASK_INFO = "task.json"
 
@@ -70,6 +69,6 @@ def _step_run_directory(step_directory: str) -> str:
 
 
 def metadata_directory(path: str, kind: str) -> str:
-    """Where the model at `path` (of source `kind`) keeps its model config, vocab.txt and
+    """Where the model at `path` (of source `kind`) keeps its model config, tokenizer and
     task.json: its training run's directory for one step of a run, else `path` itself."""
     return _step_run_directory(path) if kind == "training-step" else path

@@ -63,7 +63,7 @@ def base_config(model_preset: str = "base") -> ml_collections.ConfigDict:
     config.data = ml_collections.ConfigDict()
     config.data.train_files = ""  # comma-separated TFRecord globs (may be gs://)
     config.data.eval_files = ""  # held-out shards; empty = no evaluation
-    config.data.vocab_path = ""  # vocab.txt the shards were made with
+    config.data.vocab_path = ""  # the shards' vocabulary: vocab.txt, .model or tokenizer.json
     # Unset (None), the shards' manifest.json gives them when the run starts; set, they must
     # equal it (a mismatch is an error naming both). ml_collections takes an int over a None.
     config.data.seq_len = None  # tokens per sequence; None = the shards' manifest (demo: 128)

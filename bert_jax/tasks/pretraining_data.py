@@ -3,7 +3,7 @@
 `prepare_data` resolves a run config's data section without changing it: it builds the demo
 shards if asked, takes the vocabulary of `init_from` (whose path the caller found, having
 resolved the model), reads the lengths and packing the shards were made with, sizes the
-model's vocabulary from vocab.txt and refuses shards made with another vocabulary. It
+model's vocabulary from its vocabulary file and refuses shards made with another vocabulary. It
 returns the settings it derived; the caller applies them (`apply_settings`) before the
 trainer starts, so run_config.json records them. `reader_factory` opens the shard reader
 per process. `prepare_run` does all of it for `bert-jax pretrain` and its pod rehearsal
@@ -44,8 +44,7 @@ def reader_factory(data, seed: int, tokenizer=None):
         masking = {}
         if data.dynamic_masking and split == "train":
             masking = dict(dynamic_masking=True, vocab_size=tokenizer.vocab_size,
-                           mask_id=tokenizer.mask_id, special_ids=(
-                               tokenizer.pad_id, tokenizer.cls_id, tokenizer.sep_id))
+                           mask_id=tokenizer.mask_id, special_ids=tokenizer.special_ids)
         return PretrainingDataset(
             [p for p in pattern.split(",") if p], batch_size, data.seq_len,
             data.max_predictions, seed=seed if split == "train" else 0,
@@ -152,7 +151,8 @@ def _vocab_size(data, model_vocab_size: int, log):
     """(tokenizer, vocab_size) of data.vocab_path, (None, the model's) without one."""
     if not data.vocab_path:
         if not model_vocab_size:
-            raise UserError("set data.vocab_path (the vocab.txt the shards were made with)")
+            raise UserError("set data.vocab_path (the vocabulary the shards were made with: "
+                            "vocab.txt, a SentencePiece .model or a tokenizer.json)")
         if data.dynamic_masking:
             raise UserError("data.dynamic_masking needs data.vocab_path: the [MASK] id, the "
                             "special tokens and the random replacements come from it")
@@ -172,7 +172,7 @@ def prepare_data(run_config, log=print,
                  init_vocab_path: Callable[[], str | None] | None = None) -> PreparedData:
     """Resolves the demo data, the shapes, the packing, the vocabulary and vocab_size.
 
-    `init_vocab_path()`: the vocab.txt of `init_from`'s model, or None if it has none;
+    `init_vocab_path()`: the vocabulary file of `init_from`'s model, or None if it has none;
     asked only when data.vocab_path is unset (continued pre-training keeps its
     vocabulary). The run config is left as it is: the settings come back, to be applied by
     the caller.

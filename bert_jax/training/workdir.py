@@ -2,7 +2,7 @@
 
 A start that fails must leave the directory as it found it, so everything that can refuse
 a run (another model's directory, an `init_from` of another size) is checked first, and
-only then are the lock taken and model_config.json, run_config.json, vocab.txt and the
+only then are the lock taken and model_config.json, run_config.json, the vocabulary and the
 task's own files (a fine-tuning run's task.json) written.
 """
 
@@ -44,12 +44,15 @@ def has_checkpoint(workdir: str) -> bool:
 
 def write_run_files(run_config, workdir: str, model_config,
                     task_files: dict[str, str] | None = None) -> None:
-    """model_config.json, run_config.json, vocab.txt and a task's own files (`task_files`:
-    name -> text, e.g. a fine-tuning run's task.json) at the work directory's root."""
+    """model_config.json, run_config.json, the vocabulary's files (vocab.txt, a
+    sentencepiece.model or a tokenizer.json, with the tokenizer_config.json beside it) and a
+    task's own files (`task_files`: name -> text, e.g. a fine-tuning run's task.json) at the
+    work directory's root."""
     files.makedirs(workdir)
     wanted = json.dumps(config_to_dict(model_config), indent=2, sort_keys=True)
     named = {MODEL_CONFIG: wanted, "run_config.json": to_json(run_config), **(task_files or {})}
     for name, text in named.items():
         files.write_text(files.join(workdir, name), text)
     if run_config.data.vocab_path:
-        files.copy_file(run_config.data.vocab_path, files.join(workdir, "vocab.txt"))
+        from input_pipeline.vocabulary_files import copy_tokenizer_files
+        copy_tokenizer_files(run_config.data.vocab_path, workdir)
