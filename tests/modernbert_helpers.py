@@ -68,3 +68,21 @@ def torch_forward(model, ids, mask, **keywords):
     with torch.no_grad():
         return model(input_ids=torch.as_tensor(ids, dtype=torch.long),
                      attention_mask=torch.as_tensor(mask, dtype=torch.long), **keywords)
+
+
+def modernbert_directory(directory, architecture: str = "ModernBertForMaskedLM", seed: int = 0,
+                         **overrides):
+    """A ModernBERT directory as the Hub ships one: a random transformers `architecture` over
+    a ModernBERT-like byte-level BPE (tests/tokenizer_json_helpers.py), its special ids in
+    config.json. Returns (the transformers model, the directory as a str)."""
+    from tokenizer_json_helpers import write_modernbert_tokenizer
+
+    from input_pipeline.tokenization import load_tokenizer
+
+    directory = str(directory)
+    tokenizer = load_tokenizer(write_modernbert_tokenizer(directory))
+    ids = dict(vocab_size=tokenizer.vocab_size, pad_token_id=tokenizer.pad_id,
+               cls_token_id=tokenizer.cls_id, sep_token_id=tokenizer.sep_id,
+               bos_token_id=tokenizer.cls_id, eos_token_id=tokenizer.sep_id)
+    model = hf_model(architecture, directory, seed, **{**ids, **overrides})
+    return model, directory
