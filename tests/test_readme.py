@@ -124,6 +124,13 @@ PLANS = {
     "Your own language: a byte-level BPE `tokenizer.json`": [Plan(
         "slow", "a byte-level BPE and whole-word-masked shards of War and Peace, then two "
                 "pre-training steps", substitutions=SMALL_PRETRAINING)],
+    "ModernBERT": [Plan(
+        "slow", "a random tiny ModernBERT (the Hub is out of reach) fine-tuned for 3 epochs on "
+                "four rows, predicted, exported and read by transformers' pipeline",
+        substitutions=(("M=answerdotai/ModernBERT-base", "M=small/modernbert"),),
+        prologue=f"mkdir -p small && python -c \"import sys; sys.path.insert(0, "
+                 f"'{REPOSITORY}/tests'); from modernbert_helpers import modernbert_directory; "
+                 f"modernbert_directory('small/modernbert', max_position_embeddings=512)\"")],
     "Using a model": [Plan("ci", "test_readme_using_a_model_runs_as_written, on a tiny "
                                  "runs/demo")],
     "Special tokens in text": [Plan("slow", "reads the MiniLM vocabulary with "
