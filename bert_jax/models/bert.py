@@ -102,8 +102,7 @@ class FeedForward(nn.Module):
     def __call__(self, x: Array) -> Array:
         config = self.config
         x = Dense(config, (config.mlp_dim,), ("embed",), ("mlp",), self.precision,
-                  name="intermediate")(x)
-        x = gelu(x)
+                  activation=gelu, name="intermediate")(x)
         return Dense(config, (config.hidden_dim,), ("mlp",), ("embed",), self.precision,
                      name="output")(x)
 
