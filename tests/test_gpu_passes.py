@@ -1,9 +1,11 @@
 """The pieces rewritten for fewer passes over GPU memory (issue 43) compute what the plain
-versions compute: the bias add and GELU as one step.
+versions compute: the bias add and GELU as one step, the query scale folded into its
+projection.
 
-(The kernels they save: tests/test_aot_gpu.py.)
+(Dropout's packed mask: tests/test_dropout.py. The kernels they save: tests/test_aot_gpu.py.)
 """
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -45,3 +47,16 @@ def test_a_dense_layer_with_an_activation_keeps_its_parameters_and_values():
     assert jax.tree.structure(fused.init(jax.random.PRNGKey(2), x)) == jax.tree.structure(params)
     np.testing.assert_array_equal(np.asarray(fused.apply(params, x)),
                                   np.asarray(gelu(plain.apply(params, x))))
+
+
+def test_the_output_scale_is_the_scaled_output():
+    config = preset("tiny")
+    x = jax.random.normal(jax.random.PRNGKey(3), (2, 5, config.hidden_dim))
+    plain = Dense(config, (4, 8), ("embed",), ("heads", "kv"))
+    params = nn.meta.unbox(plain.init(jax.random.PRNGKey(4), x))
+    params["params"]["bias"] = jax.random.normal(jax.random.PRNGKey(5), (4, 8))
+    scaled = Dense(config, (4, 8), ("embed",), ("heads", "kv"), output_scale=8 ** -0.5)
+    expected = np.asarray(plain.apply(params, x)) * 8 ** -0.5
+    # x (W c) + b c against (x W + b) c in float32: a few roundings of values of size ~1.
+    np.testing.assert_allclose(np.asarray(scaled.apply(params, x)), expected, rtol=1e-5,
+                               atol=1e-6)

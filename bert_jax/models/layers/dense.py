@@ -120,6 +120,9 @@ class Dense(nn.Module):
     `config.initializer_std` is the kernel's initial std unless `std` is given (ModernBERT
     scales its output projections down with depth); `use_bias=False` for bias-free layers.
     `activation` (e.g. `gelu`) is applied after the bias in one step (`add_bias_then`).
+    `output_scale` multiplies the output, applied to the kernel and bias (a few MB) rather
+    than to the (B, T, ...) output: attention's 1 / sqrt(head_dim) on the queries, which
+    otherwise costs a pass over them in each direction.
     """
     config: object  # any model config with `initializer_std`
     features: tuple[int, ...]
@@ -129,6 +132,7 @@ class Dense(nn.Module):
     use_bias: bool = True
     std: float | None = None
     activation: Callable[[Array], Array] | None = None
+    output_scale: float = 1.0
 
     @nn.compact
     def __call__(self, x: Array) -> Array:
@@ -137,6 +141,8 @@ class Dense(nn.Module):
         num_inputs = len(self.input_axes)
         kernel = self.param("kernel", initializer(std, *self.input_axes, *self.output_axes),
                             x.shape[-num_inputs:] + self.features, precision.param_dtype)
+        if self.output_scale != 1.0:
+            kernel = kernel * jnp.asarray(self.output_scale, kernel.dtype)
         x, kernel = nn.dtypes.promote_dtype(x, kernel, dtype=precision.dtype)
         contracting = (tuple(range(x.ndim - num_inputs, x.ndim)), tuple(range(num_inputs)))
         y = jax.lax.dot_general(x, kernel, (contracting, ((), ())))
@@ -144,6 +150,8 @@ class Dense(nn.Module):
             return y if self.activation is None else self.activation(y)
         bias = self.param("bias", zeros(*self.output_axes), self.features,
                           precision.param_dtype)
+        if self.output_scale != 1.0:
+            bias = bias * jnp.asarray(self.output_scale, bias.dtype)
         if self.activation is None:
             return add_bias(y, bias)
         return add_bias_then(y, bias, self.activation)
