@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import optax
 
 from bert_jax.errors import UserError
+from bert_jax.training.global_reductions import clip_by_global_norm
 
 OPTIMIZERS = ("adamw", "lamb")
 
@@ -84,7 +85,7 @@ def make_optimizer(config, total_steps: int, trainable: Any = None
     else:
         update = optax.lamb(schedule, b1=config.beta1, b2=config.beta2, eps=config.epsilon,
                             weight_decay=config.weight_decay, mask=decay_mask)
-    transform = optax.chain(named(optax.clip_by_global_norm(config.clip_norm), CLIPPING),
+    transform = optax.chain(named(clip_by_global_norm(config.clip_norm), CLIPPING),
                             named(update, UPDATE))
     if trainable is not None:
         transform = optax.multi_transform(
