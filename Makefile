@@ -20,8 +20,12 @@ $(RUNTIME): requirements.txt pyproject.toml | $(PYTHON)
 	$(PIP) --no-deps -e .
 	touch $@
 
-$(DEV): $(RUNTIME) requirements-dev.txt requirements-tpu.txt requirements-beam.txt
-	$(PIP) -r requirements-dev.txt -r requirements-tpu.txt -r requirements-beam.txt
+# requirements-gpu-compile.txt: jax's CUDA plugin and ptxas (257 MB, 15 s) for the GPU kernel
+# census test (tests/test_aot_gpu.py: BERT-Base's step compiled for an H100, 15-30 s).
+$(DEV): $(RUNTIME) requirements-dev.txt requirements-tpu.txt requirements-beam.txt \
+		requirements-gpu-compile.txt
+	$(PIP) -r requirements-dev.txt -r requirements-tpu.txt -r requirements-beam.txt \
+		-r requirements-gpu-compile.txt
 	touch $@
 
 # Two worker processes, each test file whole on one (module fixtures such as the MiniLM

@@ -150,6 +150,13 @@ def data_parallel_size(mesh: Mesh) -> int:
     return int(np.prod([mesh.shape[name] for name in BATCH_AXES]))
 
 
+def parameters_split() -> bool:
+    """Whether the step being traced (under `activation_sharding`) splits parameters over
+    devices: an fsdp or tensor axis of more than one device."""
+    mesh = jax.sharding.get_abstract_mesh()
+    return not mesh.empty and any(mesh.shape.get(name, 1) > 1 for name in ("fsdp", "tensor"))
+
+
 def replicated(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, PartitionSpec())
 

@@ -15,10 +15,12 @@ import pytest
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def compile_report(directory, config_text: str, *arguments: str) -> tuple[dict, str]:
+def compile_report(directory, config_text: str, *arguments: str,
+                   needs_libtpu: bool = True) -> tuple[dict, str]:
     """(the JSON report, stdout) of `bert-jax aot` on a config file written from
-    `config_text` into `directory`; skips the test where libtpu is not installed."""
-    if importlib.util.find_spec("libtpu") is None:
+    `config_text` into `directory`; skips the test where libtpu is not installed (for a TPU
+    topology: a GPU target's caller checks for jax's CUDA plugin)."""
+    if needs_libtpu and importlib.util.find_spec("libtpu") is None:
         pytest.skip("libtpu is not installed (pip install -r requirements-tpu.txt)")
     config = directory / "config.py"
     config.write_text(config_text)
@@ -31,3 +33,11 @@ def compile_report(directory, config_text: str, *arguments: str) -> tuple[dict, 
     assert result.returncode == 0, result.stdout + result.stderr
     (report,) = json.loads(output.read_text())["reports"]
     return report, result.stdout
+
+
+def run_config_text(preset: str, settings: dict) -> str:
+    """A run config file: `base_config(preset)` with each dotted key of `settings` set."""
+    lines = [f"    config.{key} = {value!r}" for key, value in settings.items()]
+    return ("from bert_jax.run_config import base_config\n\n\ndef get_config():\n"
+            f"    config = base_config({preset!r})\n" + "\n".join(lines)
+            + "\n    return config\n")

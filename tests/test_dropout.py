@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from bert_jax import sharding
-from bert_jax.models.layers.dropout import Dropout, dropout, random_quarters
+from bert_jax.models.layers.dropout import Dropout, dropout, keep_bits, random_quarters, unpack
 
 
 def _apply(rate, x, seed=0, deterministic=False):
@@ -26,9 +26,9 @@ def test_keeps_the_expected_fraction_scaled_to_stay_unbiased(rate):
 
 
 def test_the_four_quarters_of_each_block_are_used_independently():
-    # Elements j, j + 32, j + 64 and j + 96 of a 128-wide row share one threefry block.
+    # Elements 4k, 4k + 1, 4k + 2 and 4k + 3 of a row share one threefry block.
     y = np.asarray(_apply(0.5, jnp.ones((4096, 128)))) != 0
-    quarters = [y[:, 32 * index:32 * (index + 1)] for index in range(4)]
+    quarters = [y[:, index::4] for index in range(4)]
     for first in range(4):
         assert abs(quarters[first].mean() - 0.5) < 0.01
         for second in range(first + 1, 4):
@@ -37,6 +37,32 @@ def test_the_four_quarters_of_each_block_are_used_independently():
             assert abs((quarters[first] == quarters[second]).mean() - 0.5) < 0.01
     # Rows draw from their own counters.
     assert abs((y[:-1] == y[1:]).mean() - 0.5) < 0.01
+
+
+@pytest.mark.parametrize("shape", [(5, 3, 257), (4, 768), (13,), (2, 7, 9, 16)])
+def test_the_packed_mask_holds_the_verdict_on_each_elements_own_numbers(shape):
+    key, threshold = jax.random.PRNGKey(3), 30000
+    numbers = np.asarray(random_quarters(key, shape))
+    assert numbers.shape == shape and numbers.max() < 2**16
+    packed = keep_bits(key, shape, threshold)
+    # One bit per element, whole bytes per row.
+    assert packed.dtype == jnp.uint8 and packed.shape == (*shape[:-1], -(-shape[-1] // 8))
+    np.testing.assert_array_equal(np.asarray(unpack(packed, shape)), numbers < threshold)
+
+
+def test_the_gradient_is_the_incoming_one_under_the_same_mask_and_scale():
+    x = jax.random.normal(jax.random.PRNGKey(0), (8, 33, 40))
+    key, rate = jax.random.PRNGKey(5), 0.25
+    upstream = jax.random.normal(jax.random.PRNGKey(1), x.shape)
+    output, pullback = jax.vjp(lambda x: dropout(x, rate, key), x)
+    (gradient,) = pullback(upstream)
+    kept = np.asarray(output) != 0  # x is never exactly 0 here
+    scale = 2**16 / round(0.75 * 2**16)
+    # x * scale and upstream * scale, rounded once each (float32).
+    np.testing.assert_array_equal(np.asarray(gradient),
+                                  np.where(kept, np.asarray(upstream) * np.float32(scale), 0))
+    np.testing.assert_array_equal(np.asarray(output),
+                                  np.where(kept, np.asarray(x) * np.float32(scale), 0))
 
 
 def test_the_draw_is_the_same_when_the_batch_is_split_over_devices():

@@ -211,6 +211,11 @@ PLANS = {
     "Tests and benchmarks": [_skip("the test suite and benchmarks themselves: hours")],
     "On a GPU": [_skip("needs an NVIDIA GPU and its driver (bench/gpu_session.sh --smoke "
                        "runs the scripts on a CPU)")],
+    "A GPU's step, compiled on a CPU: `bert-jax aot --topology h100`": [Plan(
+        "slow", "compiles BERT-Base and BERT-Large for an H100 (minutes; needs "
+                "requirements-gpu-compile.txt, which `make test` installs)",
+        substitutions=(("pip install -r requirements-gpu-compile.txt",
+                        "python -c 'import jax_cuda13_plugin'"),))],
 }
 
 

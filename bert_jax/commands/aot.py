@@ -1,9 +1,11 @@
-"""`bert-jax aot`: compile the train step for a TPU topology here, and say if and how fast it runs."""
+"""`bert-jax aot`: compile the train step for a TPU or GPUs here; say if and how fast it runs."""
 
 import argparse
 import json
+import os
 
-HELP = "compile the train step for a TPU topology on this CPU host: memory fit, FLOPs, time"
+HELP = ("compile the train step for a TPU topology or GPUs on this CPU host: memory fit, "
+        "FLOPs, kernels, time")
 DESCRIPTION = """\
 Compiles the real train step of a run config for a TPU slice that is not attached (libtpu's
 compile-only devices), with the config's mesh and shardings, and prints per device the
@@ -27,6 +29,15 @@ examples:
 
 topologies (GENERATION:CHIPS): v3:4x8 (v3-64), v4:4x4x2 with --chip-config megacore
 (v4-64), v5e:16x16 (v5e-256), v5e:2x2, v5e:2x4, v5p:2x2x1, v6e:2x2
+
+GPUs (jax's CUDA plugin compiles for them on this CPU: pip install -r
+requirements-gpu-compile.txt): h100, a100-80gb, a100-40gb, l4, or N of them on one node
+(8xh100). The report leads with the answer (fits per GPU, with how much to spare; the
+fastest a step can be) and lists the kernels the step launches by kind (matmul, cuDNN,
+elementwise, reduction, copies, collectives) with their bytes and FLOPs, the bytes by
+purpose, and the bound from the datasheet and from the rates an H100 measured:
+  bert-jax aot --config configs/bert_base.py --topology h100 --config.batch_size=32 \
+    --config.data.seq_len=512 --config.data.max_predictions=20
 """
 TAKES_OVERRIDES = True
 
@@ -35,8 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", required=True,
                         help="run config file (configs/NAME.py); --config.key=value overrides it")
     parser.add_argument("--topology",
-                        help="TPU topology as libtpu spells it, e.g. v4:4x4x2 or v5e:16x16 "
-                             "(required unless --recipe is given)")
+                        help="TPU topology as libtpu spells it, e.g. v4:4x4x2 or v5e:16x16, "
+                             "or GPUs: h100, a100-80gb, a100-40gb, l4, 8xh100 (required "
+                             "unless --recipe is given)")
     parser.add_argument("--chip-config", default=None,
                         help="libtpu chip config name; 'megacore' makes each v4/v5p chip one "
                              "device (default: libtpu's)")
@@ -86,6 +98,14 @@ def _compile(config_path: str, overrides: list[str], topology: str, chip_config,
         f"compiling for {name}", "aot")
 
 
+def _format(report, mfu: float, steps: int) -> str:
+    from bert_jax.compiler import aot_report, gpu_report
+
+    if report.is_gpu:
+        return gpu_report.format_gpu_report(report, mfu, steps)
+    return aot_report.format_report(report, mfu, steps)
+
+
 def _write_json(path: str, reports: list, mfu: float, extra: dict) -> None:
     from bert_jax.storage import files
     from bert_jax.compiler.aot_report import report_to_json
@@ -95,6 +115,11 @@ def _write_json(path: str, reports: list, mfu: float, extra: dict) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from bert_jax.compiler import gpu_targets
+
+    if args.topology and gpu_targets.parse_topology(args.topology):
+        # Compiled on this CPU: jax must not open (or look for) a CUDA device here.
+        os.environ["JAX_PLATFORMS"] = "cpu"
     from bert_jax.compiler import aot, aot_report
     from bert_jax.errors import UserError
 
@@ -108,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
         devices = aot.topology_devices(args.topology, args.chip_config)
         run_config, report = _compile(args.config, args.overrides, args.topology,
                                       args.chip_config, devices)
-        print(aot_report.format_report(report, args.mfu, args.steps or run_config.num_train_steps))
+        print(_format(report, args.mfu, args.steps or run_config.num_train_steps))
         if args.json:
             _write_json(args.json, [report], args.mfu, {})
         return 0
@@ -125,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
                       flush=True)
                 _, report = _compile(args.config, [*args.overrides, *phase.overrides, *extra],
                                      topology, chip_config, devices)
-                print(aot_report.format_report(report, args.mfu, phase.steps), flush=True)
+                print(_format(report, args.mfu, phase.steps), flush=True)
                 rows[name].append(report)
                 all_reports.append(report)
     print(aot_report.format_recipe_summary(results, args.mfu))
@@ -161,20 +186,18 @@ def _compare_meshes(args: argparse.Namespace) -> int:
     """Compiles each mesh layout on --topology, prints every report, then the comparison."""
     from bert_jax.compiler import aot, aot_report
     from bert_jax.errors import UserError
-    from launch.tpu_types import generation_for_device_kind
 
     if not args.topology or args.recipe:
         raise UserError("--compare-meshes needs --topology (and no --recipe)")
     devices = aot.topology_devices(args.topology, args.chip_config)
-    generation = generation_for_device_kind(devices[0].device_kind)
+    generation = aot.accelerator(devices[0].device_kind)
     per_host = generation.chips_per_host * generation.devices_per_chip
     reports = {}
     for name, overrides in aot_report.mesh_layouts(len(devices), per_host).items():
         print(f"== mesh layout {name}", flush=True)
         run_config, report = _compile(args.config, [*args.overrides, *overrides],
                                       args.topology, args.chip_config, devices)
-        print(aot_report.format_report(report, args.mfu,
-                                       args.steps or run_config.num_train_steps), flush=True)
+        print(_format(report, args.mfu, args.steps or run_config.num_train_steps), flush=True)
         reports[name] = report
     print(f"mesh layouts on {args.topology}:")
     print(aot_report.format_mesh_table(reports))

@@ -1,12 +1,13 @@
-"""Ahead-of-time compilation of the real train step for a TPU topology, on a CPU host.
+"""Ahead-of-time compilation of the real train step for a TPU or GPU target, on a CPU host.
 
-libtpu can describe a TPU slice that is not attached ("compile-only devices"): XLA then
-compiles the exact program the slice would run, with the run config's mesh and
-shardings, and reports its memory per device, its FLOPs and its collectives. So
+libtpu can describe a TPU slice that is not attached ("compile-only devices"), and jax's
+CUDA plugin an NVIDIA GPU node (`gpu_targets`): XLA then compiles the exact program the
+target would run, with the run config's mesh and shardings, and reports its memory per
+device, its FLOPs and its collectives (on a GPU also its kernels, `gpu_census`). So
 "does BERT-Large fit on a v4-64, and how long will it take?" costs a minute of CPU
 instead of a failed pod run.
 
-    devices = topology_devices("v4:4x4x2", "megacore")
+    devices = topology_devices("v4:4x4x2", "megacore")  # or topology_devices("8xh100")
     report = compile_train_step(run_config, devices)
 """
 
@@ -17,7 +18,7 @@ import re
 import time
 from typing import Any
 
-from bert_jax.compiler import aot_collectives, aot_hlo
+from bert_jax.compiler import aot_collectives, aot_hlo, gpu_targets
 from bert_jax.compiler.aot_hlo import COLLECTIVES
 from bert_jax.models.config import BERT_VOCAB_SIZE, BertConfig
 from bert_jax.models.families import config_from_dict
@@ -36,10 +37,16 @@ def _topology_error(topology: str, reason: str) -> UserError:
 
 
 def topology_devices(topology: str, chip_config: str | None = None) -> list:
-    """The compile-only devices of a TPU topology such as "v5e:2x2" (needs libtpu)."""
+    """The compile-only devices of a TPU topology such as "v5e:2x2" (needs libtpu), or of
+    GPUs such as "h100" or "8xh100" (needs jax's CUDA plugin: `gpu_targets`)."""
+    if gpu_targets.parse_topology(topology):
+        if chip_config:
+            raise UserError(f"--chip-config is for TPUs; {topology!r} is a GPU target")
+        return gpu_targets.topology_devices(topology)
     match = _TOPOLOGY_PATTERN.fullmatch(topology)
     if not match:
-        raise _topology_error(topology, "cannot read it")
+        raise _topology_error(topology, "cannot read it (GPUs: "
+                              + ", ".join(gpu_targets.CARDS) + ", or 8xh100 for a node)")
     known = {generation.topology_name for generation in GENERATIONS.values()}
     if match.group(1) not in known:
         raise _topology_error(topology, f"unknown TPU generation {match.group(1)!r}")
@@ -63,6 +70,12 @@ def topology_devices(topology: str, chip_config: str | None = None) -> list:
     except Exception as error:  # libtpu's own message says what it did not like
         raise _topology_error(topology, f"libtpu rejected it ({error})") from None
     return list(description.devices)
+
+
+def accelerator(device_kind: str) -> "TpuGeneration | gpu_targets.GpuCard":
+    """The chip's datasheet numbers: a TPU generation, or a GPU card (same field names)."""
+    return gpu_targets.card_for_device_kind(device_kind) or generation_for_device_kind(
+        device_kind)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,14 +119,24 @@ class CompileReport:
     # aot_bytes.first_principles: what the step must move, term by term.
     first_principles_bytes: dict = dataclasses.field(default_factory=dict)
     parameter_bytes_per_device: int = 0  # the float32 parameters a device holds
+    # GPU targets: the kernel census (bert_jax.compiler.gpu_census), per device: kind ->
+    # {"kernels", "bytes", "flops"}, and purpose -> {"kernels", "forward", "backward",
+    # "step", "memory_bound"} (bytes). Empty for TPUs.
+    kernels_by_kind: dict = dataclasses.field(default_factory=dict)
+    kernels_by_purpose: dict = dataclasses.field(default_factory=dict)
+    kernels_by_layer: dict = dataclasses.field(default_factory=dict)  # gpu_census.per_layer
 
     @property
     def fits(self) -> bool:
         return not self.out_of_memory and self.peak_bytes <= self.hbm_bytes_per_device
 
     @property
-    def generation(self) -> TpuGeneration:
-        return generation_for_device_kind(self.device_kind)
+    def generation(self) -> "TpuGeneration | gpu_targets.GpuCard":
+        return accelerator(self.device_kind)
+
+    @property
+    def is_gpu(self) -> bool:
+        return gpu_targets.card_for_device_kind(self.device_kind) is not None
 
     @property
     def num_chips(self) -> int:
@@ -193,7 +216,8 @@ def _first(analysis: Any) -> dict:
 
 
 def _compile(bundle):
-    """(compiled, None), or (None, XLA's message) when the step does not fit in HBM."""
+    """(compiled, None), or (None, XLA's message) when the step does not fit in HBM (the
+    TPU compiler refuses such a step; the GPU compiler builds it, and the fit says so)."""
     import jax
 
     lowered = bundle.train_step.lower(
@@ -235,16 +259,20 @@ def compile_train_step(run_config, devices: list, topology: str = "") -> Compile
     start = time.perf_counter()
     bundle = train_step.build_train_step(run_config, mesh, task_from_run_config(run_config),
                                          model_config=model_config)
-    compiled, out_of_memory = _compile(bundle)
-    compile_seconds = time.perf_counter() - start
     device, data = devices[0], run_config.data
-    generation = generation_for_device_kind(device.device_kind)
+    kernels, out_of_memory = None, None
+    if gpu_targets.card_for_device_kind(device.device_kind):
+        compiled, kernels = gpu_targets.compile_with_census(bundle, device)
+    else:
+        compiled, out_of_memory = _compile(bundle)
+    compile_seconds = time.perf_counter() - start
+    generation = accelerator(device.device_kind)
     # Out of memory: no memory analysis or cost to read (the fields stay 0).
     measured = dict.fromkeys(("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes",
                               "code_bytes", "compiled_flops_per_device"), 0)
     measured["collectives"] = dict.fromkeys(COLLECTIVES, 0)
     if compiled is not None:
-        measured = _measure(compiled, model_config, run_config, dict(mesh.shape))
+        measured = _measure(compiled, model_config, run_config, dict(mesh.shape), kernels)
     return CompileReport(
         topology=topology, device_kind=device.device_kind, num_devices=len(devices),
         devices_per_chip=generation.cores_per_chip // getattr(device, "num_cores", 1),
@@ -255,37 +283,60 @@ def compile_train_step(run_config, devices: list, topology: str = "") -> Compile
         compile_seconds=compile_seconds, out_of_memory=out_of_memory or "")
 
 
-def _measure(compiled, model_config: BertConfig, run_config, mesh_shape: dict) -> dict:
-    """The compiled program's memory, cost analysis, collectives and attention kernel.
+def _measure(compiled, model_config: BertConfig, run_config, mesh_shape: dict,
+             kernels: list | None = None) -> dict:
+    """The compiled program's memory, FLOPs, bytes, collectives and attention kernel.
 
     FLOPs: XLA's cost analysis counts every op of the per-device program except what runs
     inside a Pallas kernel (it reports a splash kernel's work as about nothing); those are
     added from bert_jax.compiler.flops (the attention core's model FLOPs, 3x forward, split evenly
-    over the devices, as the batch and heads are).
+    over the devices, as the batch and heads are). A GPU program compiled without its GPU
+    has no cost analysis: its FLOPs and bytes are its kernels' (`kernels`, the census).
     """
     from bert_jax.compiler import flops
 
-    memory = compiled.memory_analysis()
-    cost = _first(compiled.cost_analysis())
     hlo_text = compiled.as_text() or ""
-    num_devices = math.prod(mesh_shape.values())
-    found = aot_hlo.collective_ops(hlo_text, num_devices)
-    counts, wire_bytes = aot_hlo.totals(found)
-    attention, _ = aot_hlo.attention_kernel(hlo_text)
+    measured = _program_accounts(compiled, hlo_text, mesh_shape)
+    if kernels is not None:
+        return {**measured, **_gpu_accounts(kernels)}
+    cost = _first(compiled.cost_analysis())
     kernel_flops = 0.0
-    if attention == aot_hlo.SPLASH:
+    if measured["attention"] == aot_hlo.SPLASH:
         kernel_flops = 3 * flops.attention_core_flops(
-            model_config, run_config.batch_size, run_config.data.seq_len) / num_devices
+            model_config, run_config.batch_size, run_config.data.seq_len) / math.prod(
+            mesh_shape.values())
     return dict(
-        **_byte_accounts(hlo_text, model_config, run_config, mesh_shape),
+        **measured, **_byte_accounts(hlo_text, model_config, run_config, mesh_shape),
+        compiled_flops_per_device=float(cost.get("flops", 0.0)),
+        bytes_accessed_per_device=float(cost.get("bytes accessed", 0.0)),
+        kernel_flops_per_device=kernel_flops)
+
+
+def _program_accounts(compiled, hlo_text: str, mesh_shape: dict) -> dict:
+    """Memory per device, the collectives and the attention kernel, on any target."""
+    memory = compiled.memory_analysis()
+    found = aot_hlo.collective_ops(hlo_text, math.prod(mesh_shape.values()))
+    counts, wire_bytes = aot_hlo.totals(found)
+    return dict(
         argument_bytes=memory.argument_size_in_bytes,
         output_bytes=memory.output_size_in_bytes, alias_bytes=memory.alias_size_in_bytes,
         temp_bytes=memory.temp_size_in_bytes, code_bytes=memory.generated_code_size_in_bytes,
-        compiled_flops_per_device=float(cost.get("flops", 0.0)),
-        bytes_accessed_per_device=float(cost.get("bytes accessed", 0.0)),
-        collectives=counts, collective_bytes=wire_bytes, attention=attention,
-        kernel_flops_per_device=kernel_flops,
+        collectives=counts, collective_bytes=wire_bytes,
+        attention=aot_hlo.attention_kernel(hlo_text)[0],
         unexplained_collectives=tuple(aot_collectives.unexplained(found, mesh_shape)))
+
+
+def _gpu_accounts(kernels: list) -> dict:
+    """A GPU step's FLOPs and bytes from its kernel census: the matmul and attention calls'
+    FLOPs, and every kernel's operands and results as the memory traffic."""
+    from bert_jax.compiler import gpu_census
+
+    kinds = gpu_census.by_kind(kernels)
+    traffic = float(sum(kernel.bytes for kernel in kernels))
+    return dict(kernels_by_kind=kinds, kernels_by_purpose=gpu_census.by_purpose(kernels),
+                kernels_by_layer=gpu_census.per_layer(kernels),
+                compiled_flops_per_device=sum(row["flops"] for row in kinds.values()),
+                bytes_accessed_per_device=traffic, hbm_traffic_per_device=traffic)
 
 
 def _byte_accounts(hlo_text: str, model_config: BertConfig, run_config, mesh_shape: dict) -> dict:

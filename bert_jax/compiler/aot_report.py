@@ -56,6 +56,17 @@ def fit_line(report: CompileReport) -> str:
     return f"does NOT fit: {format_bytes(peak - hbm)} ({(peak - hbm) / hbm:.0%}) over"
 
 
+def answer_line(report: CompileReport) -> str:
+    """The answer first: "v4:2x2x1: fits, 12.3 GiB (38%) to spare per device; no step faster
+    than 4.1 ms (roofline bound, compute)"."""
+    if report.out_of_memory:
+        return f"{report.topology}: {fit_line(report)}"
+    terms = report.roofline_terms()
+    return (f"{report.topology}: {fit_line(report)} per device; no step faster than "
+            f"{report.roofline_seconds() * 1e3:.3g} ms (roofline bound, "
+            f"{max(terms, key=terms.get)})")
+
+
 def format_report(report: CompileReport, mfu: float, steps: int) -> str:
     """The fit report of one compilation, and its projected time for `steps` steps."""
     generation = report.generation
@@ -63,6 +74,7 @@ def format_report(report: CompileReport, mfu: float, steps: int) -> str:
     step_seconds = report.step_seconds(mfu)
     compiled_flops = report.compiled_flops_per_device * report.num_devices
     header = [
+        answer_line(report),
         f"train step on {report.topology}: {report.num_devices} devices = {report.num_chips} "
         f"{report.device_kind} chips ({report.devices_per_chip} device(s) per chip), mesh {mesh}",
         f"  batch {report.batch_size} x length {report.seq_len} "

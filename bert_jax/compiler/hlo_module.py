@@ -33,6 +33,7 @@ class Instruction:
     calls: tuple[str, ...]  # computations it calls (a fusion's body, a while's body, ...)
     op_name: str  # the JAX operation it was made for ("" where XLA gave none)
     attributes: str  # the rest of the line (kind=..., slice={...}, ...)
+    parameter_number: int = -1  # a parameter's index in its computation's arguments
 
     @property
     def result_bytes(self) -> int:
@@ -78,10 +79,12 @@ def parse_instruction(line: str) -> Instruction | None:
     calls = tuple(name.strip().lstrip("%") for found in _CALLS.findall(attributes)
                   for name in found.split(","))
     op_name = _OP_NAME.search(attributes)
+    number = re.fullmatch(r"\((\d+)\)", operands) if opcode.strip() == "parameter" else None
     return Instruction(
         name=match.group("name"), result=result, opcode=opcode.strip(),
         operands=tuple(_OPERAND.findall(operands)), calls=calls,
-        op_name=op_name.group(1) if op_name else "", attributes=attributes)
+        op_name=op_name.group(1) if op_name else "", attributes=attributes,
+        parameter_number=int(number.group(1)) if number else -1)
 
 
 def parse(hlo_text: str) -> Module:

@@ -75,10 +75,11 @@ class SelfAttention(nn.Module):
         heads = (config.num_heads, config.head_dim)
         project = functools.partial(Dense, config, heads, ("embed",), ("heads", "kv"),
                                     self.precision)
-        query = project(name="query")(x)  # (B, T, nh, hd)
+        # The queries come out scaled by 1 / sqrt(head_dim), the scores' scale, folded into
+        # their projection (Dense.output_scale).
+        query = project(name="query", output_scale=config.head_dim ** -0.5)(x)  # (B, T, nh, hd)
         key = project(name="key")(x)  # (B, T, nh, hd)
         value = project(name="value")(x)  # (B, T, nh, hd)
-        query = query / jnp.sqrt(config.head_dim).astype(query.dtype)
         rate = config.attention_dropout_rate if train else 0.0
         dropout_key = self.make_rng("dropout") if rate else None
         if self.is_mutable_collection("intermediates"):  # attention maps asked for: keep them
@@ -102,8 +103,7 @@ class FeedForward(nn.Module):
     def __call__(self, x: Array) -> Array:
         config = self.config
         x = Dense(config, (config.mlp_dim,), ("embed",), ("mlp",), self.precision,
-                  name="intermediate")(x)
-        x = gelu(x)
+                  activation=gelu, name="intermediate")(x)
         return Dense(config, (config.hidden_dim,), ("mlp",), ("embed",), self.precision,
                      name="output")(x)
 

@@ -20,6 +20,7 @@ from bert_jax.errors import UserError
 from bert_jax.run_config.ranges import check_ranges
 from bert_jax.training.schedules import make_schedule
 from bert_jax.training.stable_adamw import stable_adamw
+from bert_jax.training.global_reductions import clip_by_global_norm
 
 
 def map_parameter_paths(function, params: Any) -> Any:
@@ -78,7 +79,7 @@ def make_optimizer(config, total_steps: int, trainable: Any = None
 
 def _clipping(clip_norm: float) -> optax.GradientTransformation:
     """The global-norm clip; 0 turns it off (a norm of 0 would zero every update)."""
-    return optax.clip_by_global_norm(clip_norm) if clip_norm > 0 else optax.identity()
+    return clip_by_global_norm(clip_norm) if clip_norm > 0 else optax.identity()
 
 
 def _update(config, schedule: optax.Schedule) -> optax.GradientTransformation:

@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import optax
 
 from bert_jax import sharding
-from bert_jax.training import batch_warmup as batch_warmup_lib, optimizer
+from bert_jax.training import batch_warmup as batch_warmup_lib, global_reductions, optimizer
 from bert_jax.models.config import BertConfig, Precision
 from bert_jax.errors import UserError
 from bert_jax.training.batch_warmup import BatchWarmup
@@ -167,7 +167,7 @@ def train_step(state: TrainState, batch: dict, rng: jax.Array, *, task: Task, mo
         grads = jax.tree.map(lambda grad, kept: grad if kept else jnp.zeros_like(grad),
                              grads, keep)
     with jax.named_scope(optimizer.NORM):
-        grad_norm = optax.tree.norm(grads)
+        grad_norm = global_reductions.global_norm(grads)
     metrics = task.means(sums, counts)
     with jax.named_scope(optimizer.FINITE):
         # Known before the update, so the choice between the new and the old state is made
@@ -186,9 +186,7 @@ def train_step(state: TrainState, batch: dict, rng: jax.Array, *, task: Task, mo
         # overflow in the optimizer). Such a step does not advance the step counter, which
         # is how the trainer sees it (`trainer._check_finite`, before any checkpoint is
         # written), so a checkpoint of those parameters is never saved.
-        params_finite = jax.tree.reduce(jnp.logical_and, jax.tree.map(
-            lambda leaf: jnp.all(jnp.isfinite(leaf)), params), jnp.bool_(True))
-        finite = inputs_finite & params_finite
+        finite = inputs_finite & global_reductions.all_finite(params)
     new_state = TrainState(step=jnp.where(finite, state.step + 1, state.step), params=params,
                            opt_state=opt_state)
     metrics.update(counts)

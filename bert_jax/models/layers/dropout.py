@@ -1,4 +1,7 @@
-"""Inverted dropout drawing 16 random bits per element instead of flax's 32."""
+"""Inverted dropout drawing 16 random bits per element instead of flax's 32, its mask kept
+for the backward pass as one bit per element."""
+
+import functools
 
 import flax.linen as nn
 import jax
@@ -6,32 +9,76 @@ import jax.numpy as jnp
 from jax.extend.random import threefry2x32_p
 
 Array = jax.Array
+_QUARTERS = 4  # 16-bit numbers from one threefry2x32 block (two 32-bit words)
+_BITS = 8  # elements whose keep decisions share one byte of the packed mask: two blocks
 
 
-def random_quarters(key: Array, shape: tuple[int, ...]) -> Array:
-    """Uniform 16-bit random numbers (in uint32) of `shape`, four per threefry2x32 block.
-
-    `jax.random.bits` hashes one counter per 32-bit output and folds the block's two words
-    into one, so a 16-bit number would cost half a block; here each block's 64 bits give
-    four. Counters are (row, index within the row), both iotas, so the draw stays an
-    elementwise function of the position that XLA fuses and splits along the batch like
-    `jax.random.bits` (the last axis, never sharded, holds the four quarters).
-    """
+def _blocks(key: Array, shape: tuple[int, ...], count: int) -> list[tuple[Array, Array]]:
+    """The (high, low) words of threefry2x32 blocks `count * n + i` of each row, i < count,
+    as arrays of `shape` ((rows, ..., n)): a row's blocks are numbered along the row, its
+    leading axis's index the other counter word. Both counters are iotas, so a draw is an
+    elementwise function of the position, which XLA fuses into its consumer and splits
+    along the batch as it splits `jax.random.bits`."""
     if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
         key = jax.random.key_data(key)
     if key.shape != (2,):
         raise ValueError(f"dropout needs a threefry key (2 uint32 words), got shape {key.shape}")
-    blocks = (*shape[:-1], -(-shape[-1] // 4))
-    if len(blocks) == 1:
-        return random_quarters(key, (1, *shape))[0]
-    rows = jax.lax.broadcasted_iota(jnp.uint32, blocks, 0)
-    within, stride = jnp.zeros(blocks, jnp.uint32), 1
-    for axis in reversed(range(1, len(blocks))):
-        within = within + jax.lax.broadcasted_iota(jnp.uint32, blocks, axis) * jnp.uint32(stride)
-        stride *= blocks[axis]
-    high, low = threefry2x32_p.bind(key[0], key[1], rows, within)
-    quarters = jnp.concatenate([high & 0xFFFF, high >> 16, low & 0xFFFF, low >> 16], axis=-1)
-    return quarters[..., :shape[-1]]
+    rows = jax.lax.broadcasted_iota(jnp.uint32, shape, 0)
+    within, stride = jnp.zeros(shape, jnp.uint32), 1
+    for axis in reversed(range(1, len(shape))):
+        within = within + jax.lax.broadcasted_iota(jnp.uint32, shape, axis) * jnp.uint32(stride)
+        stride *= shape[axis]
+    return [threefry2x32_p.bind(key[0], key[1], rows, within * jnp.uint32(count) + index)
+            for index in range(count)]
+
+
+def _quarters(high: Array, low: Array) -> list[Array]:
+    return [high & 0xFFFF, high >> 16, low & 0xFFFF, low >> 16]
+
+
+def _as_rows(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return shape if len(shape) > 1 else (1, *shape)
+
+
+def random_quarters(key: Array, shape: tuple[int, ...]) -> Array:
+    """Uniform 16-bit random numbers (in uint32) of `shape`: element j of a row is the
+    (j mod 4)-th 16-bit quarter of the row's threefry2x32 block j div 4.
+
+    `jax.random.bits` hashes one counter per 32-bit output and folds the block's two words
+    into one, so a 16-bit number would cost half a block; here each block's 64 bits give
+    four. The numbers dropout compares (`keep_bits` packs the verdicts)."""
+    rows = _as_rows(shape)
+    # Whole bytes of the packed mask per row: the block numbering `keep_bits` uses.
+    blocks = (*rows[:-1], -(-rows[-1] // _BITS) * (_BITS // _QUARTERS))
+    ((high, low),) = _blocks(key, blocks, 1)
+    quarters = jnp.stack(_quarters(high, low), axis=-1)  # (..., blocks, 4)
+    return quarters.reshape(*blocks[:-1], -1)[..., :rows[-1]].reshape(shape)
+
+
+def keep_bits(key: Array, shape: tuple[int, ...], threshold: int) -> Array:
+    """Dropout's verdicts for `shape`, packed: uint8 (..., ceil(last / 8)) whose bit i of
+    byte b says whether element 8 b + i is kept, i.e. its `random_quarters` number is below
+    `threshold`.
+
+    Computed a byte at a time from its two threefry blocks, so no block is drawn twice and
+    nothing of the draw but the mask is written: 1 bit per element, where the 16 random
+    bits themselves (or a byte-per-element mask) are what a GPU program otherwise keeps
+    from the forward pass for the backward (issue 43)."""
+    rows = _as_rows(shape)
+    packed = (*rows[:-1], -(-rows[-1] // _BITS))
+    verdicts = [quarter < threshold for high, low in _blocks(key, packed, _BITS // _QUARTERS)
+                for quarter in _quarters(high, low)]
+    byte = jnp.zeros(packed, jnp.uint8)
+    for bit, kept in enumerate(verdicts):
+        byte = byte | (kept.astype(jnp.uint8) << bit)
+    return byte if len(shape) > 1 else byte[0]
+
+
+def unpack(bits: Array, shape: tuple[int, ...]) -> Array:
+    """The boolean mask of `shape` that `keep_bits` packed."""
+    bit = jax.lax.broadcasted_iota(jnp.uint8, (*bits.shape, _BITS), bits.ndim)
+    mask = ((bits[..., None] >> bit) & 1).astype(jnp.bool_)  # (..., bytes, 8)
+    return mask.reshape(*bits.shape[:-1], -1)[..., :shape[-1]]
 
 
 def dropout(x: Array, rate: float, key: Array) -> Array:
@@ -41,17 +88,40 @@ def dropout(x: Array, rate: float, key: Array) -> Array:
     a quarter of its random-number work, which is one of the largest non-matmul costs of a
     CPU train step (bench/profile_step.py). Elements are kept with probability
     round(keep * 2^16) / 2^16 (0.899994 for rate 0.1) and scaled by its inverse, so the
-    layer stays unbiased.
+    layer stays unbiased. The backward pass reads the mask packed a bit per element
+    (`keep_bits`), the gradient scaled in the same step.
     """
     if rate == 0.0:
         return x
     threshold = round((1.0 - rate) * 2**16)
     if threshold == 0:  # rate 1 (or within 2^-17 of it): drop everything
         return jnp.zeros_like(x)
-    scale = jnp.asarray(2**16 / threshold, x.dtype)
     with jax.named_scope("dropout"):  # names the ops for profiles (bench/profile_step.py)
-        keep = random_quarters(key, x.shape) < threshold
-        return jnp.where(keep, x * scale, jnp.zeros_like(x))
+        return _masked(x, keep_bits(key, x.shape, threshold), threshold)
+
+
+def _scaled(x: Array, bits: Array, threshold: int) -> Array:
+    scale = jnp.asarray(2**16 / threshold, x.dtype)
+    return jnp.where(unpack(bits, x.shape), x * scale, jnp.zeros_like(x))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _masked(x: Array, bits: Array, threshold: int) -> Array:
+    """`x` where the packed mask `bits` keeps it, scaled by 2^16 / threshold; its gradient
+    is the incoming one under the same mask and scale (one pass, not a select and then a
+    multiply, which XLA ran as separate kernels, once for each matmul reading it)."""
+    return _scaled(x, bits, threshold)
+
+
+def _masked_forward(x, bits, threshold):
+    return _scaled(x, bits, threshold), bits
+
+
+def _masked_backward(threshold, bits, gradient):
+    return _scaled(gradient, bits, threshold), None
+
+
+_masked.defvjp(_masked_forward, _masked_backward)
 
 
 class Dropout(nn.Module):
