@@ -19,7 +19,7 @@ from bert_jax.errors import UserError
 from input_pipeline.tokenization import load_tokenizer
 
 POSITIONS = 64
-REFUSED = rf"--max-seq-len 128 is longer than the model's position table of {POSITIONS}"
+REFUSED = rf"--max-seq-len 128 is longer than the model's {POSITIONS} positions"
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +50,7 @@ def test_predict_and_evaluate_refuse_a_length_past_the_positions(classifier, tmp
     output = tmp_path / "predictions.jsonl"
     assert main(["predict", "--model", model, "--input", str(texts), "--output", str(output),
                  "--max-seq-len", "128"]) == 2
-    assert "--max-seq-len 128 is longer than the model's position table of 64" in (
+    assert "--max-seq-len 128 is longer than the model's 64 positions" in (
         capsys.readouterr().err)
     assert not output.exists()
     metrics = tmp_path / "metrics.json"
@@ -75,7 +75,7 @@ def test_finetune_refuses_before_reading_or_writing_anything(classifier, tmp_pat
     assert main(["finetune", "classify", "--model", model, "--train", data, "--workdir",
                  str(workdir), "--max-seq-len", "128", "--no-progress"]) == 2
     error = capsys.readouterr().err
-    assert "--max-seq-len 128 is longer than the model's position table of 64" in error
+    assert "--max-seq-len 128 is longer than the model's 64 positions" in error
     assert "not finite" not in error and not workdir.exists()
 
 
@@ -93,5 +93,5 @@ def test_pretrain_refuses_shards_longer_than_the_model_positions(tmp_path, capsy
                  f"--config.data.vocab_path={vocab}", "--config.data.max_predictions=5",
                  "--config.model.max_positions=32", "--no-progress"]) == 2
     error = capsys.readouterr().err
-    assert "data.seq_len 64 is longer than the model's position table of 32" in error
+    assert "data.seq_len 64 is longer than the model's 32 positions" in error
     assert not workdir.exists()
