@@ -23,6 +23,7 @@ RANGES = {
     "data.max_sequences_per_row": _AT_LEAST_ONE,
     "data.shuffle_buffer": _AT_LEAST_ONE,
     "data.demo_vocab_size": _AT_LEAST_ONE,
+    "data.masking_rate": (0, 1),  # run_config/objective.py refuses 0 too
     "model.vocab_size": (0, None),  # 0 = the vocabulary file's size
     "model.hidden_dim": _AT_LEAST_ONE,
     "model.num_layers": _AT_LEAST_ONE,

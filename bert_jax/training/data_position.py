@@ -3,7 +3,9 @@
 The position itself is the dataset's (`state()` / `restore(state)`); what the data was
 (`data_source`) is saved beside it, so a phase-2 run (other shards, longer sequences) in a
 phase-1 work directory starts its new data from the beginning instead of a position that
-means nothing there.
+means nothing there. A dataset whose batches depend on the step they train (objective mlm's
+masking-rate schedule) also has `seek_step(step)`, told the checkpoint's step on every
+resume, phase 2 included.
 """
 
 import jax
@@ -22,7 +24,9 @@ def restore_position(dataset, meta: dict | None, source: dict, log) -> None:
     """Puts the data stream where the checkpoint left it, unless the data has changed
     (`source`: this run's `data_source`)."""
     if meta is None:
-        return
+        return  # a fresh run: its first batch trains step 0
+    if hasattr(dataset, "seek_step"):
+        dataset.seek_step(meta["step"])
     if meta.get("data_source") != source:
         log(f"the data differs from the checkpoint's ({meta.get('data_source')}); the new data "
             "starts from its beginning (e.g. phase 2 of a two-phase run)")
