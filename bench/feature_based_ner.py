@@ -69,14 +69,14 @@ def word_features(config, params, tokenizer, sentences, max_seq_len: int, batch_
     offsets = np.cumsum([0] + [len(words) for words in sentences])
     layers = tuple(range(config.num_layers + 1))
     features = np.zeros((offsets[-1], len(layers), config.hidden_dim), np.float16)
-    bert_params = inference.runnable_params(config, params)["bert"]
+    encoder = inference.encoder_params(config, params)
     order = np.argsort([len(window.input_ids) for window in windows], kind="stable")
     for start in tqdm(range(0, len(order), batch_size), desc="features", unit="batch"):
         rows = [windows[index] for index in order[start:start + batch_size]]
         seq_len = inference.bucket_length(max(len(w.input_ids) for w in rows), max_seq_len)
         batch = word_labels.pad_windows(rows, seq_len, batch_size)
         hidden = np.asarray(inference.encode(
-            bert_params, batch["input_ids"], batch["segment_ids"], batch["input_mask"],
+            encoder, batch["input_ids"], batch["segment_ids"], batch["input_mask"],
             config=config, layers=layers)["hidden_states"])  # (L, B, T, H)
         for row, window in enumerate(rows):
             first = offsets[window.sentence] + window.first_word

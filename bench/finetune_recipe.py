@@ -41,7 +41,7 @@ def bert_schedule(optimizer, total_steps: int):
     `get_linear_schedule_with_warmup` would restart it."""
     import torch
 
-    from bert_jax.training.optimizer import warmup_decay_schedule
+    from bert_jax.training.schedules import warmup_decay_schedule
 
     schedule = warmup_decay_schedule(1.0, int(round(0.1 * total_steps)), total_steps)
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: float(schedule(step)))

@@ -81,7 +81,7 @@ def train_torch(model_dir: str, run_config, batches, log_every: int) -> tuple[li
     import transformers
 
     from bench.torch_pretraining import gathered_pretraining_losses
-    from bert_jax.training.optimizer import warmup_decay_schedule
+    from bert_jax.training.schedules import warmup_decay_schedule
 
     torch.manual_seed(0)
     model = transformers.BertForPreTraining.from_pretrained(model_dir)

@@ -22,6 +22,7 @@ COMMANDS = {
     "create-data": "bert_jax.commands.create_data",
     "vocab": "bert_jax.commands.vocab",
     "convert": "bert_jax.commands.convert",
+    "average": "bert_jax.commands.average",
     "finetune": "bert_jax.commands.finetune",
     "predict": "bert_jax.commands.predict",
     "evaluate": "bert_jax.commands.evaluate",

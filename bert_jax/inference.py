@@ -12,42 +12,44 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax.models.config import BertConfig
 from bert_jax.errors import UserError
-from bert_jax.models.bert import BertForPreTraining, BertModel
+from bert_jax.models.families import family_of
 
-def runnable_params(config: BertConfig, params: dict) -> dict:
-    """`params` with zeros for an absent pooler or NSP head, so the modules can be applied.
 
-    A BertForMaskedLM file has neither; the encoder's hidden states and the MLM logits do
-    not depend on them, and callers must not read the pooled output or NSP logits then.
+def encoder_params(config, params: dict) -> dict:
+    """The encoder's own tree of a model's `params`, with zeros for an absent BERT pooler so
+    the encoder can be applied.
+
+    A BertForMaskedLM file has no pooler; the encoder's hidden states do not depend on it,
+    and callers must not read the pooled output then. ModernBERT has no pooler at all.
     """
+    family = family_of(config)
+    encoder = params[family.encoder_key]
+    if family.name != "bert" or "pooler" in encoder:
+        return encoder
     hidden_dim = config.hidden_dim
-    zeros = lambda outputs: dict(kernel=np.zeros((hidden_dim, outputs), np.float32),  # noqa: E731
-                                 bias=np.zeros((outputs,), np.float32))
-    bert = params["bert"] if "pooler" in params["bert"] else {**params["bert"],
-                                                              "pooler": zeros(hidden_dim)}
-    completed = {**params, "bert": bert}
-    if "mlm_head" in params and "nsp_head" not in params:
-        completed["nsp_head"] = zeros(2)
-    return completed
+    return {**encoder, "pooler": dict(kernel=np.zeros((hidden_dim, hidden_dim), np.float32),
+                                      bias=np.zeros((hidden_dim,), np.float32))}
 
 
 @functools.partial(jax.jit, static_argnames=("config", "layers", "with_attention"))
-def encode(bert_params: dict, input_ids: jax.Array, segment_ids: jax.Array,
-           input_mask: jax.Array, *, config: BertConfig, layers: tuple[int, ...],
+def encode(encoder: dict, input_ids: jax.Array, segment_ids: jax.Array,
+           input_mask: jax.Array, *, config, layers: tuple[int, ...],
            with_attention: bool = False) -> dict[str, jax.Array]:
-    """Hidden states of `layers` (0 = embedding output) and, optionally, their attention.
+    """Hidden states of `layers` (0 = embedding output, N = the sequence output) of the
+    `encoder` params (`encoder_params`) and, optionally, their attention.
 
-    Returns `hidden_states` (len(layers), B, T, H), `pooled` (B, H) and, with
+    Returns `hidden_states` (len(layers), B, T, H), `pooled` (B, H; BERT only) and, with
     `with_attention`, `attention` (len(layers), B, heads, T, T) (layer 0 has none: zeros).
     """
-    (_, pooled), state = BertModel(config).apply(
-        {"params": bert_params}, input_ids, segment_ids, input_mask, False,
+    (_, pooled), state = family_of(config).encoder(config).apply(
+        {"params": encoder}, input_ids, segment_ids, input_mask, False,
         mutable=["intermediates"])
     intermediates = state["intermediates"]
     hidden = jnp.stack([intermediates["hidden_states"][layer] for layer in layers])
-    outputs = dict(hidden_states=hidden, pooled=pooled)
+    outputs = dict(hidden_states=hidden)
+    if pooled is not None:
+        outputs["pooled"] = pooled
     if with_attention:
         batch_size, seq_len = input_ids.shape
         none = jnp.zeros((batch_size, config.num_heads, seq_len, seq_len), jnp.float32)
@@ -159,7 +161,7 @@ def padded_batches(encoded: dict[str, np.ndarray], batch_size: int, max_seq_len:
         yield rows, _padded_batch(encoded, rows, batch_size, seq_len), seq_len
 
 
-def extract_features(config: BertConfig, params: dict, encoded: dict[str, np.ndarray],
+def extract_features(config, params: dict, encoded: dict[str, np.ndarray],
                      layers: tuple[int, ...], max_seq_len: int, pooling: str = "none",
                      batch_size: int = 32, with_attention: bool = False, progress: bool = True
                      ) -> dict[str, dict[int, np.ndarray]]:
@@ -174,7 +176,7 @@ def extract_features(config: BertConfig, params: dict, encoded: dict[str, np.nda
 
     config.check_seq_len(max_seq_len, "max_seq_len")
     count, total_len = encoded["input_mask"].shape
-    bert_params = runnable_params(config, params)["bert"]
+    encoder = encoder_params(config, params)
     batch_size = min(batch_size, count)  # a short input need not pay for a full batch
     hidden_shape = (count, config.hidden_dim) if pooling != "none" else (
         count, total_len, config.hidden_dim)
@@ -186,7 +188,7 @@ def extract_features(config: BertConfig, params: dict, encoded: dict[str, np.nda
         for rows, batch, seq_len in padded_batches(encoded, batch_size, max_seq_len):
             kept = min(seq_len, total_len)  # every real token lies within the longest input
             outputs = jax.device_get(encode(
-                bert_params, batch["input_ids"], batch["segment_ids"], batch["input_mask"],
+                encoder, batch["input_ids"], batch["segment_ids"], batch["input_mask"],
                 config=config, layers=layers, with_attention=bool(attention_layers)))
             mask = batch["input_mask"][:len(rows)]
             for index, layer in enumerate(layers):
@@ -204,9 +206,10 @@ def extract_features(config: BertConfig, params: dict, encoded: dict[str, np.nda
 
 @functools.partial(jax.jit, static_argnames=("config",))
 def masked_token_probabilities(params: dict, input_ids: jax.Array, input_mask: jax.Array,
-                               positions: jax.Array, *, config: BertConfig) -> jax.Array:
-    """Softmax over the vocabulary at `positions` (B, P): (B, P, vocab), in float32."""
-    mlm_logits, _ = BertForPreTraining(config).apply(
+                               positions: jax.Array, *, config) -> jax.Array:
+    """Softmax over the vocabulary at `positions` (B, P): (B, P, vocab), in float32. `params`
+    hold the encoder and the masked-LM head (a pooler or NSP head beside them is unused)."""
+    mlm_logits = family_of(config).masked_lm_model(config).apply(
         {"params": params}, input_ids, jnp.zeros_like(input_ids), input_mask, positions, False)
     return jax.nn.softmax(mlm_logits.astype(jnp.float32), axis=-1)
 
@@ -228,22 +231,22 @@ def masked_input(tokenizer, text: str, max_seq_len: int) -> tuple[list[int], lis
     return ids, positions
 
 
-def fill_mask(config: BertConfig, params: dict, tokenizer, text: str, top_k: int = 5
+def fill_mask(config, params: dict, tokenizer, text: str, top_k: int = 5
               ) -> list[list[tuple[str, float]]]:
     """For each [MASK] in `text`, the `top_k` (token, probability) pairs, most likely first."""
     if "mlm_head" not in params:
-        raise UserError("this model has no masked-LM head (it is an encoder-only BertModel, "
-                        "such as all-MiniLM-L6-v2); fill-mask needs a BertForPreTraining or "
-                        "BertForMaskedLM checkpoint")
+        raise UserError("this model has no masked-LM head (it is an encoder only, such as "
+                        "all-MiniLM-L6-v2's BertModel); fill-mask needs a BertForPreTraining, "
+                        "BertForMaskedLM or ModernBertForMaskedLM checkpoint")
     ids, positions = masked_input(tokenizer, text, config.max_positions)
     seq_len = bucket_length(len(ids), config.max_positions)
     input_ids = np.full((1, seq_len), tokenizer.pad_id, np.int32)
     input_ids[0, :len(ids)] = ids
     input_mask = (np.arange(seq_len) < len(ids)).astype(np.int32)[None]  # (1, T)
     probabilities = np.asarray(masked_token_probabilities(
-        runnable_params(config, params), input_ids, input_mask, np.array([positions], np.int32),
+        params, input_ids, input_mask, np.array([positions], np.int32),
         config=config))[0]  # (P, vocab)
     top = np.argsort(-probabilities, axis=-1, kind="stable")[:, :top_k]  # (P, k)
-    return [[(tokenizer.id_to_token(int(token)), float(row[token])) for token in tokens]
+    return [[(tokenizer.token_text(int(token)), float(row[token])) for token in tokens]
             for row, tokens in zip(probabilities, top)]
 

@@ -206,7 +206,8 @@ def create_pretraining_data(input_patterns: list[str], vocab_path: str, output_d
 
     Returns the manifest (see `manifest.read_manifest`).
 
-    `vocab_path` is a `vocab.txt`, a SentencePiece `.model` or a directory holding one.
+    `vocab_path` is a `vocab.txt`, a SentencePiece `.model`, a `tokenizer.json` or a
+    directory holding one.
     `max_sequences_per_row` > 1 packs up to that many instances into each record
     (`packing.py`); 1 writes the original format, one instance per record. `objective`
     "mlm" writes masked-LM-only sequences instead (`mlm_sequences.py`; the mask, pair and

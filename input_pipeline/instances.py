@@ -136,8 +136,10 @@ def truncate_pairs(spans: Spans, max_num_tokens: int, rng: np.random.Generator) 
 
 
 def assemble(corpus: Corpus, spans: Spans, seq_len: int, cls_id: int, sep_id: int,
-             pad_id: int) -> dict[str, np.ndarray]:
-    """`[CLS] A [SEP] B [SEP]` padded to seq_len: input_ids, segment_ids, input_mask (N, T)."""
+             pad_id: int, continues: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """`[CLS] A [SEP] B [SEP]` padded to seq_len: input_ids, segment_ids, input_mask (N, T),
+    and `candidates` (N, T) bool, the segments' tokens. With `continues` (num_tokens,) bool,
+    whether each corpus token continues its word, also `continuation` (N, T) bool."""
     # int32 throughout: offsets into one unit's tokens are small, and halve the memory traffic.
     position = np.arange(seq_len, dtype=np.int32)[None, :]  # (1, T)
     a_len = spans.a_len.astype(np.int32)[:, None]  # (N, 1)
@@ -153,8 +155,12 @@ def assemble(corpus: Corpus, spans: Spans, seq_len: int, cls_id: int, sep_id: in
     input_ids = np.where((position == 1 + a_len) | (position == length - 1), sep_id, input_ids)
     input_ids[:, 0] = cls_id
     segment_ids = (position >= 2 + a_len) & (position < length)
-    return dict(input_ids=input_ids.astype(np.int32), segment_ids=segment_ids.astype(np.int32),
-                input_mask=(position < length).astype(np.int32), candidates=in_a | in_b)
+    features = dict(input_ids=input_ids.astype(np.int32),
+                    segment_ids=segment_ids.astype(np.int32),
+                    input_mask=(position < length).astype(np.int32), candidates=in_a | in_b)
+    if continues is not None:
+        features["continuation"] = (in_a | in_b) & continues[source]
+    return features
 
 
 def create_spans(corpus: Corpus, max_seq_len: int, short_seq_prob: float,

@@ -82,7 +82,8 @@ def check_vocabulary(manifest: dict, tokenizer_hash: str, source: str) -> None:
         raise UserError(
             f"{source}: these shards were made with vocabulary {made_with} but the model's "
             f"vocabulary is {tokenizer_hash}; token ids would not match. Re-run "
-            "`bert-jax create-data` with the model's vocab.txt")
+            "`bert-jax create-data` with the model's vocabulary (its vocab.txt, "
+            "sentencepiece.model or tokenizer.json)")
 
 
 def records_in_shard(shard: dict) -> int:

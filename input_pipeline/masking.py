@@ -7,7 +7,9 @@ they fit, skipping a word that would overflow; of the chosen positions 80% becom
 10% keep their token and 10% get a random token, drawn uniformly from the vocabulary (as the
 original code does) or from the corpus unigram distribution (as textbooks describe it).
 Whole-word masking groups a `##` piece with the token before it, as the original does,
-except after [CLS] or [SEP], where the original would join it to the other segment's word.
+except after [CLS] or [SEP], where the original would join it to the other segment's word;
+the tokenizer tells which tokens continue a word (`continues_word`: a `##` WordPiece, a
+SentencePiece or byte-level BPE piece without its word-start mark `▁` / `Ġ`).
 """
 
 import numpy as np

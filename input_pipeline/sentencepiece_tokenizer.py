@@ -15,7 +15,9 @@ import numpy as np
 import sentencepiece
 
 from bert_jax.errors import UserError
-from input_pipeline.vocabulary_files import SPECIAL_TOKENS, vocabulary_hash
+from bert_jax.storage import files
+from input_pipeline.vocabulary_files import (SENTENCEPIECE_MODEL, SPECIAL_TOKENS,
+                                             concatenate_ids, vocabulary_hash, write_vocabulary)
 
 _ALTERNATIVES = {"[PAD]": "<pad>", "[UNK]": "<unk>"}
 WORD_START = "\u2581"  # SentencePiece's "▁": the piece begins a word
@@ -90,10 +92,7 @@ class SentencePieceTokenizer:
 
     def encode_corpus(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """All texts' ids concatenated: (tokens int32, lengths int64)."""
-        encoded = self.encode_batch(texts)
-        lengths = np.fromiter(map(len, encoded), np.int64, len(encoded))
-        tokens = np.fromiter((i for ids in encoded for i in ids), np.int32, int(lengths.sum()))
-        return tokens, lengths
+        return concatenate_ids(self.encode_batch(texts))
 
     def encode_for_model(self, texts: Sequence[str | tuple[str, str]], max_seq_len: int,
                          pad_to_max: bool = False) -> dict[str, np.ndarray]:
@@ -121,11 +120,27 @@ class SentencePieceTokenizer:
             input_mask[row, :len(ids)] = 1
         return dict(input_ids=input_ids, segment_ids=segment_ids, input_mask=input_mask)
 
-    def continuation_ids(self) -> np.ndarray:
-        """(V,) bool: pieces that continue a word (no leading ▁, not a special token)."""
-        special = set(SPECIAL_TOKENS) | set(_ALTERNATIVES.values())
-        return np.array([not token.startswith(WORD_START) and token not in special
-                         for token in self.tokens], bool)
+    def continues_word(self, tokens: np.ndarray) -> np.ndarray:
+        """For a stream of token ids, whether each continues the word of the token before it
+        (no leading ▁, not a special token); whole-word masking keeps a word together."""
+        if not hasattr(self, "_continuation"):
+            special = set(SPECIAL_TOKENS) | set(_ALTERNATIVES.values())
+            self._continuation = np.array([not token.startswith(WORD_START)
+                                           and token not in special for token in self.tokens])
+        return self._continuation[tokens]
+
+    @property
+    def special_ids(self) -> tuple[int, ...]:
+        """Ids masking never chooses: [PAD] [CLS] [SEP], as google-research/bert's masking."""
+        return (self.pad_id, self.cls_id, self.sep_id)
+
+    def save(self, directory: str, settings: dict | None = None) -> None:
+        """sentencepiece.model, and vocab.txt (its pieces) and tokenizer_config.json as
+        `bert-jax vocab --type sentencepiece` writes them."""
+        with files.atomic_write(files.join(directory, SENTENCEPIECE_MODEL), "wb") as file:
+            file.write(self.processor.serialized_model_proto())
+        write_vocabulary(directory, self.tokens, self.lowercase, self.split_special_tokens,
+                         settings)
 
     def decode(self, ids: Sequence[int]) -> str:
         special = {self.pad_id, self.cls_id, self.sep_id, self.mask_id}
@@ -133,6 +148,8 @@ class SentencePieceTokenizer:
 
     def id_to_token(self, index: int) -> str:
         return self.tokens[index]
+
+    token_text = id_to_token  # a piece as a person reads it: its ▁ marks a word's start
 
     def token_to_id(self, token: str) -> int | None:
         index = self.processor.PieceToId(token)

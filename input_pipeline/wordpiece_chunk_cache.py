@@ -5,6 +5,8 @@ ids of a text are the concatenated ids of its whitespace-separated chunks. Natur
 repeats its chunks (Zipf), so encoding each distinct chunk once with `tokenizers` and
 gathering the rest with numpy is several times faster than encoding every sentence.
 The cache is bounded: it starts again when it holds `max_entries` chunks.
+A tokenizer that cuts text otherwise passes its own `chunks` (a byte-level BPE's:
+`tokenizer_json.py`).
 """
 
 import itertools
@@ -16,30 +18,36 @@ import numpy as np
 # Characters Python's str.split() takes for whitespace but BERT's normaliser deletes as
 # control characters (and our sentence separator): a text holding one is encoded whole.
 _SPLIT_DISAGREES = re.compile("[\\x00\\x0b\\x0c\\x1c-\\x1f\\x85\\u2028\\u2029]")
-_SEPARATOR = "\x00"  # ends each text in the chunk stream; has no ids
+SEPARATOR = "\x00"  # ends each text in the chunk stream; has no ids
 
 
 class ChunkCache:
-    """Remembers the ids of each chunk a `tokenizers.Tokenizer` (no special tokens) gave."""
+    """Remembers the ids of each chunk a `tokenizers.Tokenizer` (no special tokens) gave.
 
-    def __init__(self, backend, max_entries: int = 1 << 20):
+    `chunks(texts)`: every text's chunks, each text followed by SEPARATOR (default: BERT's
+    whitespace-separated ones).
+    """
+
+    def __init__(self, backend, max_entries: int = 1 << 20, chunks=None):
         self.backend, self.max_entries = backend, max_entries
+        self._chunks = chunks or self._whitespace_chunks
         self._clear()
 
     def _clear(self) -> None:
-        self.rows = {_SEPARATOR: 0}  # chunk -> row; row r's ids: table[starts[r]:starts[r+1]]
+        self.rows = {SEPARATOR: 0}  # chunk -> row; row r's ids: table[starts[r]:starts[r+1]]
         self.table = np.zeros(0, np.int32)
         self.starts = np.zeros(2, np.int64)
 
-    def _chunks(self, texts: Sequence[str]) -> list[str]:
+    @staticmethod
+    def _whitespace_chunks(texts: Sequence[str]) -> list[str]:
         """Every text's chunks, each text followed by the separator."""
-        joined = f" {_SEPARATOR} ".join(texts)
-        if not _SPLIT_DISAGREES.search(joined.replace(_SEPARATOR, " ")):
-            return (joined + f" {_SEPARATOR}").split()
+        joined = f" {SEPARATOR} ".join(texts)
+        if not _SPLIT_DISAGREES.search(joined.replace(SEPARATOR, " ")):
+            return (joined + f" {SEPARATOR}").split()
         chunks = []
         for text in texts:
             chunks.extend(text.split() if not _SPLIT_DISAGREES.search(text) else [text])
-            chunks.append(_SEPARATOR)
+            chunks.append(SEPARATOR)
         return chunks
 
     def _learn(self, unseen: list[str]) -> None:

@@ -70,17 +70,27 @@ def _spans_for_all_dupes(corpus, settings: Settings, unit_index: int) -> instanc
     return instances.Spans.concatenate(parts)
 
 
-def _features(corpus, spans, tokenizer, settings, replacement, continuation, rng) -> dict:
+def _continues_word(corpus, tokenizer) -> np.ndarray:
+    """(num_tokens,) bool: each corpus token continues the word of the token before it; a
+    sentence's first token starts a word (a byte-level BPE's has no `Ġ`: it had no space)."""
+    continues = tokenizer.continues_word(corpus.tokens)
+    continues[corpus.sentence_starts[:-1]] = False
+    return continues
+
+
+def _features(corpus, spans, tokenizer, settings, replacement, continues, rng) -> dict:
     """Assembled and masked features of some instances, (N, T) and (N, P) arrays."""
     features = instances.assemble(corpus, spans, settings.max_seq_len, tokenizer.cls_id,
-                                  tokenizer.sep_id, tokenizer.pad_id)
-    candidates = features.pop("candidates")
+                                  tokenizer.sep_id, tokenizer.pad_id, continues)
+    # Special tokens written in the text are never masked, as [CLS] and [SEP] are not.
+    candidates = features.pop("candidates") & ~np.isin(features["input_ids"],
+                                                       tokenizer.special_ids)
+    continuation = features.pop("continuation", None)
     rows = len(spans.a_len)
     if settings.masked_lm_prob > 0:
         positions = masking.choose_positions(
             candidates, features["input_mask"].sum(axis=1), settings.max_predictions,
-            settings.masked_lm_prob, rng,
-            None if continuation is None else continuation[features["input_ids"]])
+            settings.masked_lm_prob, rng, continuation)
         features.update(masking.apply_masks(features["input_ids"], positions,
                                             tokenizer.mask_id, replacement, rng))
     else:  # unmasked shards, for masks drawn in the reader (dynamic masking)
@@ -114,12 +124,12 @@ def process_unit(unit_index: int, documents: list[list[str]], tokenizer,
     spans = instances.truncate_pairs(spans, settings.max_seq_len - 3, rng)
     # Shuffle within the unit, so each shard mixes documents and dupes.
     spans = spans.take(rng.permutation(len(spans.a_len)))
-    special = (tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id, tokenizer.mask_id)
+    special = (*tokenizer.special_ids, tokenizer.mask_id)
     replacement = (masking.unigram_cdf(corpus.tokens, tokenizer.vocab_size, special)
                    if settings.random_token == "unigram" else tokenizer.vocab_size)
-    continuation = tokenizer.continuation_ids() if settings.whole_word_mask else None
+    continues = _continues_word(corpus, tokenizer) if settings.whole_word_mask else None
     rows = [_features(corpus, spans.take(slice(start, start + _BATCH_ROWS)), tokenizer,
-                      settings, replacement, continuation, rng)
+                      settings, replacement, continues, rng)
             for start in range(0, len(spans.a_len), _BATCH_ROWS)]
     if settings.max_sequences_per_row > 1:
         unit = {name: np.concatenate([part[name] for part in rows]) for name in rows[0]}

@@ -12,7 +12,7 @@ import tensorflow as tf
 import pipeline_helpers as helpers
 import test_packed_training as packed
 from bert_jax.errors import UserError
-from bert_jax.interop import huggingface
+from bert_jax.interop import huggingface, model_source
 from bert_jax.models.config import Precision
 from bert_jax.run_config import load_run_config
 from bert_jax.run_config.docs import format_config
@@ -154,7 +154,9 @@ def test_a_run_resumed_across_a_rate_change_is_bit_identical(shards, tmp_path):
             for value in tf.compat.v1.Event.FromString(record.numpy()).summary.value}
     assert "train/loss" in tags and "eval/mlm_accuracy" in tags
     assert not [tag for tag in tags if "nsp" in tag]
-    assert huggingface.default_architecture(packed.params_at(tmp_path / "whole", 4)) == \
+    trained = model_source.resolve(str(tmp_path / "whole"))
+    assert huggingface.default_architecture(trained.config(),
+                                            packed.params_at(tmp_path / "whole", 4)) == \
         "BertForMaskedLM"
     with open(tmp_path / "whole" / "run_config.json", encoding="utf-8") as file:
         recorded = json.load(file)
@@ -179,7 +181,7 @@ def test_the_objective_keys_are_documented_and_checked():
         assert [line for line in printed.splitlines() if line.startswith(key + " ") and "  # "
                 in line], key
     for overrides, message in (
-            (["--config.objective=nsp"], "objective 'nsp': expected one of mlm_nsp, mlm"),
+            (["--config.objective=nsp"], "objective must be one of mlm_nsp, mlm; got 'nsp'"),
             (["--config.data.masking_rate=1.5"], "data.masking_rate must be between 0 and 1"),
             (["--config.data.masking_rate_schedule=10:0.1"],
              "data.masking_rate_schedule needs objective mlm"),

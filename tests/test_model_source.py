@@ -97,9 +97,10 @@ def test_finetune_reads_each_model_file_once_and_a_resumed_run_no_weights(
     with counting(monkeypatch, hf_model["directory"]) as counts:
         assert _finetune(hf_model, workdir) == 0  # 16 rows, batch 8 (one row a device): 2 steps
     assert "initialised from " + hf_model["directory"] in capsys.readouterr().out
-    # vocab.txt twice: the tokenizer's one parse, and the byte copy into WORKDIR/vocab.txt.
+    # vocab.txt and tokenizer_config.json twice: the tokenizer's one parse, and the byte copy
+    # into WORKDIR (the casing travels with the vocabulary).
     assert counts == {"hub.resolve": 1, "config.json": 1, "weights model.safetensors": 1,
-                      "vocabulary parses": 1, "vocab.txt": 2, "tokenizer_config.json": 1}
+                      "vocabulary parses": 1, "vocab.txt": 2, "tokenizer_config.json": 2}
     with counting(monkeypatch, hf_model["directory"]) as counts:
         assert _finetune(hf_model, workdir) == 0  # complete: resumes, trains nothing
     assert "the run is complete" in capsys.readouterr().out

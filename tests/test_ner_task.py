@@ -86,7 +86,7 @@ def test_frozen_encoder_head_reads_the_encoders_hidden_states():
     model = FrozenEncoderTokenClassifier(config, 3, (0, 2), "concat")
     params = nn.unbox(model.init(jax.random.key(0), ids, jnp.zeros_like(ids), mask))["params"]
     logits = model.apply({"params": params}, ids, jnp.zeros_like(ids), mask)
-    hidden = inference.encode(inference.runnable_params(config, params)["bert"], ids,
+    hidden = inference.encode(inference.encoder_params(config, params), ids,
                               jnp.zeros_like(ids), mask, config=config, layers=(0, 2))
     expected = FeatureTokenClassifier(config, 3, "concat").apply(
         {"params": params["head"]}, hidden["hidden_states"])

@@ -118,6 +118,22 @@ PLANS = {
     "Masked-LM-only pre-training (ModernBERT's objective)": [Plan(
         "slow", "a vocabulary and masked-LM-only shards of War and Peace, then two "
         "pre-training steps", substitutions=(_TWO_SHARDS, _TWO_STEPS))],
+    "ModernBERT's optimizer recipe": [Plan(
+        "slow", "builds the demo's data, pre-trains 8 steps and averages two checkpoints",
+        substitutions=(("--config.optimizer.decay_steps=300",
+                        "--config.optimizer.decay_steps=4 --config.num_train_steps=8 "
+                        "--config.optimizer.warmup_steps=2 --config.checkpoint.every_steps=4"),
+                       ("--config.batch_warmup.steps=200", "--config.batch_warmup.steps=4")))],
+    "Your own language: a byte-level BPE `tokenizer.json`": [Plan(
+        "slow", "a byte-level BPE and whole-word-masked shards of War and Peace, then two "
+                "pre-training steps", substitutions=SMALL_PRETRAINING)],
+    "ModernBERT": [Plan(
+        "slow", "a random tiny ModernBERT (the Hub is out of reach) fine-tuned for 3 epochs on "
+                "four rows, predicted, exported and read by transformers' pipeline",
+        substitutions=(("M=answerdotai/ModernBERT-base", "M=small/modernbert"),),
+        prologue=f"mkdir -p small && python -c \"import sys; sys.path.insert(0, "
+                 f"'{REPOSITORY}/tests'); from modernbert_helpers import modernbert_directory; "
+                 f"modernbert_directory('small/modernbert', max_position_embeddings=512)\"")],
     "Using a model": [Plan("ci", "test_readme_using_a_model_runs_as_written, on a tiny "
                                  "runs/demo")],
     "Special tokens in text": [Plan("slow", "reads the MiniLM vocabulary with "

@@ -283,7 +283,7 @@ def bert_jax_outputs(config, params, feed) -> dict:
     import jax
 
     from bert_jax.models.bert_heads import BertForSequenceClassification
-    from bert_jax.inference import runnable_params
+    from bert_jax.interop.saved_model import pretraining_params
     from bert_jax.models.bert import BertForPreTraining, BertModel
 
     arguments = (feed["input_ids"], feed["segment_ids"], feed["input_mask"])
@@ -295,7 +295,7 @@ def bert_jax_outputs(config, params, feed) -> dict:
         outputs = dict(sequence_output=sequence_output, pooled_output=pooled_output)
         if "mlm_head" in params:
             outputs["mlm_logits"], outputs["nsp_logits"] = BertForPreTraining(config).apply(
-                {"params": runnable_params(config, params)}, *arguments,
+                {"params": pretraining_params(config, params)}, *arguments,
                 feed["masked_lm_positions"])
             if "nsp_head" not in params:
                 del outputs["nsp_logits"]

@@ -1,14 +1,19 @@
 """The optimizer recipe (weight-decay mask, schedule, LAMB) and gradient accumulation."""
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from bert_jax import sharding
 from bert_jax.tasks.pretraining import task_from_run_config
-from bert_jax.training import optimizer, train_step
+from bert_jax.training import optimizer, schedules, train_step
 from bert_jax.models.bert import BertForPreTraining
-from bert_jax.run_config import base_config
+from bert_jax.errors import UserError
+from bert_jax.run_config import base_config, load_run_config
+from bert_jax.run_config.ranges import CHOICES
 from test_training_support import synthetic_batch, tiny_run_config
 
 
@@ -32,12 +37,53 @@ def test_weight_decay_mask_excludes_layer_norm_and_biases():
 
 
 def test_schedule_warms_up_then_decays_as_the_original():
-    schedule = optimizer.warmup_decay_schedule(1e-3, warmup_steps=10, total_steps=100)
+    schedule = schedules.warmup_decay_schedule(1e-3, warmup_steps=10, total_steps=100)
     # By hand: step/10 * peak during warm-up, then peak * (1 - step/100), 0 from step 100.
     expected = {0: 0.0, 5: 5e-4, 9: 9e-4, 10: 9e-4, 50: 5e-4, 99: 1e-5, 100: 0.0, 150: 0.0}
     for step, value in expected.items():
         np.testing.assert_allclose(float(schedule(step)), value, rtol=1e-6, atol=1e-12,
                                    err_msg=f"step {step}")
+
+
+@pytest.mark.parametrize("shape", ["linear", "cosine", "1-sqrt"])
+def test_warmup_stable_decay_schedule_equals_the_formula(shape):
+    peak, warmup, decay, total = 8e-4, 10, 40, 100
+    schedule = schedules.warmup_stable_decay_schedule(peak, warmup, decay, total, shape)
+    left = {"linear": lambda done: 1 - done, "cosine": lambda done: 0.5 * (1 + math.cos(
+        math.pi * done)), "1-sqrt": lambda done: 1 - math.sqrt(done)}[shape]
+
+    def formula(step):  # plain Python: warm-up from 0, the peak, then the decay to 0 at 100
+        if step < warmup:
+            return peak * step / warmup
+        if step < total - decay:
+            return peak
+        return peak * left(min(step - (total - decay), decay) / decay)
+
+    # Each boundary and its neighbours, inside each part, the end and past it.
+    for step in (0, 1, 5, 9, 10, 11, 35, 59, 60, 61, 70, 80, 99, 100, 130):
+        # float32 arithmetic on values of at most the peak: a few roundings of 8e-4.
+        np.testing.assert_allclose(float(schedule(step)), formula(step), rtol=0, atol=1e-9,
+                                   err_msg=f"{shape} at step {step}")
+    assert float(schedule(60)) == np.float32(peak) and float(schedule(100)) == 0.0
+
+
+def test_schedule_and_optimizer_choices_are_checked():
+    config = base_config().optimizer
+    config.update(schedule="wsd", warmup_steps=10, decay_steps=95)
+    with pytest.raises(UserError, match=r"warmup_steps \(10\) \+ optimizer.decay_steps \(95\) "
+                                        r"exceed the schedule's 100 steps"):
+        optimizer.make_optimizer(config, total_steps=100)
+    config.update(decay_steps=20, decay_shape="sqrt")
+    with pytest.raises(UserError, match=r"optimizer.decay_shape must be one of linear, cosine, "
+                                        r"1-sqrt; got 'sqrt'"):
+        optimizer.make_optimizer(config, total_steps=100)
+    config.update(decay_shape="cosine", decouple_learning_rate=True)
+    with pytest.raises(UserError, match="decouple_learning_rate is a StableAdamW option"):
+        optimizer.make_optimizer(config, total_steps=100)
+    assert sorted(schedules.DECAY_SHAPES) == sorted(CHOICES["optimizer.decay_shape"])
+    with pytest.raises(UserError, match=r"optimizer.name must be one of adamw, lamb, "
+                                        r"stable_adamw; got 'adam'"):
+        load_run_config("demo", ["--config.optimizer.name=adam"])
 
 
 def test_lamb_first_step_matches_a_numpy_reference():

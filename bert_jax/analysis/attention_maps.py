@@ -12,6 +12,7 @@ import numpy as np
 
 from bert_jax import inference
 from bert_jax.models.config import BertConfig
+from input_pipeline.tasks import word_labels
 
 
 class TruncationWarning(UserWarning):
@@ -55,7 +56,7 @@ def text_attention(config: BertConfig, params: dict, tokenizer, text: str,
                       stacklevel=2)
     encoded = tokenizer.encode_for_model([item], limit)
     attention = _all_layers_attention(config, params, encoded, limit, batch_size=1)[0]
-    tokens = [tokenizer.id_to_token(int(index)) for index in encoded["input_ids"][0]]
+    tokens = [tokenizer.token_text(int(index)) for index in encoded["input_ids"][0]]
     return TextAttention(tokens, encoded["segment_ids"][0], attention, truncated_from)
 
 
@@ -65,12 +66,6 @@ class SentenceAttention:
     tokens: list[str]  # [CLS] pieces... [SEP]
     word_ids: np.ndarray  # (T,) the word of each token, -1 for [CLS]/[SEP]
     attention: np.ndarray  # (L, H, T, T) float32
-
-
-def _word_pieces(tokenizer, words: Sequence[str]) -> list[list[int]]:
-    """Each word's piece ids; a word the normaliser erases entirely (e.g. a lone
-    zero-width character) becomes [UNK] so every word keeps a position."""
-    return [ids or [tokenizer.unk_id] for ids in tokenizer.encode_batch(list(words))]
 
 
 def _encode_chunk(tokenizer, pieces: list[list[list[int]]]) -> dict[str, np.ndarray]:
@@ -106,13 +101,13 @@ def sentence_attention(config: BertConfig, params: dict, tokenizer,
             length = len(word_ids)
             ids = [tokenizer.cls_id, *[i for word in word_pieces for i in word],
                    tokenizer.sep_id]
-            yield SentenceAttention(item, [tokenizer.id_to_token(i) for i in ids], word_ids,
+            yield SentenceAttention(item, [tokenizer.token_text(i) for i in ids], word_ids,
                                     maps[:, :, :length, :length])
 
     # Several batches per chunk let extract_features sort by length and pad little.
     chunk, chunk_size = [], batch_size * 8
     for item, words in sentences:
-        word_pieces = _word_pieces(tokenizer, words)
+        word_pieces = word_labels.word_pieces(tokenizer, [words])[0]
         length = sum(len(word) for word in word_pieces) + 2
         if length > max_seq_len:
             if on_skip:

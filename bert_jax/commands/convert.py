@@ -41,6 +41,9 @@ A fine-tuned model (`bert-jax finetune`, e.g. WORKDIR/best) becomes, with --to h
 BertForSequenceClassification, BertForTokenClassification (with its label names: id2label,
 label2id) or BertForQuestionAnswering directory, and such Hugging Face directories import
 with their heads and labels.
+The tokenizer travels with the weights: vocab.txt (with tokenizer_config.json), a
+sentencepiece.model, or a tokenizer.json (ModernBERT's byte-level BPE) with its
+tokenizer_config.json and special_tokens_map.json, which transformers' AutoTokenizer reads.
 
 DST is written to a temporary directory and renamed when complete; it must not exist or be
 empty unless --overwrite, and it may not lie inside a training run or contain SRC. Either
@@ -66,18 +69,22 @@ def add_arguments(parser) -> None:
                          "sentence-transformers"), default=None,
         help="format of DST (default: bert-jax when SRC is a Hugging Face directory, else hf)")
     parser.add_argument(
-        "--hf-architecture", choices=("auto", "BertForPreTraining", "BertForMaskedLM", "BertModel"),
+        "--hf-architecture", choices=("auto", "BertForPreTraining", "BertForMaskedLM", "BertModel",
+                                      "ModernBertForMaskedLM", "ModernBertModel"),
         default="auto",
         help="with --to hf: which transformers class the files are laid out for, so that it "
              "loads with no unexpected keys (default auto: BertForPreTraining when the model "
-             "has both pre-training heads, BertForMaskedLM with only the MLM head, else BertModel)")
+             "has both pre-training heads, BertForMaskedLM with only the MLM head, else "
+             "BertModel; a ModernBERT model: ModernBertForMaskedLM with its MLM head, else "
+             "ModernBertModel; a fine-tuned model: its task's class)")
     parser.add_argument(
         "--platforms", default=",".join(DEFAULT_PLATFORMS), metavar="LIST",
         help="with --to saved-model: comma-separated platforms to lower for, a subset of "
              "cpu,cuda,rocm,tpu (default %(default)s)")
     parser.add_argument(
-        "--vocab", default=None, metavar="VOCAB_TXT",
-        help="vocab.txt to ship with DST when SRC has none beside its weights")
+        "--vocab", default=None, metavar="VOCAB",
+        help="the tokenizer to ship with DST when SRC has none beside its weights: vocab.txt, "
+             "a SentencePiece .model, a tokenizer.json, or a directory holding one")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace DST if it exists and is not empty")
 
@@ -96,9 +103,12 @@ def run(args) -> int:
     target = args.to or ("bert-jax" if kind == "huggingface" else "hf")
     vocab_path = args.vocab or source.vocab_path
     if vocab_path is None:
-        raise UserError(f"{args.source}: no vocab.txt beside the weights; pass the vocabulary "
-                        "(--vocab)")
+        from input_pipeline.vocabulary_files import no_tokenizer_error
+        raise UserError(f"{no_tokenizer_error(source.metadata_directory, args.source)}; pass "
+                        "one with --vocab")
     config = source.config()
+    if target in ("tf-checkpoint", "saved-model"):
+        model_writers.refuse_other_families(config, f"--to {target}")
     tokenizer = model_source.checked_tokenizer(vocab_path, config, args.source)
     if tokenizer.vocab_size != config.vocab_size:
         raise UserError(f"{vocab_path}: {tokenizer.vocab_size} tokens, but the model's "

@@ -19,8 +19,10 @@ of shards serves any masking rate. The mask, pair and dupe flags do not apply to
 
 Input: files in BERT format (one sentence per line, a blank line between documents),
 plain prose (--format prose), .gz files, globs, or a prepared TFDS dataset as
-tfds:NAME[:SPLIT] (with --tfds-data-dir). Inputs, the vocabulary and the output directory
-may be gs:// paths.
+tfds:NAME[:SPLIT] (with --tfds-data-dir). The vocabulary is a vocab.txt, a SentencePiece
+model or a tokenizer.json (each sentence tokenized as transformers' AutoTokenizer does);
+manifest.json records its fingerprint, and training refuses shards made with another.
+Inputs, the vocabulary and the output directory may be gs:// paths.
 
 examples:
   bert-jax create-data --input ../shared/data/corpus/war_and_peace.bert.txt --vocab vocab/ \
@@ -44,7 +46,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--input", nargs="+", required=True, metavar="PATTERN",
                         help="input files, globs (quote them) or tfds:NAME[:SPLIT] specs")
     parser.add_argument("--vocab", required=True,
-                        help="vocab.txt, a SentencePiece .model, or a directory holding one")
+                        help="vocab.txt, a SentencePiece .model, a tokenizer.json (e.g. "
+                             "ModernBERT's byte-level BPE), or a directory holding one (a "
+                             "model directory: its own tokenizer)")
     parser.add_argument("--output-dir", required=True,
                         help="directory for the shards and manifest.json (created if needed)")
     parser.add_argument("--num-shards", type=int, default=16,

@@ -35,6 +35,9 @@ def run(args) -> int:
         predictions = model.fill_mask(text, args.top_k)
         print(text)
         for number, candidates in enumerate(predictions, start=1):
-            shown = "  ".join(f"{token} {probability:.4f}" for token, probability in candidates)
+            # A byte-level BPE's word starts with its space (" Paris"): shown without it, and
+            # a token of whitespace alone by its repr.
+            shown = "  ".join(f"{token.strip() or repr(token)} {probability:.4f}"
+                              for token, probability in candidates)
             print(f"  [MASK] {number}: {shown}")
     return 0

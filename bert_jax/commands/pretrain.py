@@ -31,7 +31,8 @@ Where the starting state comes from, in this order:
 Phase 2 of a two-phase run uses phase 1's WORKDIR with a config whose data or seq_len
 differ: the step count and schedule continue, the new data starts at its beginning.
 
-WORKDIR receives model_config.json, vocab.txt, run_config.json, checkpoints/<step>/
+WORKDIR receives model_config.json, the vocabulary (vocab.txt, sentencepiece.model or
+tokenizer.json, with its tokenizer_config.json), run_config.json, checkpoints/<step>/
 {params,opt_state,meta} (orbax; saved every checkpoint.every_steps in the background,
 the last checkpoint.keep kept, and on SIGTERM or a first Ctrl-C before exiting; a second
 Ctrl-C exits at once) and tensorboard/. One run at a time: a second run on the same

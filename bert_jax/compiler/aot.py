@@ -20,6 +20,7 @@ from typing import Any
 from bert_jax.compiler import aot_collectives, aot_hlo
 from bert_jax.compiler.aot_hlo import COLLECTIVES
 from bert_jax.models.config import BERT_VOCAB_SIZE, BertConfig
+from bert_jax.models.families import config_from_dict
 from bert_jax.errors import UserError
 from launch.tpu_types import GIB, TpuGeneration, generation_for_device_kind, GENERATIONS
 
@@ -183,7 +184,7 @@ def resolved_model_config(run_config) -> tuple[BertConfig, bool]:
     substituted = values["vocab_size"] == 0
     if substituted:
         values["vocab_size"] = BERT_VOCAB_SIZE
-    return BertConfig.from_dict(values, source="run config 'model'"), substituted
+    return config_from_dict(values, source="run config 'model'"), substituted
 
 
 def _first(analysis: Any) -> dict:

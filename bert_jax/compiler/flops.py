@@ -1,38 +1,56 @@
-"""Analytic model FLOPs of BERT pre-training, for throughput and model-FLOPs utilisation (MFU).
+"""Analytic model FLOPs of BERT and ModernBERT pre-training, for throughput and model-FLOPs
+utilisation (MFU).
 
 Counts the multiply-adds of the matrix products only (2 FLOPs each), the convention of
 Kaplan et al. (2020) and PaLM's MFU: embedding gathers, LayerNorm, GELU, softmax, dropout
 and the optimizer update are elementwise and excluded. A training step costs 3x the
 forward pass: the backward pass computes two products (input and weight gradients) for
 each forward one. Rematerialisation is not counted (it is hardware work, not model work).
+
+ModernBERT differs in three places: GeGLU's input projection is twice as wide (value and
+gate), a sliding-window layer's query reads at most 2 x window + 1 keys (the model's work,
+whatever a kernel computes beside the band), and there is no pooler or NSP head.
 """
 
-from bert_jax.models.config import BertConfig
+from bert_jax.models.config import BertConfig, ModernBertConfig
 
 
-def attention_core_flops(config: BertConfig, batch_size: int, seq_len: int) -> int:
+def _keys_read(config, layer: int, seq_len: int) -> int:
+    """How many keys a query of `layer` reads in a sequence of `seq_len` tokens."""
+    if isinstance(config, ModernBertConfig) and not config.is_global(layer):
+        return min(seq_len, 2 * config.window + 1)
+    return seq_len
+
+
+def attention_core_flops(config, batch_size: int, seq_len: int) -> int:
     """Forward FLOPs of every layer's attention core, softmax(Q K^T) V: the part a fused
     attention kernel (splash, cuDNN) computes, for a (batch_size, seq_len) batch."""
-    return batch_size * config.num_layers * 2 * 2 * seq_len * seq_len * config.hidden_dim
+    keys = sum(_keys_read(config, layer, seq_len) for layer in range(config.num_layers))
+    return batch_size * 2 * 2 * seq_len * keys * config.hidden_dim
 
 
-def encoder_flops_per_sequence(config: BertConfig, seq_len: int) -> int:
-    """Forward FLOPs of the encoder layers and pooler for one sequence of `seq_len` tokens."""
+def encoder_flops_per_sequence(config, seq_len: int) -> int:
+    """Forward FLOPs of the encoder layers (and BERT's pooler) for one sequence of `seq_len`
+    tokens."""
     hidden, mlp = config.hidden_dim, config.mlp_dim
     projections = 4 * 2 * hidden * hidden  # query, key, value, attention output
-    feed_forward = 2 * 2 * hidden * mlp  # intermediate and output
-    # Scores (T x T per head over head_dim) and the context product: 2 * T * hidden each.
-    attention = 2 * 2 * seq_len * hidden
-    per_token = config.num_layers * (projections + feed_forward + attention)
-    pooler = 2 * hidden * hidden
-    return seq_len * per_token + pooler
+    modern = isinstance(config, ModernBertConfig)
+    # BERT: intermediate and output; GeGLU: value and gate, then output.
+    feed_forward = (3 if modern else 2) * 2 * hidden * mlp
+    per_token = config.num_layers * (projections + feed_forward)
+    # Scores (T x keys per head over head_dim) and the context product: 2 * keys * hidden each.
+    attention = sum(2 * 2 * _keys_read(config, layer, seq_len) * hidden
+                    for layer in range(config.num_layers))
+    pooler = 0 if modern else 2 * hidden * hidden
+    return seq_len * (per_token + attention) + pooler
 
 
-def heads_flops_per_sequence(config: BertConfig, max_predictions: int) -> int:
-    """Forward FLOPs of the masked-LM head on `max_predictions` positions and the NSP head."""
+def heads_flops_per_sequence(config, max_predictions: int) -> int:
+    """Forward FLOPs of the masked-LM head on `max_predictions` positions and the NSP head
+    (BERT's pre-training has one; ModernBERT's has none)."""
     hidden = config.hidden_dim
     per_prediction = 2 * hidden * hidden + 2 * hidden * config.vocab_size  # transform, decoder
-    next_sentence = 2 * hidden * 2
+    next_sentence = 0 if isinstance(config, ModernBertConfig) else 2 * hidden * 2
     return max_predictions * per_prediction + next_sentence
 
 

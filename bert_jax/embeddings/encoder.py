@@ -29,7 +29,7 @@ CHUNK_LINES = 16384
 @dataclasses.dataclass(frozen=True)
 class EmbeddingModel:
     config: BertConfig
-    params: dict  # the `bert` encoder tree, pooler filled in if absent
+    params: dict  # the encoder's tree (inference.encoder_params)
     tokenizer: object
     settings: EmbeddingSettings  # max_seq_len always set
 
@@ -95,15 +95,14 @@ def embedding_model(config: BertConfig, params: dict, tokenizer, settings: Embed
         pooling=tuple(pooling or settings.pooling),
         normalize=settings.normalize if normalize is None else bool(normalize),
         max_seq_len=max_seq_len)
-    bert_params = inference.runnable_params(config, params)["bert"]
-    return EmbeddingModel(config, bert_params, tokenizer, settings)
+    return EmbeddingModel(config, inference.encoder_params(config, params), tokenizer, settings)
 
 
 @functools.partial(jax.jit, static_argnames=("config", "pooling", "normalize"))
-def embed_batch(bert_params: dict, input_ids, segment_ids, input_mask, *, config: BertConfig,
+def embed_batch(encoder: dict, input_ids, segment_ids, input_mask, *, config: BertConfig,
                 pooling: tuple[str, ...], normalize: bool):
     """(B, T) ids -> (B, H * len(pooling)) sentence embeddings."""
-    hidden = inference.encode(bert_params, input_ids, segment_ids, input_mask, config=config,
+    hidden = inference.encode(encoder, input_ids, segment_ids, input_mask, config=config,
                               layers=(config.num_layers,))["hidden_states"][0]  # (B, T, H)
     vectors = pooling_functions.pool(hidden, input_mask, pooling)
     return pooling_functions.normalize(vectors) if normalize else vectors

@@ -1,26 +1,26 @@
-"""Task heads in Hugging Face directories: `BertForSequenceClassification` and
-`BertForTokenClassification` (config.json label fields, the `classifier.*` tensors), and
-`BertForQuestionAnswering` (the `qa_outputs.*` span tensors, two outputs, no labels).
+"""Task heads in Hugging Face directories: sequence and token classifiers (config.json label
+fields, the `classifier.*` tensors) and the span head (two outputs, no labels), of either
+family; each family's module (`hf_bert.py`, `hf_modernbert.py`) names their tensors.
 
-A head is described by a small dict, the same in task.json and here:
+A head is described by a small dict, the same in task.json and here; its "architecture" is
+the head's kind, named by BERT's class (task.json files predate ModernBERT), which a
+ModernBERT export writes as its own class (`hf_modernbert.HEAD_ARCHITECTURES`):
   {"architecture": "BertForSequenceClassification" | "BertForTokenClassification",
    "label_names": [...], "problem_type": "single_label_classification" | "regression",
    "columns": {...}}   (a sentence task's recorded columns, config.json's `bert_jax_columns`)
   {"architecture": "BertForQuestionAnswering"}
 """
 
-from bert_jax.models.config import BertConfig
 from bert_jax.errors import UserError
-from bert_jax.interop.tensor_map import Entry, dense_entries
 
-# architecture -> (the parts its file holds, the encoder's name prefix); HF builds the token
-# head's encoder with add_pooling_layer=False, so it has no pooler.
-ARCHITECTURES = {
-    "BertForSequenceClassification": (("encoder", "pooler", "classifier"), "bert."),
-    "BertForTokenClassification": (("encoder", "classifier"), "bert."),
-    "BertForQuestionAnswering": (("encoder", "qa_outputs"), "bert."),
-}
+SEQUENCE, TOKEN = "BertForSequenceClassification", "BertForTokenClassification"
 SPAN = "BertForQuestionAnswering"  # start and end logits: HF's num_labels = 2, no label names
+KINDS = (SEQUENCE, TOKEN, SPAN)
+# A transformers class -> the head kind it has.
+_KIND_OF = {SEQUENCE: SEQUENCE, TOKEN: TOKEN, SPAN: SPAN,
+            "ModernBertForSequenceClassification": SEQUENCE,
+            "ModernBertForTokenClassification": TOKEN,
+            "ModernBertForQuestionAnswering": SPAN}
 REGRESSION = "regression"
 # The columns a sentence task read (task.json's settings.columns), kept in an exported
 # config.json so that the model reads the same columns when it comes back; transformers
@@ -28,24 +28,12 @@ REGRESSION = "regression"
 COLUMNS_FIELD = "bert_jax_columns"
 
 
-def classifier_entries() -> list[Entry]:
-    return dense_entries(("classifier",), "classifier.weight", "classifier.bias", "classifier",
-                         transposed=True)
-
-
-def classifier_shapes(config: BertConfig, num_labels: int) -> dict:
+def classifier_shapes(config, num_labels: int) -> dict:
     return {("classifier", "kernel"): (config.hidden_dim, num_labels),
             ("classifier", "bias"): (num_labels,)}
 
 
-def head_entries(head: dict) -> list[Entry]:
-    if head["architecture"] == SPAN:
-        return dense_entries(("qa_outputs",), "qa_outputs.weight", "qa_outputs.bias",
-                             "qa_outputs", transposed=True)
-    return classifier_entries()
-
-
-def head_shapes(config: BertConfig, head: dict) -> dict:
+def head_shapes(config, head: dict) -> dict:
     if head["architecture"] == SPAN:
         return {("qa_outputs", "kernel"): (config.hidden_dim, 2), ("qa_outputs", "bias"): (2,)}
     return classifier_shapes(config, len(head["label_names"]))
@@ -66,12 +54,13 @@ def config_fields(head: dict) -> dict:
 def head_from_config(values: dict, source: str) -> dict | None:
     """The head an HF config.json describes, or None for a model without one of ours."""
     architectures = values.get("architectures") or []
-    if not architectures or architectures[0] not in ARCHITECTURES:
+    if not architectures or architectures[0] not in _KIND_OF:
         return None
-    if architectures[0] == SPAN:
+    kind = _KIND_OF[architectures[0]]
+    if kind == SPAN:
         outputs = values.get("num_labels", len(values.get("id2label") or {}) or 2)
         if outputs != 2:
-            raise UserError(f"{source}: a BertForQuestionAnswering with {outputs} outputs "
+            raise UserError(f"{source}: a {architectures[0]} with {outputs} outputs "
                             "(num_labels); expected 2 (span start and end)")
         return dict(architecture=SPAN)
     id2label = values.get("id2label") or {}
@@ -84,5 +73,4 @@ def head_from_config(values: dict, source: str) -> dict | None:
     problem_type = values.get("problem_type") or (
         REGRESSION if num_labels == 1 else "single_label_classification")
     columns = {"columns": values[COLUMNS_FIELD]} if COLUMNS_FIELD in values else {}
-    return dict(architecture=architectures[0], label_names=names, problem_type=problem_type,
-                **columns)
+    return dict(architecture=kind, label_names=names, problem_type=problem_type, **columns)

@@ -4,9 +4,11 @@
 kind once (interop/source_kinds.py); the `ModelSource` it returns is what the commands, the
 Python API and the trainer receive instead of the path. It reads each of the model's files
 at most once: `config()` its model config (an HF config.json is parsed once and shared with
-the task head it describes), `tokenizer()` its vocabulary, `task_info()` what a fine-tuned
-model was trained for, and `load()` its weights, as a `LoadedModel` that stays the one copy
-while anything holds it. Every source may be local or `gs://` (through `bert_jax/storage/files.py`).
+the task head it describes), `tokenizer()` its tokenizer (vocab.txt, sentencepiece.model or
+a ModernBERT's tokenizer.json: input_pipeline/vocabulary_files.py's TOKENIZER_FILES),
+`task_info()` what a fine-tuned model was trained for, and `load()` its weights, as a
+`LoadedModel` that stays the one copy while anything holds it. Every source may be local or
+`gs://` (through `bert_jax/storage/files.py`).
 
     source = model_source.resolve("sentence-transformers/all-MiniLM-L6-v2")
     source.config().hidden_dim         # 384, without reading the weights
@@ -20,8 +22,9 @@ import weakref
 from bert_jax.storage import files
 from bert_jax.errors import UserError
 from bert_jax.interop import source_kinds
-from bert_jax.interop.source_kinds import MODEL_CONFIG, TASK_INFO, VOCAB
+from bert_jax.interop.source_kinds import MODEL_CONFIG, TASK_INFO
 from bert_jax.models.config import BertConfig
+from bert_jax.models.families import config_from_dict
 
 # The file each kind keeps its model config in (a training step: its run's).
 _CONFIG_FILES = {"huggingface": "config.json", "tf-checkpoint": "bert_config.json"}
@@ -53,9 +56,10 @@ class ModelSource:
     name: str  # what the user gave (a path or a Hub name), for messages and run configs
     directory: str  # the model's directory (a Hub name's snapshot)
     kind: str  # 'huggingface', 'bert-jax', 'tf-checkpoint', 'training-run', 'training-step'
-    metadata_directory: str  # where its config, vocab.txt and task.json are (a step: its run's)
+    metadata_directory: str  # where its config, tokenizer and task.json are (a step: its run's)
     config_path: str  # config.json, bert_config.json or model_config.json
-    vocab_path: str | None  # its vocab.txt; None when it has none
+    # Its tokenizer file: vocab.txt, sentencepiece.model or tokenizer.json; None without one.
+    vocab_path: str | None
     _cache: dict = dataclasses.field(default_factory=dict, init=False, repr=False)
 
     def config(self) -> BertConfig:
@@ -69,7 +73,7 @@ class ModelSource:
             elif self.kind == "tf-checkpoint":
                 config = tf_checkpoint.config_from_original(values, path)
             else:
-                config = BertConfig.from_dict(values, source=path)
+                config = config_from_dict(values, source=path)
             self._cache["config"] = config
         return self._cache["config"]
 
@@ -95,11 +99,13 @@ class ModelSource:
         return self._cache["task_info"]
 
     def tokenizer(self):
-        """The tokenizer of its vocab.txt, built once and checked against the model's size."""
+        """The tokenizer of its vocabulary file, built once and checked against the model's
+        size; a directory without one is an error naming the files looked for."""
+        from input_pipeline.vocabulary_files import no_tokenizer_error
+
         if "tokenizer" not in self._cache:
             if self.vocab_path is None:
-                raise UserError(f"{self.name}: no vocab.txt beside the weights "
-                                f"(in {self.metadata_directory})")
+                raise no_tokenizer_error(self.metadata_directory, self.name)
             self._cache["tokenizer"] = checked_tokenizer(self.vocab_path, self.config(),
                                                          self.name)
         return self._cache["tokenizer"]
@@ -164,12 +170,13 @@ def resolve(path: "str | ModelSource") -> ModelSource:
 def in_directory(directory: str, name: str | None = None) -> ModelSource:
     """The source in `directory`, a path already resolved (no Hub lookup); `name` is what the
     user gave, for messages (default: the directory)."""
+    from input_pipeline.vocabulary_files import tokenizer_file
+
     kind = source_kinds.source_kind(directory)
     metadata = source_kinds.metadata_directory(directory, kind)
     config_path = files.join(metadata, _CONFIG_FILES.get(kind, MODEL_CONFIG))
-    vocab = files.join(metadata, VOCAB)
     return ModelSource(name or directory, directory, kind, metadata, config_path,
-                       vocab if files.exists(vocab) else None)
+                       tokenizer_file(metadata))
 
 
 def checked_tokenizer(vocab_path: str, config: BertConfig, name: str):

@@ -15,10 +15,9 @@ import numpy as np
 
 from bert_jax.storage import files, temporaries
 from bert_jax.errors import UserError
-from bert_jax.interop.source_kinds import CHECKPOINTS, MODEL_CONFIG, PARAMS, TASK_INFO, VOCAB
+from bert_jax.interop.source_kinds import CHECKPOINTS, MODEL_CONFIG, PARAMS, TASK_INFO
 from bert_jax.models.config import BertConfig
-
-TOKENIZER_CONFIG = "tokenizer_config.json"
+from bert_jax.models.families import config_to_dict
 
 
 def _inside_training_run(path: str) -> str | None:
@@ -44,6 +43,13 @@ def _check_destination(destination: str, overwrite: bool, sources: tuple[str, ..
         raise UserError(f"{destination}: exists and is a file; expected a directory path")
     if files.isdir(destination) and files.listdir(destination) and not overwrite:
         raise UserError(f"{destination}: exists and is not empty (pass --overwrite to replace it)")
+
+
+def check_destination(destination: str, overwrite: bool = False,
+                      sources: tuple[str, ...] = ()) -> None:
+    """What `write_directory_atomically` refuses, checked alone: before long work whose
+    output it would refuse only at the end."""
+    _check_destination(files.absolute(destination), overwrite, sources, inside_run=False)
 
 
 def write_directory_atomically(destination: str, fill: Callable[[str], None],
@@ -95,34 +101,23 @@ def _remove_empty(directories: list[str]) -> None:
             return
 
 
-def _write_tokenizer_files(directory: str, tokenizer, settings: dict | None = None) -> None:
-    """vocab.txt and tokenizer_config.json, so the casing (and special tokens read as plain
-    text, if so) travel with the vocabulary."""
-    with open(os.path.join(directory, VOCAB), "w", encoding="utf-8") as file:
-        file.write("".join(f"{token}\n" for token in tokenizer.tokens))
-    values = {"do_lower_case": tokenizer.lowercase}
-    if getattr(tokenizer, "split_special_tokens", False):
-        values["split_special_tokens"] = True
-    with open(os.path.join(directory, TOKENIZER_CONFIG), "w", encoding="utf-8") as file:
-        json.dump({**values, **(settings or {})}, file, indent=2)
-
-
 def save_model(config: BertConfig, params: dict, tokenizer, destination: str,
                overwrite: bool = False, task_info: dict | None = None,
                inside_run: bool = False, sources: tuple[str, ...] = (),
                extra_files: Callable[[str], None] | None = None) -> None:
-    """A bert-jax model directory: model_config.json, vocab.txt, tokenizer_config.json, params/
-    (and task.json for a fine-tuned model); `extra_files(directory)` adds others (a
+    """A bert-jax model directory: model_config.json, the tokenizer's files (vocab.txt or
+    sentencepiece.model or tokenizer.json, with tokenizer_config.json), params/ (and task.json
+    for a fine-tuned model); `extra_files(directory)` adds others (a
     sentence embedding's pooling files) before the directory is renamed into place."""
     import jax
     import orbax.checkpoint as ocp
 
     def fill(directory: str) -> None:
         with open(os.path.join(directory, MODEL_CONFIG), "w", encoding="utf-8") as file:
-            json.dump(config.to_dict(), file, indent=2)
+            json.dump(config_to_dict(config), file, indent=2)
         if task_info is not None:
             write_task_info(directory, task_info)
-        _write_tokenizer_files(directory, tokenizer)
+        tokenizer.save(directory)
         checkpointer = ocp.StandardCheckpointer()
         checkpointer.save(os.path.join(directory, PARAMS), jax.tree.map(np.asarray, params))
         checkpointer.wait_until_finished()
@@ -155,8 +150,8 @@ def export_huggingface(config: BertConfig, params: dict, tokenizer, destination:
 
     def fill(directory: str) -> None:
         written.append(huggingface.write_directory(
-            config, params, directory, tokenizer.pad_id, architecture, head))
-        _write_tokenizer_files(directory, tokenizer, huggingface.tokenizer_settings(config))
+            config, params, directory, tokenizer, architecture, head))
+        tokenizer.save(directory, huggingface.tokenizer_settings(config))
         if extra_files:
             extra_files(directory)
 
@@ -164,20 +159,30 @@ def export_huggingface(config: BertConfig, params: dict, tokenizer, destination:
     return written[0]
 
 
+def refuse_other_families(config, target: str) -> None:
+    """A one-line error, before anything is written, for a model `target` cannot hold:
+    formats written for BERT alone."""
+    if not isinstance(config, BertConfig):
+        family = config_to_dict(config)["family"]
+        raise UserError(f"{target} holds BERT models only; this is a {family} model: export "
+                        "it with --to hf (transformers) or --to bert-jax")
+
+
 def export_tf_checkpoint(config: BertConfig, params: dict, tokenizer, destination: str,
                          overwrite: bool = False, sources: tuple[str, ...] = ()) -> list[str]:
     """An original google-research/bert checkpoint directory; returns the parts written.
 
     bert_model.ckpt.{index,data-00000-of-00001}, bert_config.json and vocab.txt, as in the
-    released checkpoints' zip files.
+    released checkpoints' zip files (a tokenizer.json model's tokenizer files instead).
     """
     from bert_jax.interop import tf_checkpoint
 
+    refuse_other_families(config, "an original google-research/bert TF checkpoint")
     written = []
 
     def fill(directory: str) -> None:
         written.extend(tf_checkpoint.write_directory(config, params, directory))
-        _write_tokenizer_files(directory, tokenizer)
+        tokenizer.save(directory)
 
     write_directory_atomically(destination, fill, overwrite, sources)
     return written
@@ -189,6 +194,7 @@ def export_saved_model(config: BertConfig, params: dict, tokenizer, destination:
     """A TensorFlow SavedModel of the model (see interop/saved_model.py); returns its signatures."""
     from bert_jax.interop import saved_model
 
+    refuse_other_families(config, "the SavedModel export (its signatures are BERT's)")
     written = []
 
     def fill(directory: str) -> None:

@@ -15,7 +15,8 @@ Signatures (int32 inputs of shape [batch, seq]: `input_ids`, `input_mask`, `segm
   - `pretraining` (models with the masked-LM head) also takes `masked_lm_positions` [batch,
     predictions] -> `mlm_logits` [batch, predictions, vocab] and, with the next-sentence
     head, `nsp_logits` [batch, 2], as the original run_pretraining.py computes them.
-The vocabulary travels as the asset `vocab.txt`, with a `do_lower_case` variable.
+The vocabulary travels as the asset `vocab.txt` (a tokenizer.json model's: `tokenizer.json`),
+with a `do_lower_case` variable.
 
 TensorFlow is imported only inside the functions (the input pipeline owns TensorFlow; this
 writer is the interop exception, like the checkpoint reader).
@@ -87,6 +88,18 @@ def _pretraining_function(config: BertConfig, with_nsp: bool):
     return pretraining
 
 
+def pretraining_params(config: BertConfig, params: dict) -> dict:
+    """`params` with zeros for an absent pooler or NSP head, so BertForPreTraining can be
+    applied: a BertForMaskedLM file has neither, and its MLM logits do not depend on them."""
+    from bert_jax.inference import encoder_params
+
+    completed = {**params, "bert": encoder_params(config, params)}
+    if "nsp_head" not in params:
+        completed["nsp_head"] = dict(kernel=np.zeros((config.hidden_dim, 2), np.float32),
+                                     bias=np.zeros((2,), np.float32))
+    return completed
+
+
 def _variables(tree: dict):
     """The params tree as non-trainable float32 tf.Variables named by their path."""
     import jax
@@ -129,14 +142,12 @@ def write_directory(config: BertConfig, params: dict, directory: str, tokenizer,
     """
     import tensorflow as tf
 
-    from bert_jax.inference import runnable_params
-
     tensor_map.refuse_unknown_heads(params, HEAD_PARTS, "the SavedModel export")
     parts = tensor_map.present_parts(params)
     module = tf.Module()
     # The pre-training signature's module needs every part: zeros stand in for an absent
     # pooler or NSP head, and their outputs are not exposed.
-    module.params = _variables(runnable_params(config, params) if "mlm_head" in parts
+    module.params = _variables(pretraining_params(config, params) if "mlm_head" in parts
                                else params)
     signatures = {"serving_default": _signature(
         _encoder_function(config, parts), module.params, config, platforms)}
@@ -148,9 +159,10 @@ def write_directory(config: BertConfig, params: dict, directory: str, tokenizer,
         setattr(module, name, function)
     module.do_lower_case = tf.Variable(tokenizer.lowercase, trainable=False, name="do_lower_case")
     with tempfile.TemporaryDirectory() as scratch:
+        tokenizer.save(scratch)
         vocab_path = os.path.join(scratch, "vocab.txt")
-        with open(vocab_path, "w", encoding="utf-8") as file:
-            file.write("".join(f"{token}\n" for token in tokenizer.tokens))
+        if not os.path.exists(vocab_path):
+            vocab_path = os.path.join(scratch, "tokenizer.json")
         module.vocab_file = tf.saved_model.Asset(vocab_path)
         tf.saved_model.save(module, directory, signatures=signatures)
     return sorted(signatures)

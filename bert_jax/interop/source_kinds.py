@@ -14,19 +14,25 @@ from bert_jax.errors import UserError
 MODEL_CONFIG = "model_config.json"
 PARAMS = "params"
 CHECKPOINTS = "checkpoints"
-VOCAB = "vocab.txt"
 # What a fine-tuned model was trained for: {"task", "settings", "head", "max_seq_len"}.
 TASK_INFO = "task.json"
 
 
-def latest_step_directory(work_directory: str) -> str:
-    """checkpoints/<step> of the highest finished step (orbax's temporary names are not ints)."""
+def finished_steps(work_directory: str) -> list[int]:
+    """The steps of a training run's finished checkpoints, in order (orbax's temporary names,
+    of checkpoints still being written, are not integers)."""
     root = files.join(work_directory, CHECKPOINTS)
-    steps = [int(name) for name in files.listdir(root)
-             if name.isdigit() and files.isdir(files.join(root, name, PARAMS))]
+    return sorted(int(name) for name in files.listdir(root)
+                  if name.isdigit() and files.isdir(files.join(root, name, PARAMS)))
+
+
+def latest_step_directory(work_directory: str) -> str:
+    """checkpoints/<step> of the highest finished step."""
+    steps = finished_steps(work_directory)
+    root = files.join(work_directory, CHECKPOINTS)
     if not steps:
         raise UserError(f"{root}: this training run has no finished checkpoint yet")
-    return files.join(root, str(max(steps)))
+    return files.join(root, str(steps[-1]))
 
 
 def source_kind(path: str) -> str:
@@ -63,6 +69,6 @@ def _step_run_directory(step_directory: str) -> str:
 
 
 def metadata_directory(path: str, kind: str) -> str:
-    """Where the model at `path` (of source `kind`) keeps its model config, vocab.txt and
+    """Where the model at `path` (of source `kind`) keeps its model config, tokenizer and
     task.json: its training run's directory for one step of a run, else `path` itself."""
     return _step_run_directory(path) if kind == "training-step" else path

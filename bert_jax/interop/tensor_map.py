@@ -1,13 +1,14 @@
 """Table-driven conversion between the bert-jax parameter tree and flat dicts of named tensors.
 
-Each foreign format (`huggingface.py`, `tf_checkpoint.py`) lists one `Entry` per tensor: where
+Each foreign format (`hf_bert.py`, `hf_modernbert.py`, `tf_checkpoint.py`) lists one `Entry` per tensor: where
 it sits in our tree, its foreign name and how its layout differs. This module applies such a
 table in either direction, and names every tensor that is missing, unknown or misshapen, so
 the formats' own files hold names and nothing else.
 
 A model is made of parts that a file holds whole or not at all: the encoder (always), the
-pooler, the masked-LM head, the next-sentence head and a task head such as the
-sequence classifier (`bert_jax/models/bert_heads.py`).
+pooler, the masked-LM head, the next-sentence head, ModernBERT's prediction `head` (shared
+by its masked-LM and task models) and a task head such as the sequence classifier
+(`bert_jax/models/bert_heads.py`, `modernbert_heads.py`).
 """
 
 import dataclasses
@@ -16,11 +17,10 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-from bert_jax.models.config import BertConfig
 from bert_jax.errors import UserError
 
-PARTS = ("encoder", "pooler", "mlm_head", "nsp_head", "classifier", "qa_outputs")
-HEADS = ("mlm_head", "nsp_head", "classifier", "qa_outputs")  # top-level keys of params
+PARTS = ("encoder", "pooler", "head", "mlm_head", "nsp_head", "classifier", "qa_outputs")
+HEADS = ("head", "mlm_head", "nsp_head", "classifier", "qa_outputs")  # top-level keys of params
 
 # How a tensor's layout differs from ours.
 COPY = "copy"  # same shape (embedding tables, LayerNorm vectors)
@@ -83,51 +83,54 @@ def from_foreign(tensor: np.ndarray, entry: Entry, shape: tuple[int, ...], sourc
     return np.ascontiguousarray(matrix.reshape(shape), dtype=np.float32)
 
 
-def parameter_shapes(config: BertConfig) -> dict[tuple[str, ...], tuple[int, ...]]:
-    """Every BertForPreTraining parameter's path and shape, traced without allocating."""
+def parameter_shapes(config) -> dict[tuple[str, ...], tuple[int, ...]]:
+    """Every parameter's path and shape in the config's richest model without a task head
+    (BERT: BertForPreTraining; ModernBERT: its masked-LM model), traced without allocating."""
     import flax
     import jax
     import jax.numpy as jnp
 
-    from bert_jax.models.bert import BertForPreTraining
+    from bert_jax.models.families import family_of
 
+    family = family_of(config)
+    model = (family.pretraining_model(config) if family.pretraining_class
+             else family.masked_lm_model(config))
     ids = jnp.zeros((1, 1), jnp.int32)
-    abstract = jax.eval_shape(
-        lambda: BertForPreTraining(config).init(jax.random.key(0), ids, ids, ids, ids))
+    abstract = jax.eval_shape(lambda: model.init(jax.random.key(0), ids, ids, ids, ids))
     flat = flax.traverse_util.flatten_dict(flax.linen.meta.unbox(abstract["params"]))
     return {path: tuple(leaf.shape) for path, leaf in flat.items()}
 
 
-def present_parts(params: Mapping) -> set[str]:
-    """Which parts a params tree holds."""
+def present_parts(params: Mapping, encoder: str = "bert") -> set[str]:
+    """Which parts a params tree holds (its encoder under the family's key `encoder`)."""
     parts = {"encoder"}
-    if "pooler" in params.get("bert", {}):
+    if "pooler" in params.get(encoder, {}):
         parts.add("pooler")
     return parts | {part for part in HEADS if part in params}
 
 
 def refuse_unknown_heads(params: Mapping, known: Iterable[str], target: str,
-                         token_classifier: bool = False) -> None:
+                         token_classifier: bool = False, encoder: str = "bert") -> None:
     """A clear error for a head (a top-level params key) that `target` has no names for.
 
     Without it the head would be dropped silently and the export would look complete.
     """
-    unknown = sorted(set(params) - {"bert", *known})
+    unknown = sorted(set(params) - {encoder, *known})
     if unknown:
         raise UserError(f"the model's head(s) {unknown} have no counterpart in {target}; "
                         f"it can hold only the encoder and {sorted(known)}")
     # heads.py's BertForTokenClassification also names its head `classifier`, on an encoder
     # without the pooler; only the sequence classifier (on the pooled output) is `classifier`.
-    if not token_classifier and "classifier" in params and "pooler" not in params["bert"]:
+    if not token_classifier and "classifier" in params and "pooler" not in params[encoder]:
         raise UserError(f"the model's head 'classifier' scores every position (token "
                         f"classification, no pooler): it has no counterpart in {target}, "
                         "which holds only a sequence classifier on the pooled output")
 
 
 def params_to_tensors(params: Mapping, entries: Iterable[Entry], parts: Iterable[str],
-                      ) -> dict[str, np.ndarray]:
+                      encoder: str = "bert") -> dict[str, np.ndarray]:
     """The foreign tensors of the given parts; every part must be in `params`."""
-    missing = set(parts) - present_parts(params)
+    missing = set(parts) - present_parts(params, encoder)
     if missing:
         raise UserError(f"the model has no {sorted(missing)}, so this format cannot be written")
     tensors = {}
@@ -152,8 +155,8 @@ def tensors_to_params(tensors: Mapping[str, np.ndarray], entries: Iterable[Entry
     known = {entry.name for entry in entries}
     unknown = sorted(set(tensors) - known)
     if unknown:
-        raise UserError(f"{source}: unknown tensor(s) {_shorten(unknown)}; expected a BERT "
-                        "checkpoint (BertModel / BertForMaskedLM / BertForPreTraining)")
+        raise UserError(f"{source}: unknown tensor(s) {_shorten(unknown)}; expected the "
+                        "tensors of the architecture its config names")
     parts = {"encoder"} | {entry.part for entry in entries if entry.name in tensors}
     missing = [entry.name for entry in entries if entry.part in parts and entry.name not in tensors]
     if missing:

@@ -12,7 +12,7 @@ import os
 from bert_jax.storage import files
 from bert_jax.models.config import BertConfig
 from bert_jax.errors import UserError
-from bert_jax.interop import huggingface, tensor_map
+from bert_jax.interop import hf_bert, tensor_map
 from bert_jax.interop.tensor_map import COPY, Entry, dense_entries, norm_entries
 
 CONFIG_NAME = "bert_config.json"
@@ -126,12 +126,12 @@ def read_directory(directory: str, config: BertConfig) -> dict:
 
 def config_from_original(values: dict, source: str) -> BertConfig:
     """A BertConfig from bert_config.json: an HF config.json's keys, without model_type."""
-    return huggingface.config_from_hf({"model_type": "bert", **values}, source)
+    return hf_bert.config_from_hf(values, source)
 
 
 def config_to_original(config: BertConfig) -> dict:
     """bert_config.json's values; `layer_norm_eps` only when it is not the original 1e-12."""
-    values = huggingface.config_to_hf(config, "BertForPreTraining", pad_id=0)
+    values = hf_bert.config_to_hf(config, pad_id=0)
     original = {key: values[key] for key in ORIGINAL_CONFIG_KEYS}
     if config.layer_norm_eps != _ORIGINAL_LAYER_NORM_EPS:
         original["layer_norm_eps"] = config.layer_norm_eps

@@ -67,6 +67,7 @@ def _check_params(config: BertConfig, params: dict, source: str) -> None:
     import flax
 
     from bert_jax.interop.tensor_map import parameter_shapes
+    from bert_jax.models.families import family_of
 
     expected = parameter_shapes(config)
     if "classifier" in params:  # a task head (heads.py): its width is the task's, not the config's
@@ -79,8 +80,9 @@ def _check_params(config: BertConfig, params: dict, source: str) -> None:
     wrong = sorted("/".join(path) + (f" {shape}" if path in expected else " (unknown)")
                    for path, shape in found.items()
                    if path[0] in ours and expected.get(path) != tuple(shape))
+    encoder = family_of(config).encoder_key
     missing = sorted("/".join(path) for path in expected if path not in found
-                     and path[0] == "bert" and path[1] != "pooler")
+                     and path[0] == encoder and path[1] != "pooler")
     if wrong or missing:
         raise UserError(f"{source}: parameters do not fit its model config: unexpected "
                         f"{wrong[:5] or 'none'}, missing {missing[:5] or 'none'}")

@@ -53,8 +53,54 @@ class Precision:
         return cls(**dict(section)) if section else cls()
 
 
+class _EncoderConfig:
+    """What every family's config shares: sizes the rest of bert-jax reads (hidden_dim,
+    num_layers, num_heads, vocab_size, max_positions), the length check and the JSON form."""
+    # Where initial weights are cut, in std units (ModernBERT makes it a field).
+    initializer_cutoff = 2.0
+
+    def _check_heads(self):
+        if self.hidden_dim % self.num_heads:
+            raise UserError(
+                f"model.hidden_dim ({self.hidden_dim}) must be a multiple of "
+                f"model.num_heads ({self.num_heads})")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_dim // self.num_heads
+
+    def check_seq_len(self, seq_len: int, what: str = "--max-seq-len") -> None:
+        """Refuses a length longer than the model's positions (`what` names where it was set).
+
+        Every command that runs this model at a length asks here first: positions past a
+        learned table have no embedding (reading past it gives NaN outputs with no error),
+        and rotary positions past the trained length give outputs no one has checked.
+        """
+        if seq_len > self.max_positions:
+            raise UserError(f"{what} {seq_len} is longer than the model's "
+                            f"{self.max_positions} positions (model.max_positions, HF "
+                            "max_position_embeddings): use a length of at most "
+                            f"{self.max_positions}, or a model with more positions")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any], source: str = "config"):
+        """Builds a config, naming any key that is not a field instead of ignoring it."""
+        known = {field.name for field in dataclasses.fields(cls)}
+        # Files saved before the run-time knobs moved to `Precision` still load.
+        values = {key: value for key, value in values.items() if key not in RUN_TIME_KEYS}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise UserError(
+                f"{source}: unknown model config key(s) {unknown}; expected some of {sorted(known)}")
+        return cls(**values)
+
+
 @dataclasses.dataclass(frozen=True)
-class BertConfig:
+class BertConfig(_EncoderConfig):
+    """BERT (Devlin et al., 2019): post-LayerNorm, learned absolute positions, segments."""
     vocab_size: int = BERT_VOCAB_SIZE  # WordPiece/SentencePiece vocabulary size
     hidden_dim: int = 768  # width of every residual-stream activation
     num_layers: int = 12  # Transformer encoder layers
@@ -68,41 +114,69 @@ class BertConfig:
     initializer_std: float = 0.02  # truncated-normal std of every weight matrix
 
     def __post_init__(self):
-        if self.hidden_dim % self.num_heads:
-            raise UserError(
-                f"model.hidden_dim ({self.hidden_dim}) must be a multiple of "
-                f"model.num_heads ({self.num_heads})")
+        self._check_heads()
+
+
+# ModernBERT's classifier pooling choices (transformers' `classifier_pooling`).
+CLASSIFIER_POOLING = ("cls", "mean")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModernBertConfig(_EncoderConfig):
+    """ModernBERT (Warner et al., 2024): pre-LayerNorm, rotary positions, GeGLU, no biases,
+    global attention every few layers and a sliding window elsewhere. Field by field the
+    transformers `ModernBertConfig` (its name in a comment where ours differs)."""
+    vocab_size: int = 50368  # byte-level BPE vocabulary (a multiple of 64)
+    hidden_dim: int = 768  # hidden_size
+    num_layers: int = 22  # num_hidden_layers
+    num_heads: int = 12  # num_attention_heads; hidden_dim must divide evenly
+    mlp_dim: int = 1152  # intermediate_size: GeGLU's width (Wi projects to twice it)
+    max_positions: int = 8192  # max_position_embeddings: the longest input (rotary, no table)
+    layer_norm_eps: float = 1e-5  # norm_eps
+    norm_bias: bool = False  # LayerNorms with a bias
+    attention_bias: bool = False  # Wqkv and Wo with biases
+    mlp_bias: bool = False  # Wi and Wo with biases
+    decoder_bias: bool = True  # the masked-LM decoder's output bias
+    classifier_bias: bool = False  # the prediction head's dense bias (the classifier has one)
+    global_attention_every: int = 3  # global_attn_every_n_layers: layer i is global iff i % n == 0
+    local_attention: int = 128  # the sliding window in tokens, half on each side
+    global_rope_theta: float = 160000.0  # rope_parameters.full_attention.rope_theta
+    local_rope_theta: float = 10000.0  # rope_parameters.sliding_attention.rope_theta
+    embedding_dropout_rate: float = 0.0  # embedding_dropout
+    attention_dropout_rate: float = 0.0  # attention_dropout: on the probabilities and on Wo's output
+    mlp_dropout_rate: float = 0.0  # mlp_dropout: on GeGLU's output, before Wo
+    classifier_dropout_rate: float = 0.0  # classifier_dropout: before a task head's classifier
+    classifier_pooling: str = "cls"  # sequence classifier input: the [CLS] state or the mean
+    initializer_std: float = 0.02  # initializer_range: std of the input projections, embeddings
+    initializer_cutoff: float = 2.0  # initializer_cutoff_factor: truncation in std units
+
+    def __post_init__(self):
+        self._check_heads()
+        if self.head_dim % 2:
+            raise UserError(f"model.hidden_dim / model.num_heads = {self.head_dim}: rotary "
+                            "positions rotate pairs of dimensions, so a head needs an even size")
+        if self.local_attention <= 0 or self.local_attention % 2:
+            raise UserError(f"model.local_attention (HF local_attention) is "
+                            f"{self.local_attention}: the sliding window must be a positive "
+                            "even number of tokens, half on each side of a token")
+        if self.global_attention_every < 1:
+            raise UserError(f"model.global_attention_every (HF global_attn_every_n_layers) must "
+                            f"be at least 1, got {self.global_attention_every}")
+        if self.classifier_pooling not in CLASSIFIER_POOLING:
+            raise UserError(f"model.classifier_pooling must be one of "
+                            f"{list(CLASSIFIER_POOLING)}, got {self.classifier_pooling!r}")
+
+    def is_global(self, layer: int) -> bool:
+        """Whether layer `layer` (0-based) attends to the whole row or to its window."""
+        return layer % self.global_attention_every == 0
 
     @property
-    def head_dim(self) -> int:
-        return self.hidden_dim // self.num_heads
+    def window(self) -> int:
+        """How far a sliding layer sees on each side: keys with |q - k| <= window."""
+        return self.local_attention // 2
 
-    def check_seq_len(self, seq_len: int, what: str = "--max-seq-len") -> None:
-        """Refuses a length longer than the position table (`what` names where it was set).
-
-        Every command that runs this model at a length asks here first: positions past the
-        table have no embedding, and reading past it gives NaN outputs with no error.
-        """
-        if seq_len > self.max_positions:
-            raise UserError(f"{what} {seq_len} is longer than the model's position table of "
-                            f"{self.max_positions} (model.max_positions, HF "
-                            "max_position_embeddings): use a length of at most "
-                            f"{self.max_positions}, or a model with more positions")
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any], source: str = "config") -> "BertConfig":
-        """Builds a config, naming any key that is not a field instead of ignoring it."""
-        known = {field.name for field in dataclasses.fields(cls)}
-        # Files saved before the run-time knobs moved to `Precision` still load.
-        values = {key: value for key, value in values.items() if key not in RUN_TIME_KEYS}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise UserError(
-                f"{source}: unknown model config key(s) {unknown}; expected some of {sorted(known)}")
-        return cls(**values)
+    def rope_theta(self, layer: int) -> float:
+        return self.global_rope_theta if self.is_global(layer) else self.local_rope_theta
 
 
 # (num_layers, hidden_dim, num_heads); the small ones follow Turc et al. (2019).
@@ -115,13 +189,27 @@ _SIZES = {
     "large": (24, 1024, 16),
 }
 
-PRESET_NAMES = tuple(_SIZES)
+# ModernBERT's sizes (num_layers, hidden_dim, num_heads, mlp_dim): base and large as the
+# paper trained them (Warner et al., 2024, table 1); tiny for laptops and tests.
+_MODERNBERT_SIZES = {
+    "modernbert-tiny": (3, 128, 2, 192),
+    "modernbert-base": (22, 768, 12, 1152),
+    "modernbert-large": (28, 1024, 16, 2624),
+}
+
+PRESET_NAMES = tuple(_SIZES) + tuple(_MODERNBERT_SIZES)
 
 
-def preset(name: str, **overrides: Any) -> BertConfig:
-    """The named size with the feed-forward width at 4 x hidden, then any overrides."""
+def preset(name: str, **overrides: Any):
+    """The named size, then any overrides: a BERT size (feed-forward width 4 x hidden) or a
+    ModernBERT one (`modernbert-*`, its own widths)."""
+    if name in _MODERNBERT_SIZES:
+        num_layers, hidden_dim, num_heads, mlp_dim = _MODERNBERT_SIZES[name]
+        values = dict(num_layers=num_layers, hidden_dim=hidden_dim, num_heads=num_heads,
+                      mlp_dim=mlp_dim, **overrides)
+        return ModernBertConfig.from_dict(values, source=f"preset {name!r}")
     if name not in _SIZES:
-        raise UserError(f"unknown model preset {name!r}; expected one of {list(_SIZES)}")
+        raise UserError(f"unknown model preset {name!r}; expected one of {list(PRESET_NAMES)}")
     num_layers, hidden_dim, num_heads = _SIZES[name]
     values = dict(num_layers=num_layers, hidden_dim=hidden_dim, num_heads=num_heads,
                   mlp_dim=4 * hidden_dim)

@@ -13,7 +13,7 @@ import dataclasses
 import importlib
 
 from bert_jax.errors import UserError
-from bert_jax.models.config import BertConfig
+from bert_jax.models.config import BertConfig, ModernBertConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +80,16 @@ BERT = Family(
     token_classifier_class="BertForTokenClassification",
     question_answering_class="BertForQuestionAnswering")
 
-FAMILIES = {family.name: family for family in (BERT,)}
+MODERNBERT = Family(
+    name="modernbert", config_class=ModernBertConfig, encoder_key="modernbert",
+    modules="bert_jax.models.modernbert", heads="bert_jax.models.modernbert_heads",
+    encoder_class="ModernBertModel", pretraining_class=None,
+    masked_lm_class="ModernBertForMaskedLM",
+    sequence_classifier_class="ModernBertForSequenceClassification",
+    token_classifier_class="ModernBertForTokenClassification",
+    question_answering_class="ModernBertForQuestionAnswering")
+
+FAMILIES = {family.name: family for family in (BERT, MODERNBERT)}
 
 
 def family_of(config) -> Family:

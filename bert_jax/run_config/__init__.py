@@ -28,6 +28,7 @@ OVERRIDE_PREFIX = "--config."
 def base_config(model_preset: str = "base") -> ml_collections.ConfigDict:
     """Every field a run config has, with the original BERT recipe's values; files override."""
     from bert_jax.models.config import preset  # light: a dataclass module
+    from bert_jax.models.families import family_of
 
     config = ml_collections.ConfigDict()
     config.seed = 0  # parameter initialisation, dropout and data order
@@ -35,8 +36,10 @@ def base_config(model_preset: str = "base") -> ml_collections.ConfigDict:
     # mlm_nsp: BERT's masked LM + next sentence on create-data's masked pairs; mlm: masked LM
     # only (ModernBERT) on create-data --objective mlm's rows, masks drawn when rows are read.
     config.objective = "mlm_nsp"  # pre-training objective: mlm_nsp or mlm (masked LM only)
-    # BertConfig fields; vocab_size 0 = the size of data.vocab_path's vocabulary.
-    config.model = ml_collections.ConfigDict(preset(model_preset, vocab_size=0).to_dict())
+    # The preset's config fields (models/config.py); vocab_size 0 = the vocabulary's size.
+    model = preset(model_preset, vocab_size=0)
+    config.model = ml_collections.ConfigDict(model.to_dict())
+    config.model.family = family_of(model).name  # bert or modernbert: whose fields model.* are
     # How this run computes (not part of the saved model: fp32 weights train on in bf16).
     config.precision = ml_collections.ConfigDict()
     config.precision.dtype = "float32"  # activations: float32 or bfloat16
@@ -53,13 +56,18 @@ def base_config(model_preset: str = "base") -> ml_collections.ConfigDict:
     config.init_from = ""  # model dir or training workdir to start from; brings its model.* sizes
     config.batch_size = 256  # global sequences per optimizer step, over all processes
     config.grad_accum_steps = 1  # micro-batches per step (batch_size must divide evenly)
+    # Batch-size warm-up (ModernBERT's): the step starts with fewer micro-batches of the same
+    # size and gains one at a time until grad_accum_steps; one compiled program serves all.
+    config.batch_warmup = ml_collections.ConfigDict()
+    config.batch_warmup.steps = 0  # the batch reaches batch_size at this step; 0 = no warm-up
+    config.batch_warmup.start_batch_size = 0  # sequences per step at step 0; 0 = one micro-batch
     config.num_train_steps = 1_000_000  # this run (or phase) stops after this step
     config.schedule_steps = 0  # learning-rate schedule length; 0 = num_train_steps
 
     config.data = ml_collections.ConfigDict()
     config.data.train_files = ""  # comma-separated TFRecord globs (may be gs://)
     config.data.eval_files = ""  # held-out shards; empty = no evaluation
-    config.data.vocab_path = ""  # vocab.txt the shards were made with
+    config.data.vocab_path = ""  # the shards' vocabulary: vocab.txt, .model or tokenizer.json
     # Unset (None), the shards' manifest.json gives them when the run starts; set, they must
     # equal it (a mismatch is an error naming both). ml_collections takes an int over a None.
     config.data.seq_len = None  # tokens per sequence; None = the shards' manifest (demo: 128)
@@ -75,14 +83,19 @@ def base_config(model_preset: str = "base") -> ml_collections.ConfigDict:
     config.data.demo_vocab_size = 4000  # WordPiece size of that demo vocabulary
 
     config.optimizer = ml_collections.ConfigDict()
-    config.optimizer.name = "adamw"  # adamw (the original) or lamb (large batches)
+    config.optimizer.name = "adamw"  # adamw (the original), lamb (large batches) or stable_adamw
     config.optimizer.learning_rate = 1e-4  # peak learning rate after warm-up
     config.optimizer.warmup_steps = 10_000  # linear warm-up from 0
+    config.optimizer.schedule = "linear"  # linear (BERT's) or wsd: warm-up, stable, then decay
+    config.optimizer.decay_steps = 0  # wsd: the decay takes the schedule's last N steps
+    config.optimizer.decay_shape = "1-sqrt"  # wsd: linear, cosine or 1-sqrt (ModernBERT's)
     config.optimizer.beta1 = 0.9  # decay of the first-moment (mean) estimate
     config.optimizer.beta2 = 0.999  # decay of the second-moment (variance) estimate
     config.optimizer.epsilon = 1e-6  # added to the root of the second moment
     config.optimizer.weight_decay = 0.01  # not on LayerNorm parameters or biases
-    config.optimizer.clip_norm = 1.0  # global gradient-norm clip
+    # stable_adamw: decay x (lr / peak) per step, torch-optimi's decouple_lr (ModernBERT's 1e-5).
+    config.optimizer.decouple_learning_rate = False  # weight decay follows the schedule, not lr
+    config.optimizer.clip_norm = 1.0  # global gradient-norm clip; 0 = none
 
     config.mesh = ml_collections.ConfigDict()
     config.mesh.data = -1  # pure data parallel axis; -1 = the devices left over

@@ -11,7 +11,6 @@ import re
 
 import ml_collections
 
-from bert_jax.models import config as model_config_module
 from bert_jax import run_config
 
 # `config.data.seq_len = 128  # comment` (assignment and comment on one line).
@@ -25,17 +24,19 @@ def _assignment_comments(source: str) -> dict:
             if (match := _ASSIGNMENT.match(line))}
 
 
-def key_comments(config_file: str | None = None, defined_in=()) -> dict:
+def key_comments(config_file: str | None = None, defined_in=(), family: str = "bert") -> dict:
     """{'data.seq_len': 'must match ...', 'model.hidden_dim': ..., ...}; `defined_in`:
-    functions that build a config on top of base_config (finetune's), whose comments win."""
+    functions that build a config on top of base_config (finetune's), whose comments win;
+    `family`: whose model config class documents model.*."""
+    from bert_jax.models.families import FAMILIES
+
     comments = {}
     if config_file:
         with open(config_file, encoding="utf-8") as file:
             comments.update(_assignment_comments(file.read()))
-    for cls in (model_config_module.BertConfig,):
-        for line in inspect.getsource(cls).splitlines():
-            if match := _FIELD.match(line):
-                comments[f"model.{match[1]}"] = match[2]
+    for line in inspect.getsource(FAMILIES[family].config_class).splitlines():
+        if match := _FIELD.match(line):
+            comments[f"model.{match[1]}"] = match[2]
     # The definitions come last, so they win over a file's note about its own value.
     comments.update(_assignment_comments(inspect.getsource(run_config.base_config)))
     for function in defined_in:
@@ -46,7 +47,8 @@ def key_comments(config_file: str | None = None, defined_in=()) -> dict:
 def format_config(config: ml_collections.ConfigDict, config_file: str | None = None,
                   defined_in=()) -> str:
     """One line per key, sorted: `key = value  # comment`, values as Python literals."""
-    comments = key_comments(config_file, defined_in)
+    family = config.model.get("family", "bert") if config.get("model") else "bert"
+    comments = key_comments(config_file, defined_in, family)
     items = sorted(run_config.flatten(config).items())
     width = max(len(f"{key} = {value!r}") for key, value in items)
     lines = []

@@ -10,6 +10,7 @@ typed (`--learning-rate`) instead of the key it set.
 """
 
 from bert_jax.errors import UserError
+from input_pipeline.schema import OBJECTIVES
 
 # key -> (lowest allowed, highest allowed or None, what the key means when out of range).
 _AT_LEAST_ONE = (1, None)
@@ -41,7 +42,10 @@ RANGES = {
     "optimizer.beta2": (0, 1),
     "optimizer.epsilon": (0, None),
     "optimizer.weight_decay": (0, None),
-    "optimizer.clip_norm": (0, None),
+    "optimizer.clip_norm": (0, None),  # 0 = no clip
+    "optimizer.decay_steps": (0, None),
+    "batch_warmup.steps": (0, None),  # 0 = the full batch from the first step
+    "batch_warmup.start_batch_size": (0, None),  # 0 = one micro-batch
     "checkpoint.every_steps": _AT_LEAST_ONE,
     "checkpoint.keep": _AT_LEAST_ONE,
     "eval.every_steps": _AT_LEAST_ONE,
@@ -57,11 +61,20 @@ RANGES = {
     "finetune.length_window": _AT_LEAST_ONE,
 }
 
+# key -> its allowed values (the optimizer's, schedule's and decay's names).
+CHOICES = {
+    "objective": OBJECTIVES,  # pre-training: run_config/objective.py checks the rest
+    "optimizer.name": ("adamw", "lamb", "stable_adamw"),
+    "optimizer.schedule": ("linear", "wsd"),
+    "optimizer.decay_shape": ("linear", "cosine", "1-sqrt"),
+}
+
 
 def check_ranges(values: dict, source: str, names: dict | None = None) -> None:
     """Raises `UserError` naming the first key of `values` (flattened, dotted keys) that is
-    out of its range; keys without a range, or absent, pass. `names` maps a key to what the
-    user typed to set it (`{"optimizer.learning_rate": "--learning-rate"}`)."""
+    out of its range or not one of its CHOICES; keys without either, or absent, pass.
+    `names` maps a key to what the user typed to set it
+    (`{"optimizer.learning_rate": "--learning-rate"}`)."""
     names = names or {}
     for key, (lowest, highest) in RANGES.items():
         if values.get(key) is None:  # absent, or unset until the data fills it in
@@ -71,6 +84,10 @@ def check_ranges(values: dict, source: str, names: dict | None = None) -> None:
             wanted = (f"between {lowest} and {highest}" if highest is not None
                       else f"at least {lowest}")
             raise UserError(f"{source}: {names.get(key, key)} must be {wanted}, got {value!r}")
+    for key, allowed in CHOICES.items():
+        if key in values and values[key] not in allowed:
+            raise UserError(f"{source}: {names.get(key, key)} must be one of "
+                            f"{', '.join(allowed)}; got {values[key]!r}")
     if None not in (values.get("data.max_predictions"), values.get("data.seq_len")) and (
             values["data.max_predictions"] > values["data.seq_len"]):
         raise UserError(f"{source}: data.max_predictions ({values['data.max_predictions']}) "
@@ -78,12 +95,19 @@ def check_ranges(values: dict, source: str, names: dict | None = None) -> None:
 
 
 def check_sections(config, source: str) -> None:
-    """Builds the `model` and `precision` sections as the trainer will, so what their own
-    checks refuse (precision.dtype float16, a hidden_dim that is not a multiple of num_heads)
-    is refused when the config is built: before a command writes demo data or run files."""
-    from bert_jax.models.config import BertConfig, Precision
+    """Builds the `model`, `precision` and `batch_warmup` sections as the trainer will, so
+    what their own checks refuse (precision.dtype float16, a hidden_dim that is not a
+    multiple of num_heads, a warm-up batch that is not whole micro-batches) is refused when
+    the config is built: before a command writes demo data or run files."""
+    from bert_jax.models.config import Precision
+    from bert_jax.models.families import config_from_dict
+    from bert_jax.training import batch_warmup
 
     if config.get("precision") is not None:
         Precision.from_run_config(config)
     if config.get("model") is not None:
-        BertConfig.from_dict(dict(config.model), source=f"{source}: model")
+        config_from_dict(dict(config.model), source=f"{source}: model")
+    try:
+        batch_warmup.from_run_config(config)
+    except UserError as error:
+        raise UserError(f"{source}: {error}") from None

@@ -3,8 +3,8 @@
 `prepare_data` resolves a run config's data section without changing it: it builds the demo
 shards if asked, takes the vocabulary of `init_from` (whose path the caller found, having
 resolved the model), reads the lengths and packing the shards were made with, sizes the
-model's vocabulary from vocab.txt and refuses shards made with another vocabulary or for
-another objective (objective mlm: data.max_predictions is the slots of its masking
+model's vocabulary from its vocabulary file and refuses shards made with another vocabulary
+or for another objective (objective mlm: data.max_predictions is the slots of its masking
 schedule, not the shards'). It returns the settings it derived; the caller applies them
 (`apply_settings`) before the trainer starts, so run_config.json records them.
 `reader_factory` opens the shard reader per process. `prepare_run` does all of it for
@@ -45,14 +45,15 @@ def _read_time_masks(data, split: str, tokenizer, objective: str) -> dict:
     if objective == "mlm":
         schedule = (masking_schedule.schedule_of(data) if split == "train"
                     else masking_schedule.MaskingSchedule((data.masking_rate,)))
+        # Never a special token, [MASK] written in the text included (transformers' collator
+        # skips every special token too).
         return dict(objective="mlm", masking_schedule=schedule,
                     vocab_size=tokenizer.vocab_size, mask_id=tokenizer.mask_id,
-                    special_ids=(tokenizer.pad_id, tokenizer.cls_id, tokenizer.sep_id,
-                                 tokenizer.mask_id))
+                    special_ids=tuple(sorted({*tokenizer.special_ids, tokenizer.mask_id})))
     if data.dynamic_masking and split == "train":
         return dict(dynamic_masking=True, vocab_size=tokenizer.vocab_size,
                     mask_id=tokenizer.mask_id, masked_lm_prob=data.masking_rate,
-                    special_ids=(tokenizer.pad_id, tokenizer.cls_id, tokenizer.sep_id))
+                    special_ids=tokenizer.special_ids)
     return {}
 
 
@@ -202,7 +203,8 @@ def _vocab_size(data, model_vocab_size: int, log, objective: str = "mlm_nsp"):
     """(tokenizer, vocab_size) of data.vocab_path, (None, the model's) without one."""
     if not data.vocab_path:
         if not model_vocab_size:
-            raise UserError("set data.vocab_path (the vocab.txt the shards were made with)")
+            raise UserError("set data.vocab_path (the vocabulary the shards were made with: "
+                            "vocab.txt, a SentencePiece .model or a tokenizer.json)")
         if data.dynamic_masking or objective == "mlm":
             needs = "objective mlm" if objective == "mlm" else "data.dynamic_masking"
             raise UserError(f"{needs} needs data.vocab_path: the [MASK] id, the "
@@ -223,7 +225,7 @@ def prepare_data(run_config, log=print,
                  init_vocab_path: Callable[[], str | None] | None = None) -> PreparedData:
     """Resolves the demo data, the shapes, the packing, the vocabulary and vocab_size.
 
-    `init_vocab_path()`: the vocab.txt of `init_from`'s model, or None if it has none;
+    `init_vocab_path()`: the vocabulary file of `init_from`'s model, or None if it has none;
     asked only when data.vocab_path is unset (continued pre-training keeps its
     vocabulary). The run config is left as it is: the settings come back, to be applied by
     the caller.

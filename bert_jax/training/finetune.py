@@ -19,6 +19,7 @@ import jax
 import ml_collections
 import numpy as np
 
+from bert_jax.models.families import config_to_dict
 from bert_jax.storage import files, json_values
 from bert_jax import sharding
 from bert_jax.errors import UserError
@@ -45,7 +46,7 @@ def run_config_for(model_config, settings: Settings, overrides=()) -> ml_collect
     Its values go through the same range check as a pre-training config's; an error names
     the flag (or `--config.KEY`) that set the value."""
     config = base_config()
-    config.model = ml_collections.ConfigDict(model_config.to_dict())
+    config.model = ml_collections.ConfigDict(config_to_dict(model_config))
     config.seed = settings.seed
     config.batch_size = settings.batch_size
     config.data.seq_len = settings.max_seq_len

@@ -16,7 +16,8 @@ import numpy as np
 
 from bert_jax.errors import UserError
 from bert_jax.models.config import BertConfig
-from bert_jax.run_config.init_from import ARCHITECTURE
+from bert_jax.models.families import family_of
+from bert_jax.run_config.init_from import architecture_fields
 from bert_jax.training import train_step as train_step_lib
 
 
@@ -53,7 +54,10 @@ def load_init_weights(init_weights: Callable | None, init_from: str, model_confi
                              "given: the caller loads the model it names")
         return None
     weights = init_weights()
-    for key in ARCHITECTURE:
+    if type(weights.config) is not type(model_config):
+        raise UserError(f"init_from {weights.name}: it is a {family_of(weights.config).name} "
+                        f"model, the run's model is {family_of(model_config).name}")
+    for key in architecture_fields(model_config):
         if getattr(weights.config, key) != getattr(model_config, key):
             raise UserError(f"init_from {weights.name}: its {key} is "
                             f"{getattr(weights.config, key)} but the run's model.{key} is "

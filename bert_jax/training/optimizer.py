@@ -1,8 +1,10 @@
-"""BERT's optimizers: AdamW (Devlin et al., 2019) and LAMB (You et al., 2019) for large batches.
+"""BERT's optimizers: AdamW (Devlin et al., 2019), LAMB (You et al., 2019) for large batches,
+and StableAdamW (Wortsman et al., 2023; ModernBERT's, `stable_adamw.py`).
 
-Both clip the global gradient norm to `clip_norm` first, decay every weight except
-LayerNorm parameters and biases (as the original's `exclude_from_weight_decay`), and
-follow the original's learning-rate schedule (`warmup_decay_schedule`).
+Each clips the global gradient norm to `clip_norm` first (0: no clip; StableAdamW clips its
+step per tensor by itself), decays every weight except normalisation parameters and biases
+(as the original's `exclude_from_weight_decay`), and follows the learning-rate schedule the
+config names (`schedules.py`: BERT's linear warm-up and decay, or warmup-stable-decay).
 
 Unlike the original TF `AdamWeightDecayOptimizer`, Adam's moments are bias-corrected, as in
 PyTorch's `AdamW` and `optax.adamw`; with thousands of warm-up steps the two differ only in
@@ -12,27 +14,12 @@ the first few updates.
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import optax
 
 from bert_jax.errors import UserError
-
-OPTIMIZERS = ("adamw", "lamb")
-
-
-def warmup_decay_schedule(peak_learning_rate: float, warmup_steps: int,
-                          total_steps: int) -> optax.Schedule:
-    """The original BERT schedule: linear warm-up from 0, linear decay to 0 at `total_steps`.
-
-    As in google-research/bert `optimization.py`, the decay is counted from step 0, so just
-    after warm-up the rate is peak * (1 - warmup / total), not the peak.
-    """
-    def schedule(step):
-        step = jnp.asarray(step, jnp.float32)
-        warmup = peak_learning_rate * step / max(warmup_steps, 1)
-        decay = peak_learning_rate * jnp.maximum(1.0 - step / total_steps, 0.0)
-        return jnp.where(step < warmup_steps, warmup, decay)
-    return schedule
+from bert_jax.run_config.ranges import check_ranges
+from bert_jax.training.schedules import make_schedule
+from bert_jax.training.stable_adamw import stable_adamw
 
 
 def map_parameter_paths(function, params: Any) -> Any:
@@ -45,11 +32,12 @@ def map_parameter_paths(function, params: Any) -> Any:
 
 
 def decay_mask(params: Any) -> Any:
-    """True for weights that get weight decay: everything but LayerNorm parameters and biases."""
+    """True for weights that get weight decay: everything but normalisation parameters (any
+    module named *norm*: BERT's LayerNorms, a pre-norm encoder's final norm) and biases."""
     def decays(names):
-        is_layer_norm = any("layer_norm" in name for name in names)
+        is_norm = any("norm" in name for name in names)
         is_bias = names[-1] in ("bias", "output_bias")
-        return not (is_layer_norm or is_bias)
+        return not (is_norm or is_bias)
     return map_parameter_paths(decays, params)
 
 
@@ -75,20 +63,34 @@ def make_optimizer(config, total_steps: int, trainable: Any = None
     `trainable(path) -> bool` (path: the parameter's names, e.g. ('bert', 'layer_0', ...);
     None: everything trains) freezes the others: no update, no decay, no optimizer slots.
     """
-    if config.name not in OPTIMIZERS:
-        raise UserError(f"optimizer.name must be one of {list(OPTIMIZERS)}, got {config.name!r}")
-    schedule = warmup_decay_schedule(config.learning_rate, config.warmup_steps, total_steps)
-    if config.name == "adamw":
-        update = optax.adamw(schedule, b1=config.beta1, b2=config.beta2, eps=config.epsilon,
-                             weight_decay=config.weight_decay, mask=decay_mask)
-    else:
-        update = optax.lamb(schedule, b1=config.beta1, b2=config.beta2, eps=config.epsilon,
-                            weight_decay=config.weight_decay, mask=decay_mask)
-    transform = optax.chain(named(optax.clip_by_global_norm(config.clip_norm), CLIPPING),
-                            named(update, UPDATE))
+    check_ranges({f"optimizer.{key}": value for key, value in config.items()},
+                 source="run config")
+    schedule = make_schedule(config, total_steps)
+    transform = optax.chain(named(_clipping(config.clip_norm), CLIPPING),
+                            named(_update(config, schedule), UPDATE))
     if trainable is not None:
         transform = optax.multi_transform(
             {"train": transform, "freeze": optax.set_to_zero()},
             lambda params: map_parameter_paths(
                 lambda names: "train" if trainable(names) else "freeze", params))
     return transform, schedule
+
+
+def _clipping(clip_norm: float) -> optax.GradientTransformation:
+    """The global-norm clip; 0 turns it off (a norm of 0 would zero every update)."""
+    return optax.clip_by_global_norm(clip_norm) if clip_norm > 0 else optax.identity()
+
+
+def _update(config, schedule: optax.Schedule) -> optax.GradientTransformation:
+    """The optimizer `config.name` names, its weight decay masked by `decay_mask`."""
+    if config.decouple_learning_rate and config.name != "stable_adamw":
+        raise UserError(f"optimizer.decouple_learning_rate is a StableAdamW option (torch-optimi's "
+                        f"decouple_lr); optimizer.name is {config.name!r}")
+    if config.name == "stable_adamw":
+        peak = config.learning_rate if config.decouple_learning_rate else None
+        return stable_adamw(schedule, b1=config.beta1, b2=config.beta2, eps=config.epsilon,
+                            weight_decay=config.weight_decay, mask=decay_mask,
+                            peak_learning_rate=peak)
+    adam = optax.adamw if config.name == "adamw" else optax.lamb
+    return adam(schedule, b1=config.beta1, b2=config.beta2, eps=config.epsilon,
+                weight_decay=config.weight_decay, mask=decay_mask)

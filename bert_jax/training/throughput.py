@@ -12,21 +12,22 @@ class Throughput:
     COUNTED = {"num_sequences": "instances_per_second",
                "num_real_tokens": "real_tokens_per_second"}
 
-    def __init__(self, batch_size: int, seq_len: int, flops_per_step: float,
-                 peak_flops_total: float):
-        """`flops_per_step`: the task's model FLOPs of one step; `peak_flops_total`: every
-        device's peak together (0: no MFU)."""
-        self.tokens_per_step = batch_size * seq_len
+    def __init__(self, seq_len: int, flops_per_sequence: float, peak_flops_total: float):
+        """`flops_per_sequence`: the task's model FLOPs of one step per sequence;
+        `peak_flops_total`: every device's peak together (0: no MFU)."""
+        self.seq_len = seq_len
         self.peak = peak_flops_total
-        self.flops_per_step = flops_per_step
+        self.flops_per_sequence = flops_per_sequence
         self.reset(0)
 
     def reset(self, step: int) -> None:
         self.step, self.time = step, time.perf_counter()
-        self.totals = {}
+        self.totals, self.sequences = {}, 0
 
-    def count(self, metrics: dict) -> None:
-        """Adds a step's counts; they stay on the device, so this does not wait for the step."""
+    def count(self, metrics: dict, sequences: int) -> None:
+        """Adds a step's counts and its `sequences` (a batch-size warm-up changes them); the
+        counts stay on the device, so this does not wait for the step."""
+        self.sequences += sequences
         for name in self.COUNTED:
             if name in metrics:
                 self.totals[name] = metrics[name] + self.totals.get(name, 0.0)
@@ -34,11 +35,11 @@ class Throughput:
     def measure(self, step: int) -> dict:
         elapsed = max(time.perf_counter() - self.time, 1e-9)
         steps = step - self.step
-        values = {"tokens_per_second": steps * self.tokens_per_step / elapsed,
+        values = {"tokens_per_second": self.sequences * self.seq_len / elapsed,
                   "steps_per_second": steps / elapsed}
         for name, total in jax.device_get(self.totals).items():
             values[self.COUNTED[name]] = float(total) / elapsed
         if self.peak:
-            values["mfu"] = steps * self.flops_per_step / elapsed / self.peak
+            values["mfu"] = self.sequences * self.flops_per_sequence / elapsed / self.peak
         self.reset(step)
         return values

@@ -11,7 +11,9 @@ them; AOT compilation for a TPU topology lowers them without any device memory:
 Gradient accumulation splits the global batch into `grad_accum_steps` micro-batches inside
 the step. The task's counts are taken on the whole global batch first and every
 micro-batch's sums are divided by them, so the accumulated loss and gradient are exactly
-the big batch's. A step whose loss or gradient is not finite leaves the state untouched,
+the big batch's. With a batch-size warm-up (`batch_warmup.py`) the step takes only the
+first N micro-batches, N a function of `state.step`, in a loop of N trips, so one program
+serves every N; the counts are then those N micro-batches'. A step whose loss or gradient is not finite leaves the state untouched,
 and one whose updated parameters are not finite leaves the step counter where it was; both
 report `finite = 0`, so the trainer stops without saving them, the last good checkpoint
 intact.
@@ -32,9 +34,10 @@ import jax.numpy as jnp
 import optax
 
 from bert_jax import sharding
-from bert_jax.training import optimizer
+from bert_jax.training import batch_warmup as batch_warmup_lib, optimizer
 from bert_jax.models.config import BertConfig, Precision
 from bert_jax.errors import UserError
+from bert_jax.training.batch_warmup import BatchWarmup
 from bert_jax.training.task import Task
 
 
@@ -58,14 +61,17 @@ class TrainStepBundle:
     batch_shardings: dict
     model_config: BertConfig
     schedule: optax.Schedule
+    batch_warmup: BatchWarmup | None  # the batch-size warm-up, or None
     mesh: jax.sharding.Mesh
     task: Task
     model: nn.Module
 
 
-def model_config_of(run_config) -> BertConfig:
-    """The run config's `model` section as a BertConfig (vocab_size must be resolved)."""
-    return BertConfig.from_dict(dict(run_config.model), source="run config 'model'")
+def model_config_of(run_config):
+    """The run config's `model` section as its family's config (vocab_size must be resolved)."""
+    from bert_jax.models.families import config_from_dict
+
+    return config_from_dict(dict(run_config.model), source="run config 'model'")
 
 
 def _split_micro_batches(batch: dict, num_micro: int, mesh) -> dict:
@@ -81,16 +87,26 @@ def _split_micro_batches(batch: dict, num_micro: int, mesh) -> dict:
     return jax.tree.map(split, batch)
 
 
+def _micro_batch_gradient(task, model, counts):
+    """(params, micro_batch, key) -> (gradient, term sums) of the micro-batch's share of the
+    whole step's loss: its sums over the step's `counts` (the exact denominators)."""
+    def micro_loss(params, micro_batch, micro_key):
+        sums = task.sums(task.apply(model, params, micro_batch, True, micro_key), micro_batch)
+        return task.means(sums, counts)["loss"], sums
+
+    return jax.grad(micro_loss, has_aux=True)
+
+
+def _zero_gradients(task, params):
+    """The accumulators: a float32 zero per parameter and per term."""
+    return (jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params),
+            {term: jnp.zeros((), jnp.float32) for term in task.terms})
+
+
 def _accumulated_gradients(task, model, params, batch, key, num_micro, mesh):
     """Gradients of the whole batch's loss and its term sums, over `num_micro` micro-batches."""
     counts = task.counts(batch)  # of the global batch: the exact denominators
-
-    def micro_loss(params, micro_batch, micro_key):
-        sums = task.sums(task.apply(model, params, micro_batch, True, micro_key), micro_batch)
-        # This micro-batch's share of the big batch's loss: its sums over the big counts.
-        return task.means(sums, counts)["loss"], sums
-
-    grad_fn = jax.grad(micro_loss, has_aux=True)
+    grad_fn = _micro_batch_gradient(task, model, counts)
 
     def accumulate(carry, inputs):
         index, micro_batch = inputs
@@ -101,23 +117,50 @@ def _accumulated_gradients(task, model, params, batch, key, num_micro, mesh):
         grads, sums = grad_fn(params, batch, key)
     else:
         micro_batches = _split_micro_batches(batch, num_micro, mesh)
-        zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
-        zero_sums = {term: jnp.zeros((), jnp.float32) for term in task.terms}
         (grads, sums), _ = jax.lax.scan(
-            accumulate, (zeros, zero_sums), (jnp.arange(num_micro), micro_batches))
+            accumulate, _zero_gradients(task, params), (jnp.arange(num_micro), micro_batches))
+    return grads, sums, counts
+
+
+def _warmup_gradients(task, model, params, batch, key, num_micro, num_used, mesh):
+    """As `_accumulated_gradients`, over the first `num_used` (traced) of the batch's
+    `num_micro` micro-batch slots: only theirs are counted, and a while loop of `num_used`
+    trips runs only them, so one compiled program serves every count (batch_warmup.py)."""
+    micro_batches = _split_micro_batches(batch, num_micro, mesh)
+    used = jnp.arange(num_micro) < num_used  # (k,)
+    per_micro = jax.vmap(task.counts)(micro_batches)  # each count: (k,)
+    counts = {name: jnp.sum(jnp.where(used, value, 0.0)) for name, value in per_micro.items()}
+    grad_fn = _micro_batch_gradient(task, model, counts)
+
+    def accumulate(index, carry):
+        micro_batch = jax.tree.map(
+            lambda x: jax.lax.dynamic_index_in_dim(x, index, keepdims=False), micro_batches)
+        grads, sums = grad_fn(params, micro_batch, jax.random.fold_in(key, index))
+        return jax.tree.map(jnp.add, carry, (grads, sums))
+
+    grads, sums = jax.lax.fori_loop(0, num_used, accumulate, _zero_gradients(task, params))
     return grads, sums, counts
 
 
 def train_step(state: TrainState, batch: dict, rng: jax.Array, *, task: Task, model: nn.Module,
                tx: optax.GradientTransformation, schedule: optax.Schedule, mesh,
-               grad_accum_steps: int = 1) -> tuple[TrainState, dict]:
+               grad_accum_steps: int = 1, batch_warmup: BatchWarmup | None = None
+               ) -> tuple[TrainState, dict]:
     """One optimizer update on the global batch; dropout keys are fold_in(rng, step).
 
-    Metrics: each term's mean, `loss`, every count, grad_norm, learning_rate, finite.
+    With `batch_warmup`, the update takes the first `batch_warmup.micro_batches(step)` of
+    the batch's `grad_accum_steps` micro-batch slots.
+    Metrics: each term's mean, `loss`, every count, grad_norm, learning_rate, finite and,
+    with a warm-up, batch_size (the sequences the update took).
     """
     key = jax.random.fold_in(rng, state.step)
-    grads, sums, counts = _accumulated_gradients(task, model, state.params, batch, key,
-                                                 grad_accum_steps, mesh)
+    if batch_warmup is None:
+        grads, sums, counts = _accumulated_gradients(task, model, state.params, batch, key,
+                                                     grad_accum_steps, mesh)
+    else:
+        num_used = batch_warmup.micro_batches(state.step, jnp)
+        grads, sums, counts = _warmup_gradients(task, model, state.params, batch, key,
+                                                grad_accum_steps, num_used, mesh)
     trainable = task.trainable()
     if trainable is not None:  # frozen gradients are never needed: XLA drops their work
         keep = optimizer.map_parameter_paths(trainable, grads)
@@ -151,6 +194,8 @@ def train_step(state: TrainState, batch: dict, rng: jax.Array, *, task: Task, mo
     metrics.update(counts)
     metrics.update(grad_norm=grad_norm, learning_rate=schedule(state.step),
                    finite=finite.astype(jnp.float32))
+    if batch_warmup is not None:
+        metrics["batch_size"] = jnp.float32(batch_warmup.micro_batch_size) * num_used
     return new_state, metrics
 
 
@@ -218,7 +263,8 @@ def build_train_step(run_config, mesh, task: Task,
     `mesh`.
 
     Reads run_config.model (unless `model_config` is given), .precision, .optimizer,
-    .batch_size, .grad_accum_steps, .num_train_steps, .schedule_steps and .data.seq_len.
+    .batch_size, .grad_accum_steps, .batch_warmup, .num_train_steps, .schedule_steps and
+    .data.seq_len.
     """
     model_config = model_config or model_config_of(run_config)
     model_config.check_seq_len(run_config.data.seq_len, "data.seq_len")
@@ -228,6 +274,7 @@ def build_train_step(run_config, mesh, task: Task,
     batch = task.abstract_batch(run_config.batch_size, run_config.data.seq_len,
                                 lambda ndim: sharding.batch_sharding(mesh, ndim))
     _check_batch_size(run_config.batch_size, run_config.grad_accum_steps, mesh)
+    warmup = batch_warmup_lib.from_run_config(run_config)
 
     def boxed_state(rng):
         dummy = {name: jnp.zeros((1, *spec.shape[1:]), spec.dtype) for name, spec in batch.items()}
@@ -243,11 +290,12 @@ def build_train_step(run_config, mesh, task: Task,
     steps = _jitted_steps(
         lambda state, batch, rng: train_step(
             state, batch, rng, task=task, model=model, tx=tx, schedule=schedule, mesh=mesh,
-            grad_accum_steps=run_config.grad_accum_steps),
+            grad_accum_steps=run_config.grad_accum_steps, batch_warmup=warmup),
         lambda params, batch: eval_step(params, batch, task=task, model=model),
         lambda params, batch: predict_step(params, batch, task=task, model=model),
         lambda rng: nn.meta.unbox(boxed_state(rng)), state_shardings, batch_shardings, mesh)
     return TrainStepBundle(
         **steps, abstract_state=abstract_state, abstract_batch=batch, abstract_rng=rng_spec,
         state_shardings=state_shardings, batch_shardings=batch_shardings,
-        model_config=model_config, schedule=schedule, mesh=mesh, task=task, model=model)
+        model_config=model_config, schedule=schedule, batch_warmup=warmup, mesh=mesh, task=task,
+        model=model)

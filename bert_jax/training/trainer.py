@@ -25,7 +25,7 @@ import jax
 from bert_jax.storage import files
 from bert_jax import sharding
 from bert_jax.errors import UserError
-from bert_jax.training import checkpointing, distributed, initial_state
+from bert_jax.training import batch_warmup, checkpointing, distributed, initial_state
 from bert_jax.training import train_step as train_step_lib, workdir as workdir_lib
 from bert_jax.training.data_position import data_source, restore_position
 from bert_jax.training.evaluation import TermEvaluator
@@ -43,9 +43,10 @@ def _bundle_for(run_config, mesh, task):
 
     A resume in the same process, as in tests or notebooks, then skips recompiling.
     """
-    precision = run_config.get("precision")
+    precision, warmup = run_config.get("precision"), run_config.get("batch_warmup")
     key = (json.dumps([run_config.model.to_dict(), run_config.optimizer.to_dict(),
                        precision.to_dict() if precision else None,
+                       warmup.to_dict() if warmup else None,
                        run_config.batch_size, run_config.grad_accum_steps,
                        run_config.schedule_steps or run_config.num_train_steps,
                        run_config.data.seq_len, task.name, task.settings()],
@@ -109,19 +110,21 @@ class _Loop:
         self.writer, self.evaluator, self.show_progress, self.log = (writer, evaluator,
                                                                      show_progress, log)
         self.result = dict(step=0, preempted=False, stopped=False, evaluations=[], losses=[])
-        self.data_source = data_source(run_config.data, run_config.batch_size)
+        # With a batch-size warm-up the reader gives micro-batches, a step reads several.
+        self.warmup = bundle.batch_warmup
+        self.read_size = self.warmup.micro_batch_size if self.warmup else run_config.batch_size
+        self.data_source = data_source(run_config.data, self.read_size)
         batch_size, seq_len = run_config.batch_size, run_config.data.seq_len
         peak = run_config.peak_flops_per_device * jax.device_count()
-        self.throughput = Throughput(batch_size, seq_len, bundle.task.train_step_flops(
-            bundle.model_config, batch_size, seq_len) if peak else 0, peak)
+        self.throughput = Throughput(seq_len, bundle.task.train_step_flops(
+            bundle.model_config, batch_size, seq_len) / batch_size if peak else 0, peak)
         self.dataset = None
 
     def run(self, state, meta, dataset_factory) -> dict:
         from bert_jax.progress import StepProgress
 
         processes, index = jax.process_count(), jax.process_index()
-        self.dataset = dataset_factory("train", self.run_config.batch_size // processes, index,
-                                       processes)
+        self.dataset = dataset_factory("train", self.read_size // processes, index, processes)
         restore_position(self.dataset, meta, self.data_source, self.log)
         step = self.result["step"] = int(jax.device_get(state.step))
         total, evaluator = self.run_config.num_train_steps, self.evaluator
@@ -142,8 +145,8 @@ class _Loop:
         with StopRequests() as preemption:
             while step < total:
                 state, metrics = self._step(state, rng, step, compiling=progress is None)
+                self.throughput.count(metrics, self._batch_size(step))
                 step += 1
-                self.throughput.count(metrics)
                 if progress is None:
                     progress = StepProgress(total, step, self.bundle.task.name,
                                             self.show_progress)
@@ -161,7 +164,7 @@ class _Loop:
         """One train step on the next batch; the first also compiles, and says so."""
         from bert_jax.progress import elapsed
 
-        batch = distributed.global_batch(next(self.dataset), self.bundle.batch_shardings)
+        batch = distributed.global_batch(self._local_batch(step), self.bundle.batch_shardings)
         if not compiling:
             return self.bundle.train_step(state, batch, rng)
         # XLA compiles inside this first call, silent for minutes.
@@ -170,6 +173,18 @@ class _Loop:
             state, metrics = self.bundle.train_step(state, batch, rng)
             jax.block_until_ready(metrics)
         return state, metrics
+
+    def _local_batch(self, step: int) -> dict:
+        """This process's rows of the batch of the update at `step`: the reader's next batch,
+        or with a warm-up as many micro-batches as that update takes, in their slots."""
+        if self.warmup is None:
+            return next(self.dataset)
+        micro_batches = [next(self.dataset) for _ in range(self.warmup.micro_batches(step))]
+        return batch_warmup.step_batch(micro_batches, self.warmup.full)
+
+    def _batch_size(self, step: int) -> int:
+        """Sequences in the update at `step`."""
+        return self.warmup.batch_size(step) if self.warmup else self.run_config.batch_size
 
     def _after_step(self, state, step: int, metrics, progress, preemption) -> bool:
         """Logs, evaluates and saves where `step` asks for it; True when the run stops here."""
@@ -207,13 +222,17 @@ class _Loop:
         values = {name: float(value) for name, value in jax.device_get(metrics).items()
                   if name in logged}
         values.update(self.throughput.measure(step))
+        values["batch_size"] = self._batch_size(step - 1)  # the last update's
         self.writer.scalars(step, {f"train/{name}": value for name, value in values.items()})
         self.result["losses"].append((step, values["loss"]))
         shown = {name: f"{values[name]:.3f}" for name in logged[:2]}
+        if self.warmup is not None:  # the batch in use while it grows
+            shown["batch"] = values["batch_size"]
         progress.set_postfix(**shown, tok_s=f"{values['tokens_per_second']:.0f}", refresh=False)
         if not self.show_progress:
+            named = logged + (("batch_size",) if self.warmup is not None else ())
             self.log(f"step {step}/{progress.total}: " + " ".join(
-                f"{name} {values[name]:.4g}" for name in logged if name in values)
+                f"{name} {values[name]:.4g}" for name in named if name in values)
                 + f" tokens/s {values['tokens_per_second']:.0f}" + "".join(
                     f" {label} {values[name]:.0f}" for name, label in (
                         ("instances_per_second", "instances/s"),

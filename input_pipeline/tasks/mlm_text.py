@@ -96,8 +96,7 @@ class MaskedBlocks:
         tokenizer = self.tokenizer
         rng = np.random.default_rng([self.seed, stream])
         real = self.input_mask > 0
-        candidates = real & ~np.isin(self.blocks, [tokenizer.cls_id, tokenizer.sep_id,
-                                                   tokenizer.pad_id])
+        candidates = real & ~np.isin(self.blocks, tokenizer.special_ids)
         positions = masking.choose_positions(candidates, real.sum(axis=1), self.max_predictions,
                                              self.masked_lm_prob, rng)
         input_ids = self.blocks.copy()

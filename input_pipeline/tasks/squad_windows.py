@@ -85,8 +85,8 @@ def answer_tokens(offsets: np.ndarray, span: tuple[int, int]) -> tuple[int, int]
 def _encode(tokenizer, texts: list[str]) -> list:
     backend = getattr(tokenizer, "backend", None)
     if backend is None:
-        raise UserError("question answering needs a WordPiece vocabulary (a fast tokenizer "
-                        "with character offsets); this model's tokenizer has none")
+        raise UserError("question answering needs a tokenizer with character offsets (a "
+                        "vocab.txt or tokenizer.json); this model's SentencePiece has none")
     backend.no_truncation()
     backend.no_padding()
     return backend.encode_batch(texts, add_special_tokens=False)

@@ -35,9 +35,12 @@ class Window:
 def word_pieces(tokenizer, sentences: Sequence[Sequence[str]]) -> list[list[list[int]]]:
     """Piece ids of every word of every sentence: [sentence][word] -> ids.
 
-    With a WordPiece tokenizer the fast backend encodes each sentence as pre-split words and
-    its `word_ids` say which word each piece came from (the pieces are those of
-    `BertTokenizerFast(words, is_split_into_words=True)`); other tokenizers encode word by
+    A tokenizer run by `tokenizers` (WordPiece, a tokenizer.json) encodes each sentence as
+    pre-split words and its `word_ids` say which word each piece came from. Each word after
+    the first is given the space that stands before it in running text, so a byte-level BPE
+    (ModernBERT's) gives the pieces the sentence's text gives (`Ġword`, not `word`); a
+    WordPiece drops the space (its pieces are those of
+    `BertTokenizerFast(words, is_split_into_words=True)`). SentencePiece encodes word by
     word. A word that yields no piece at all (a lone control character) becomes [UNK], so
     every word still gets a prediction.
     """
@@ -49,7 +52,9 @@ def word_pieces(tokenizer, sentences: Sequence[Sequence[str]]) -> list[list[list
             result.append([ids or [tokenizer.unk_id] for ids in encoded[start:start + len(words)]])
             start += len(words)
         return result
-    encodings = backend.encode_batch([list(words) for words in sentences], is_pretokenized=True,
+    in_running_text = [[word if index == 0 else " " + word for index, word in enumerate(words)]
+                       for words in sentences]
+    encodings = backend.encode_batch(in_running_text, is_pretokenized=True,
                                      add_special_tokens=False)
     result = []
     for words, encoding in zip(sentences, encodings):

@@ -41,12 +41,13 @@ AUTOMATIC_MIN_TOKENS = 160
 AUTOMATIC_ROWS = 2
 
 
-def attention_probabilities(query: Array, key: Array, instance_ids: Array) -> Array:
-    """softmax(Q K^T + mask) in float32, (B, nh, T, T), from (B, T, nh, hd) inputs and
-    (B, T) instance ids."""
+def attention_probabilities(query: Array, key: Array, instance_ids: Array,
+                            window: int | None = None) -> Array:
+    """softmax(Q K^T + mask) in float32, (B, nh, T, T), from (B, T, nh, hd) inputs, (B, T)
+    instance ids and, for a sliding-window layer, its `window` (visibility.py)."""
     scores = jnp.einsum("bqhd,bkhd->bhqk", query, key)
     # Hidden keys get a large negative bias, so their softmax weight is exactly zero.
-    bias = jnp.where(visible_keys(instance_ids), 0.0, jnp.finfo(jnp.float32).min)
+    bias = jnp.where(visible_keys(instance_ids, window), 0.0, jnp.finfo(jnp.float32).min)
     # Softmax in float32: bf16 logits lose the small differences attention depends on.
     return jax.nn.softmax(scores.astype(jnp.float32) + bias, axis=-1)
 
@@ -59,8 +60,8 @@ def attend(probabilities: Array, value: Array, rate: float, dropout_key: Array |
     return jnp.einsum("bhqk,bkhd->bqhd", probabilities.astype(dtype), value)
 
 
-def _core(query, key, value, instance_ids, rate, dropout_key, dtype):
-    return attend(attention_probabilities(query, key, instance_ids), value, rate,
+def _core(query, key, value, instance_ids, rate, dropout_key, dtype, window=None):
+    return attend(attention_probabilities(query, key, instance_ids, window), value, rate,
                   dropout_key, dtype)
 
 
@@ -103,18 +104,20 @@ def chunk_count(batch_size: int, seq_len: int, chunk_rows: int, platform: str) -
 
 def attention(query: Array, key: Array, value: Array, instance_ids: Array, rate: float,
               dropout_key: Array | None, precision: Precision, max_instances: int | None = None,
-              kernel_seed: int = 0) -> Array:
+              kernel_seed: int = 0, window: int | None = None) -> Array:
     """The context (B, T, nh, hd) of (B, T, nh, hd) queries, keys and values; `instance_ids`
     (B, T) int32 say which instance each token belongs to (0 = padding), and `max_instances`
     (static) how many a row can hold: 1 for unpacked rows, None (default) where it is not
-    known, which no fused kernel guesses.
+    known, which no fused kernel guesses. `window` (static): a sliding-window layer's reach
+    on each side (keys with |q - k| <= window), None for a global layer.
     `kernel_seed` seeds a fused kernel's own attention dropout (attention_kernels)."""
     batch_size, seq_len = query.shape[:2]
     platform = traced_platform()
     rate = rate if dropout_key is not None else 0.0
     fused_dropout = precision.fused_attention_dropout
     implementation = attention_kernels.choose(precision.attention, platform, rate, seq_len,
-                                              precision.dtype, max_instances, fused_dropout)
+                                              precision.dtype, max_instances, fused_dropout,
+                                              window)
     if implementation != "reference":
         if rate and not (implementation == "cudnn" and fused_dropout):
             raise UserError(f"precision.attention={implementation!r} applies no attention "
@@ -123,10 +126,11 @@ def attention(query: Array, key: Array, value: Array, instance_ids: Array, rate:
                             + (" (or precision.fused_attention_dropout=True: cuDNN's own)"
                                if implementation == "cudnn" else ""))
         return attention_kernels.fused_context(implementation, query, key, value, instance_ids,
-                                               max_instances, rate, kernel_seed)
+                                               max_instances, rate, kernel_seed, window)
     chunks = chunk_count(batch_size, seq_len, precision.attention_chunk_rows, platform)
     if chunks == 1:
-        return _core(query, key, value, instance_ids, rate, dropout_key, precision.dtype)
+        return _core(query, key, value, instance_ids, rate, dropout_key, precision.dtype,
+                     window)
 
     # Chunk i holds rows i, i + chunks, i + 2 chunks, ...: the batch axis stays split over
     # devices in the same contiguous blocks, so each device loops over its own rows.
@@ -138,7 +142,7 @@ def attention(query: Array, key: Array, value: Array, instance_ids: Array, rate:
     def one_chunk(inputs):
         *tensors, index = inputs
         chunk_key = None if dropout_key is None else jax.random.fold_in(dropout_key, index)
-        return _core(*tensors, rate, chunk_key, precision.dtype)
+        return _core(*tensors, rate, chunk_key, precision.dtype, window)
 
     context = jax.lax.map(one_chunk, (split(query), split(key), split(value),
                                       split(instance_ids), jnp.arange(chunks)))

@@ -46,7 +46,7 @@ import jax.numpy as jnp
 
 from bert_jax.errors import UserError
 from bert_jax.models.config import ATTENTION_IMPLEMENTATIONS
-from bert_jax.models.layers.visibility import visible_keys
+from bert_jax.models.layers.visibility import visible_keys, within_window
 
 Array = jax.Array
 # Splash attention's tiles: the sequence must be a multiple of this (its default block sizes).
@@ -54,7 +54,8 @@ SPLASH_BLOCK = 128
 
 
 def choose(implementation: str, platform: str, rate: float, seq_len, dtype: str,
-           max_instances: int | None = None, fused_dropout: bool = False) -> str:
+           max_instances: int | None = None, fused_dropout: bool = False,
+           window: int | None = None) -> str:
     """The implementation one attention call takes: `implementation` unless 'auto'.
 
     `max_instances`: the most instances a row holds (1: unpacked rows; None: not known, as in
@@ -65,6 +66,9 @@ def choose(implementation: str, platform: str, rate: float, seq_len, dtype: str,
     opt-in: precision.attention=cudnn). On a TPU, splash on whole 128-token blocks (compiled,
     never timed on a TPU: no TPU path was). Attention dropout (`rate` > 0) keeps the
     reference unless `fused_dropout` opts into cuDNN's (module docstring).
+    A sliding-window layer (`window`) takes splash with a local mask on a TPU and XLA's
+    attention on a GPU: cuDNN (as jax 0.10.2 calls it) has only a causal, left-side window,
+    so a two-sided one reaches it as a bias (opt-in, never measured).
     """
     if implementation != "auto":
         return implementation
@@ -73,7 +77,7 @@ def choose(implementation: str, platform: str, rate: float, seq_len, dtype: str,
     if platform == "tpu" and seq_len % SPLASH_BLOCK == 0 and not rate:
         return "splash"
     if platform in ("cuda", "gpu") and dtype in ("bfloat16", "float16"):
-        if max_instances == 1:
+        if max_instances == 1 and window is None:
             return "cudnn"
         return "reference" if rate else "xla"
     return "reference"
@@ -81,23 +85,27 @@ def choose(implementation: str, platform: str, rate: float, seq_len, dtype: str,
 
 def fused_context(implementation: str, query: Array, key: Array, value: Array,
                   instance_ids: Array, max_instances: int | None = None, rate: float = 0.0,
-                  seed: int = 0) -> Array:
+                  seed: int = 0, window: int | None = None) -> Array:
     """The context (B, T, nh, hd) of pre-scaled (B, T, nh, hd) queries, keys and values, in
     `implementation` ('xla', 'cudnn' or 'splash'); attention dropout `rate` (cuDNN only)
-    from the kernel's own generator, seeded with `seed`."""
+    from the kernel's own generator, seeded with `seed`; a sliding-window layer's `window`
+    (keys with |q - k| <= window) in each kernel's own form."""
     if implementation == "xla":
-        return _xla(query, key, value, instance_ids)
+        return _xla(query, key, value, instance_ids, window)
     if implementation == "cudnn":
-        return _cudnn(query, key, value, instance_ids, max_instances, rate, seed)
+        return _cudnn(query, key, value, instance_ids, max_instances, rate, seed, window)
     if implementation == "splash":
-        return _splash_sharded(query, key, value, instance_ids)
+        return _splash_sharded(query, key, value, instance_ids, window=window)
     raise ValueError(f"no fused attention implementation {implementation!r}; "
                      f"expected one of {ATTENTION_IMPLEMENTATIONS}")
 
 
-def _xla(query, key, value, instance_ids):
+def _xla(query, key, value, instance_ids, window=None):
+    # The window through JAX's own argument (it builds the same band, both sides inclusive).
+    local_window_size = None if window is None else (window, window)
     return jax.nn.dot_product_attention(query, key, value, mask=visible_keys(instance_ids),
-                                        scale=1.0, implementation="xla")
+                                        scale=1.0, local_window_size=local_window_size,
+                                        implementation="xla")
 
 
 def instance_segments(instance_ids: Array, slots: int) -> tuple[Array, Array]:
@@ -139,13 +147,19 @@ def cudnn_arguments(instance_ids: Array, max_instances: int | None) -> dict[str,
             "kv_offsets": offsets}
 
 
-def _cudnn(query, key, value, instance_ids, max_instances, rate=0.0, seed=0):
-    """cuDNN's fused attention on the rows' instances (GPU only; traced, never run here)."""
+def _cudnn(query, key, value, instance_ids, max_instances, rate=0.0, seed=0, window=None):
+    """cuDNN's fused attention on the rows' instances (GPU only; traced, never run here).
+
+    A sliding window goes in as a (1, 1, T, T) mask, which JAX hands cuDNN as a bias: JAX's
+    own cuDNN window (`sliding_window_length`) is left-sided only."""
     arguments = cudnn_arguments(instance_ids, max_instances)
+    if window is not None:
+        arguments["mask"] = within_window(query.shape[1], window)
     if "q_offsets" not in arguments and not rate:
         # The call measured on an H100 (33 ms/step): JAX's public entry, per-row lengths.
         return jax.nn.dot_product_attention(
-            query, key, value, scale=1.0, query_seq_lengths=arguments["q_seqlen"],
+            query, key, value, mask=arguments.get("mask"), scale=1.0,
+            query_seq_lengths=arguments["q_seqlen"],
             key_value_seq_lengths=arguments["kv_seqlen"], implementation="cudnn")
     from jax._src.cudnn import fused_attention_stablehlo as cudnn
 
@@ -155,13 +169,18 @@ def _cudnn(query, key, value, instance_ids, max_instances, rate=0.0, seed=0):
         qkv_layout="BTNH", dropout_rate=rate, seed=seed)
 
 
-def _splash_rows(query, key, value, instance_ids, interpret=False):
-    """Splash attention on (B, T, nh, hd) rows, one kernel call per row (vmapped)."""
+def _splash_rows(query, key, value, instance_ids, interpret=False, window=None):
+    """Splash attention on (B, T, nh, hd) rows, one kernel call per row (vmapped); a
+    sliding-window layer's `window` as splash's `LocalMask` (both sides inclusive), whose
+    blocks outside the band the kernel skips."""
     from jax.experimental.pallas.ops.tpu.splash_attention import (
         splash_attention_kernel as splash, splash_attention_mask as masks)
 
     _, seq_len, num_heads, _ = query.shape
-    mask = masks.MultiHeadMask([masks.FullMask((seq_len, seq_len))] * num_heads)
+    shape = (seq_len, seq_len)
+    head_mask = (masks.FullMask(shape) if window is None
+                 else masks.LocalMask(shape, window_size=(window, window), offset=0))
+    mask = masks.MultiHeadMask([head_mask] * num_heads)
     kernel = splash.make_splash_mha(mask, head_shards=1, q_seq_shards=1,
                                     block_sizes=splash.BlockSizes.get_default(),
                                     interpret=interpret)
@@ -175,10 +194,10 @@ def _splash_rows(query, key, value, instance_ids, interpret=False):
     return jax.vmap(one_row)(query, key, value, instance_ids)
 
 
-def _splash_sharded(query, key, value, instance_ids, interpret=False):
+def _splash_sharded(query, key, value, instance_ids, interpret=False, window=None):
     """`_splash_rows` on each device's own rows and heads: a Pallas call is opaque to XLA's
     partitioner, which would otherwise gather every row onto every device first."""
-    rows = functools.partial(_splash_rows, interpret=interpret)
+    rows = functools.partial(_splash_rows, interpret=interpret, window=window)
     mesh = jax.sharding.get_abstract_mesh()
     if mesh.empty:
         return rows(query, key, value, instance_ids)

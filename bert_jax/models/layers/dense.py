@@ -13,10 +13,11 @@ Array = jax.Array
 FLOAT32 = Precision()
 
 
-def initializer(std: float, *axes: str):
-    """Truncated-normal initialiser (cut at 2 std, as both families' reference code) with
-    standard deviation `std`, annotated with logical axes."""
-    return nn.with_logical_partitioning(nn.initializers.truncated_normal(std), axes)
+def initializer(std: float, *axes: str, cutoff: float = 2.0):
+    """Truncated-normal initialiser with standard deviation `std`, cut at `cutoff` std (2 in
+    both families' reference code), annotated with logical axes."""
+    return nn.with_logical_partitioning(
+        nn.initializers.truncated_normal(std, lower=-cutoff, upper=cutoff), axes)
 
 
 def zeros(*axes: str):
@@ -83,7 +84,7 @@ class Dense(nn.Module):
     `config.initializer_std` is the kernel's initial std unless `std` is given (ModernBERT
     scales its output projections down with depth); `use_bias=False` for bias-free layers.
     """
-    config: object  # any model config with `initializer_std`
+    config: object  # any model config (its `initializer_std` and `initializer_cutoff`)
     features: tuple[int, ...]
     input_axes: tuple[str, ...]
     output_axes: tuple[str, ...]
@@ -96,8 +97,10 @@ class Dense(nn.Module):
         precision = self.precision
         std = self.config.initializer_std if self.std is None else self.std
         num_inputs = len(self.input_axes)
-        kernel = self.param("kernel", initializer(std, *self.input_axes, *self.output_axes),
-                            x.shape[-num_inputs:] + self.features, precision.param_dtype)
+        init = initializer(std, *self.input_axes, *self.output_axes,
+                           cutoff=self.config.initializer_cutoff)
+        kernel = self.param("kernel", init, x.shape[-num_inputs:] + self.features,
+                            precision.param_dtype)
         x, kernel = nn.dtypes.promote_dtype(x, kernel, dtype=precision.dtype)
         contracting = (tuple(range(x.ndim - num_inputs, x.ndim)), tuple(range(num_inputs)))
         y = jax.lax.dot_general(x, kernel, (contracting, ((), ())))
