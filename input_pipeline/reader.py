@@ -15,11 +15,12 @@ mismatch (packed shards read as unpacked, or the reverse) or a truncated shard r
 
 Objective mlm's shards (`create-data --objective mlm`) hold no masks: each batch's are drawn
 here (`dynamic_masking.mask_rows`) from the rows' (epoch, index) tags, at the masking rate
-of the step the batch trains. That step is the batch's count since the pipeline was built
-plus `seek_step`'s step (the trainer's, on resume), so a resumed run, even across a change
-of rate, reads the very batches of an uninterrupted one.
+of the step the batch trains. The trainer names the step of the next batch and how many
+batches each step reads (`seek_step`: one, or a batch-size warm-up's micro-batches), so a
+resumed run, even across a change of rate, reads the very batches of an uninterrupted one.
 """
 
+import itertools
 import re
 
 import numpy as np
@@ -186,7 +187,7 @@ class PretrainingDataset:
             vocab_size=vocab_size, mask_id=mask_id, special_ids=tuple(special_ids),
             max_predictions=max_predictions)
         self.masking_schedule = masking_schedule
-        self._start_step = 0  # the training step of the first batch the pipeline gives
+        self._start_step, self._reads_per_step = 0, None  # see seek_step
         self._position = {"epoch": 0, "records_in_epoch": 0}
         self._iterator = None
         self._expected_counts = _manifest_counts(self.files)  # file -> records, or None
@@ -203,10 +204,11 @@ class PretrainingDataset:
                           "records_in_epoch": int(state["records_in_epoch"])}
         self._iterator, self._last_tag = None, None
 
-    def seek_step(self, step: int) -> None:
-        """The next batch trains step `step` (0-based); later ones follow one a step. Its
-        masking rate depends on it (objective mlm's schedule); the data position does not."""
-        self._start_step = int(step)
+    def seek_step(self, step: int, reads_per_step=None) -> None:
+        """The next batch trains step `step` (0-based) and step s takes `reads_per_step(s)`
+        batches in a row (None: one; a batch-size warm-up reads several micro-batches).
+        Objective mlm's masking rate depends on the step; the data position does not."""
+        self._start_step, self._reads_per_step = int(step), reads_per_step
         self._iterator = None  # rebuilt at the current position, counting from `step`
 
     # -- iteration -----------------------------------------------------------------------
@@ -293,6 +295,18 @@ class PretrainingDataset:
         records = records.skip(tf.where(epoch == start_epoch, start_offset, 0))
         return records.map(lambda index, record: (epoch, index, record))
 
+    def _steps(self) -> tf.data.Dataset:
+        """The training step of each batch the pipeline gives (int64 scalars), from
+        `seek_step`'s; all 0 unless objective mlm, the only reader that asks."""
+        if self.objective != "mlm":
+            return tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).repeat()
+        start, reads = self._start_step, self._reads_per_step or (lambda step: 1)
+
+        def steps():
+            for step in itertools.count(start):
+                yield from itertools.repeat(step, reads(step))
+        return tf.data.Dataset.from_generator(steps, output_signature=tf.TensorSpec((), tf.int64))
+
     def _masked_rows(self, batch: dict, epochs, indices, step) -> dict:
         """Objective mlm's rows, masked at the rate of `step` (int64 scalar), from draws keyed
         by each row's (epoch, index) tags (B,): one segment, segment_ids 0."""
@@ -307,18 +321,19 @@ class PretrainingDataset:
         epochs = tf.data.Dataset.range(epoch, last_epoch)
         records = epochs.flat_map(lambda e: self._epoch_records(
             e, tf.constant(epoch, tf.int64), tf.constant(records_in_epoch, tf.int64)))
-        batches = records.batch(self.batch_size, drop_remainder=True).enumerate()
+        batches = tf.data.Dataset.zip(
+            (self._steps(), records.batch(self.batch_size, drop_remainder=True)))
         spec = schema.parsing_spec(self.seq_len, self.max_predictions,
                                    self.max_sequences_per_row, self.objective)
-        seed, start_step = self.seed, self._start_step
+        seed = self.seed
 
-        def parse(count, tagged):
+        def parse(step, tagged):
             epoch_tags, indices, serialized = tagged
             features = tf.io.parse_example(serialized, spec)
             batch = {name: tf.cast(value, tf.float32 if value.dtype == tf.float32 else tf.int32)
                      for name, value in features.items()}
             if self.objective == "mlm":
-                batch = self._masked_rows(batch, epoch_tags, indices, start_step + count)
+                batch = self._masked_rows(batch, epoch_tags, indices, step)
             elif self.max_sequences_per_row == 1:  # (B, 1) -> (B,); packed rows keep (B, N)
                 batch["next_sentence_labels"] = tf.reshape(batch["next_sentence_labels"], [-1])
             if self.masking:

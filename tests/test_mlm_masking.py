@@ -111,13 +111,16 @@ def test_the_rate_changes_at_the_schedule_boundaries(shards):
                                               schedule.boundaries)) for step in range(6)]
     assert in_graph == [schedule.rate_at(step) for step in range(6)]
     assert MaskingSchedule((0.3,)).rate_at(10**9) == 0.3
-    data = reader(shards, schedule)
-    data.seek_step(1)  # as on a resume: the next batch trains step 1
-    for step in range(1, 6):
-        batch = next(data)
-        expected = schedule.rate_at(step) * candidates(batch)
-        counts = batch["masked_lm_weights"].sum(axis=1)
-        assert ((counts == np.floor(expected)) | (counts == np.floor(expected) + 1)).all(), step
+    plain, warming_up = reader(shards, schedule), reader(shards, schedule)
+    plain.seek_step(1)  # as on a resume: the next batch trains step 1
+    # A batch-size warm-up: steps before 3 read one micro-batch, later ones two.
+    warming_up.seek_step(1, lambda step: 1 if step < 3 else 2)
+    for data, steps in ((plain, [1, 2, 3, 4, 5]), (warming_up, [1, 2, 3, 3, 4, 4, 5, 5])):
+        for step in steps:
+            batch = next(data)
+            expected = schedule.rate_at(step) * candidates(batch)
+            counts = batch["masked_lm_weights"].sum(axis=1)
+            assert ((counts == np.floor(expected)) | (counts == np.floor(expected) + 1)).all()
 
 
 @pytest.mark.parametrize("rate, seq_len, slots", [(0.15, 10, 2), (0.07, 100, 8), (1.0, 10, 10)])

@@ -14,9 +14,10 @@ import test_packed_training as packed
 from bert_jax.errors import UserError
 from bert_jax.interop import huggingface, model_source
 from bert_jax.models.config import Precision
-from bert_jax.run_config import load_run_config
+from bert_jax.run_config import base_config, load_run_config
 from bert_jax.run_config.docs import format_config
 from bert_jax.tasks.pretraining import MaskedLMPretrainingTask, format_evaluations
+from bert_jax.training import trainer
 from bert_jax.training.train_step import model_config_of
 from input_pipeline.create_data import create_pretraining_data
 from test_training_support import pretraining
@@ -45,10 +46,13 @@ def run_config(shards, **overrides):
         **overrides})
 
 
-@pytest.fixture(scope="module")
-def first_batch(shards):
-    """The task, model, fresh parameters and first training batch of the tiny run."""
+@pytest.fixture(scope="module", params=["bert", "modernbert"])
+def first_batch(shards, request):
+    """The task, model, fresh parameters and first training batch of the tiny run, for a
+    tiny BERT and a tiny ModernBERT (the objective asks the family for its masked-LM model)."""
     config = run_config(shards)
+    if request.param == "modernbert":
+        config.model = base_config("modernbert-tiny").model
     run = pretraining(config)
     task, batch = run["task"], next(run["dataset_factory"]("train", 8, 0, 1))
     model = task.build_model(model_config_of(config), Precision())
@@ -62,7 +66,9 @@ def test_the_loss_is_numpy_cross_entropy_over_the_masked_positions(first_batch):
                                                                  "params"))
     assert isinstance(task, MaskedLMPretrainingTask)
     assert task.max_predictions == batch["masked_lm_weights"].shape[1] == 15  # ceil(.3 x 48)
-    assert set(params) == {"bert", "mlm_head"}  # no pooler, no NSP head
+    paths = [jax.tree_util.keystr(path) for path, _ in
+             jax.tree_util.tree_flatten_with_path(params)[0]]
+    assert paths and not [path for path in paths if "nsp" in path or "pooler" in path]
     logits = jax.jit(lambda params: task.apply(model, params, batch, train=False))(params)
     means = task.means(task.sums(logits, batch), task.counts(batch))
     assert sorted(means) == ["loss", "mlm_accuracy", "mlm_loss"]
@@ -73,8 +79,8 @@ def test_the_loss_is_numpy_cross_entropy_over_the_masked_positions(first_batch):
     nll = -np.take_along_axis(log_probabilities, labels[..., None], axis=-1)[..., 0]
     expected = (nll * weights).sum() / weights.sum()
     accuracy = ((logits.argmax(axis=-1) == labels) * weights).sum() / weights.sum()
-    # float32 cross-entropies (each within a few ulps of its ~4.6) summed over the ~100
-    # weighted slots: the relative error stays below 100 x 2^-24 = 6e-6.
+    # float32 cross-entropies (each near log 413 = 6.0, within a few ulps) summed over at
+    # most 8 x 15 = 120 weighted slots: the relative error stays below 120 x 2^-24 = 7e-6.
     np.testing.assert_allclose(float(means["mlm_loss"]), expected, rtol=1e-5)
     assert float(means["loss"]) == float(means["mlm_loss"])
     np.testing.assert_allclose(float(means["mlm_accuracy"]), accuracy, rtol=1e-6)
@@ -129,16 +135,39 @@ def test_packed_rows_have_the_loss_and_gradients_of_their_sequences_alone(first_
                                    err_msg=jax.tree_util.keystr(path))
 
 
+def train_noting_seeks(config, workdir, seeks: list, log=lambda *_: None) -> dict:
+    """`bert-jax pretrain`'s run, noting what the trainer tells the reader (`seek_step`): the
+    step of its next batch and the batches steps 0..3 read."""
+    run = pretraining(config, log=log)
+
+    def factory(split, *args):
+        dataset = run["dataset_factory"](split, *args)
+        seek = dataset.seek_step
+
+        def noted(step, reads=None):
+            seeks.append((step, reads and [reads(s) for s in range(4)]))
+            seek(step, reads)
+        dataset.seek_step = noted
+        return dataset
+    return trainer.train(config, workdir, **dict(run, dataset_factory=factory),
+                         show_progress=False, log=log)
+
+
 def test_a_run_resumed_across_a_rate_change_is_bit_identical(shards, tmp_path):
-    """Rate 0.3 until step 3, then 0.1: the second half of the resumed run trains steps 2
-    and 3, across the change, and must see the uninterrupted run's very batches."""
-    logs = []
-    whole = packed._train(run_config(shards), str(tmp_path / "whole"), logs.append)
-    first = packed._train(run_config(shards, num_train_steps=2, **{"data.eval_files": ""}),
-                   str(tmp_path / "resumed"))
+    """Rate 0.3 until step 3, then 0.1, and the batch warmed up from one micro-batch of 8
+    rows to two at step 2: the second half of the resumed run trains steps 2 and 3, across
+    the change, and must see the uninterrupted run's very batches."""
+    logs, seeks = [], []
+    warmup = {"batch_size": 16, "grad_accum_steps": 2, "batch_warmup.steps": 2,
+              "batch_warmup.start_batch_size": 8}
+    whole = train_noting_seeks(run_config(shards, **warmup), str(tmp_path / "whole"), seeks,
+                               logs.append)
+    first = train_noting_seeks(run_config(shards, num_train_steps=2, **warmup, **{
+        "data.eval_files": ""}), str(tmp_path / "resumed"), seeks)
     assert first["step"] == 2
-    second = packed._train(run_config(shards), str(tmp_path / "resumed"))
+    second = train_noting_seeks(run_config(shards, **warmup), str(tmp_path / "resumed"), seeks)
     assert second["step"] == 4
+    assert seeks == [(0, [1, 1, 2, 2])] * 2 + [(2, [1, 1, 2, 2])]  # the training readers
     assert [loss for _, loss in second["losses"]] == [loss for _, loss in whole["losses"][2:]]
     jax.tree.map(np.testing.assert_array_equal, packed.params_at(tmp_path / "resumed", 4),
                  packed.params_at(tmp_path / "whole", 4))

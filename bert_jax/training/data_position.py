@@ -4,8 +4,8 @@ The position itself is the dataset's (`state()` / `restore(state)`); what the da
 (`data_source`) is saved beside it, so a phase-2 run (other shards, longer sequences) in a
 phase-1 work directory starts its new data from the beginning instead of a position that
 means nothing there. A dataset whose batches depend on the step they train (objective mlm's
-masking-rate schedule) also has `seek_step(step)`, told the checkpoint's step on every
-resume, phase 2 included.
+masking-rate schedule) also has `seek_step`: `seek_step` below tells it the step its next
+batch trains, on every start, resume and phase 2, and how many batches each step reads.
 """
 
 import jax
@@ -24,9 +24,7 @@ def restore_position(dataset, meta: dict | None, source: dict, log) -> None:
     """Puts the data stream where the checkpoint left it, unless the data has changed
     (`source`: this run's `data_source`)."""
     if meta is None:
-        return  # a fresh run: its first batch trains step 0
-    if hasattr(dataset, "seek_step"):
-        dataset.seek_step(meta["step"])
+        return
     if meta.get("data_source") != source:
         log(f"the data differs from the checkpoint's ({meta.get('data_source')}); the new data "
             "starts from its beginning (e.g. phase 2 of a two-phase run)")
@@ -36,3 +34,11 @@ def restore_position(dataset, meta: dict | None, source: dict, log) -> None:
             f"{jax.process_count()}; the data starts from its beginning")
         return
     dataset.restore(meta["data"][jax.process_index()])
+
+
+def seek_step(dataset, step: int, reads_per_step=None) -> None:
+    """Tells a dataset whose batches depend on the step they train (it has `seek_step`) that
+    its next batch trains `step`, and that step s reads `reads_per_step(s)` batches (None:
+    one; a batch-size warm-up reads several micro-batches); other datasets need neither."""
+    if hasattr(dataset, "seek_step"):
+        dataset.seek_step(step, reads_per_step)
