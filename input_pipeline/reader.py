@@ -20,7 +20,6 @@ batches each step reads (`seek_step`: one, or a batch-size warm-up's micro-batch
 resumed run, even across a change of rate, reads the very batches of an uninterrupted one.
 """
 
-import itertools
 import re
 
 import numpy as np
@@ -187,7 +186,7 @@ class PretrainingDataset:
             vocab_size=vocab_size, mask_id=mask_id, special_ids=tuple(special_ids),
             max_predictions=max_predictions)
         self.masking_schedule = masking_schedule
-        self._start_step, self._reads_per_step = 0, None  # see seek_step
+        self._steps_read = (0, lambda step: 1, 0)  # see seek_step
         self._position = {"epoch": 0, "records_in_epoch": 0}
         self._iterator = None
         self._expected_counts = _manifest_counts(self.files)  # file -> records, or None
@@ -204,11 +203,12 @@ class PretrainingDataset:
                           "records_in_epoch": int(state["records_in_epoch"])}
         self._iterator, self._last_tag = None, None
 
-    def seek_step(self, step: int, reads_per_step=None) -> None:
+    def seek_step(self, step: int, reads_per_step=None, steady_from: int = 0) -> None:
         """The next batch trains step `step` (0-based) and step s takes `reads_per_step(s)`
-        batches in a row (None: one; a batch-size warm-up reads several micro-batches).
-        Objective mlm's masking rate depends on the step; the data position does not."""
-        self._start_step, self._reads_per_step = int(step), reads_per_step
+        batches in a row (None: one; a batch-size warm-up reads several micro-batches), the
+        same number for every step from `steady_from` on. Objective mlm's masking rate
+        depends on the step; the data position does not."""
+        self._steps_read = (int(step), reads_per_step or (lambda step: 1), steady_from)
         self._iterator = None  # rebuilt at the current position, counting from `step`
 
     # -- iteration -----------------------------------------------------------------------
@@ -295,17 +295,18 @@ class PretrainingDataset:
         records = records.skip(tf.where(epoch == start_epoch, start_offset, 0))
         return records.map(lambda index, record: (epoch, index, record))
 
-    def _steps(self) -> tf.data.Dataset:
-        """The training step of each batch the pipeline gives (int64 scalars), from
-        `seek_step`'s; all 0 unless objective mlm, the only reader that asks."""
-        if self.objective != "mlm":
-            return tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).repeat()
-        start, reads = self._start_step, self._reads_per_step or (lambda step: 1)
-
-        def steps():
-            for step in itertools.count(start):
-                yield from itertools.repeat(step, reads(step))
-        return tf.data.Dataset.from_generator(steps, output_signature=tf.TensorSpec((), tf.int64))
+    def _step_of_batch(self):
+        """batch count (int64 scalar, from 0 where the pipeline starts) -> the step that
+        batch trains (`seek_step`): a table until the reads per step hold steady, then
+        arithmetic (no Python runs inside tf.data)."""
+        start, reads, steady_from = self._steps_read
+        steady_step = max(start, steady_from)
+        table = [step for step in range(start, steady_step) for _ in range(reads(step))]
+        steps = tf.constant(table + [steady_step], tf.int64)  # the last: never read
+        per_step = reads(steady_step)
+        return lambda count: tf.where(
+            count < len(table), tf.gather(steps, tf.minimum(count, len(table))),
+            steady_step + (count - len(table)) // per_step)
 
     def _masked_rows(self, batch: dict, epochs, indices, step) -> dict:
         """Objective mlm's rows, masked at the rate of `step` (int64 scalar), from draws keyed
@@ -321,19 +322,18 @@ class PretrainingDataset:
         epochs = tf.data.Dataset.range(epoch, last_epoch)
         records = epochs.flat_map(lambda e: self._epoch_records(
             e, tf.constant(epoch, tf.int64), tf.constant(records_in_epoch, tf.int64)))
-        batches = tf.data.Dataset.zip(
-            (self._steps(), records.batch(self.batch_size, drop_remainder=True)))
+        batches = records.batch(self.batch_size, drop_remainder=True).enumerate()
         spec = schema.parsing_spec(self.seq_len, self.max_predictions,
                                    self.max_sequences_per_row, self.objective)
-        seed = self.seed
+        seed, step_of_batch = self.seed, self._step_of_batch()
 
-        def parse(step, tagged):
+        def parse(count, tagged):
             epoch_tags, indices, serialized = tagged
             features = tf.io.parse_example(serialized, spec)
             batch = {name: tf.cast(value, tf.float32 if value.dtype == tf.float32 else tf.int32)
                      for name, value in features.items()}
             if self.objective == "mlm":
-                batch = self._masked_rows(batch, epoch_tags, indices, step)
+                batch = self._masked_rows(batch, epoch_tags, indices, step_of_batch(count))
             elif self.max_sequences_per_row == 1:  # (B, 1) -> (B,); packed rows keep (B, N)
                 batch["next_sentence_labels"] = tf.reshape(batch["next_sentence_labels"], [-1])
             if self.masking:

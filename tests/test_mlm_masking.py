@@ -114,7 +114,7 @@ def test_the_rate_changes_at_the_schedule_boundaries(shards):
     plain, warming_up = reader(shards, schedule), reader(shards, schedule)
     plain.seek_step(1)  # as on a resume: the next batch trains step 1
     # A batch-size warm-up: steps before 3 read one micro-batch, later ones two.
-    warming_up.seek_step(1, lambda step: 1 if step < 3 else 2)
+    warming_up.seek_step(1, lambda step: 1 if step < 3 else 2, steady_from=3)
     for data, steps in ((plain, [1, 2, 3, 4, 5]), (warming_up, [1, 2, 3, 3, 4, 4, 5, 5])):
         for step in steps:
             batch = next(data)

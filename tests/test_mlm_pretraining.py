@@ -144,9 +144,9 @@ def train_noting_seeks(config, workdir, seeks: list, log=lambda *_: None) -> dic
         dataset = run["dataset_factory"](split, *args)
         seek = dataset.seek_step
 
-        def noted(step, reads=None):
-            seeks.append((step, reads and [reads(s) for s in range(4)]))
-            seek(step, reads)
+        def noted(step, reads=None, steady_from=0):
+            seeks.append((step, reads and [reads(s) for s in range(4)], steady_from))
+            seek(step, reads, steady_from)
         dataset.seek_step = noted
         return dataset
     return trainer.train(config, workdir, **dict(run, dataset_factory=factory),
@@ -167,7 +167,7 @@ def test_a_run_resumed_across_a_rate_change_is_bit_identical(shards, tmp_path):
     assert first["step"] == 2
     second = train_noting_seeks(run_config(shards, **warmup), str(tmp_path / "resumed"), seeks)
     assert second["step"] == 4
-    assert seeks == [(0, [1, 1, 2, 2])] * 2 + [(2, [1, 1, 2, 2])]  # the training readers
+    assert seeks == [(0, [1, 1, 2, 2], 2)] * 2 + [(2, [1, 1, 2, 2], 2)]  # training readers
     assert [loss for _, loss in second["losses"]] == [loss for _, loss in whole["losses"][2:]]
     jax.tree.map(np.testing.assert_array_equal, packed.params_at(tmp_path / "resumed", 4),
                  packed.params_at(tmp_path / "whole", 4))

@@ -36,9 +36,9 @@ def restore_position(dataset, meta: dict | None, source: dict, log) -> None:
     dataset.restore(meta["data"][jax.process_index()])
 
 
-def seek_step(dataset, step: int, reads_per_step=None) -> None:
+def seek_step(dataset, step: int, warmup=None) -> None:
     """Tells a dataset whose batches depend on the step they train (it has `seek_step`) that
-    its next batch trains `step`, and that step s reads `reads_per_step(s)` batches (None:
-    one; a batch-size warm-up reads several micro-batches); other datasets need neither."""
+    its next batch trains `step`, and with a batch-size warm-up (`batch_warmup.BatchWarmup`)
+    how many micro-batches each step reads; other datasets need neither."""
     if hasattr(dataset, "seek_step"):
-        dataset.seek_step(step, reads_per_step)
+        dataset.seek_step(step, *((warmup.micro_batches, warmup.steps) if warmup else ()))

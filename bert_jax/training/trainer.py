@@ -127,7 +127,7 @@ class _Loop:
         self.dataset = dataset_factory("train", self.read_size // processes, index, processes)
         restore_position(self.dataset, meta, self.data_source, self.log)
         step = self.result["step"] = int(jax.device_get(state.step))
-        seek_step(self.dataset, step, self.warmup.micro_batches if self.warmup else None)
+        seek_step(self.dataset, step, self.warmup)
         total, evaluator = self.run_config.num_train_steps, self.evaluator
         if step >= total or (evaluator is not None and evaluator.stop):
             self.log(f"the run is complete: step {step} of {total} is saved in "
