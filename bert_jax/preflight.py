@@ -30,7 +30,9 @@ def _check_shards(split: str, patterns: str, run_config, num_workers: int, log) 
                         "workers; each worker reads its own files, so write at least one "
                         "per worker")
     checked = check_first_records(files[0], data.seq_len, data.max_predictions,
-                                  run_config.model.vocab_size)
+                                  run_config.model.vocab_size,
+                                  max_sequences_per_row=data.max_sequences_per_row or 1,
+                                  objective=run_config.objective)
     log(f"  {split + ' data':<12} {patterns}: {len(files)} shard file(s); the first {checked} "
         f"record(s) of {files[0]} have the schema (seq_len {data.seq_len}, max_predictions "
         f"{data.max_predictions}) and ids below {run_config.model.vocab_size}")

@@ -1,5 +1,8 @@
 """The shard writer: raw text to pre-masked TFRecord shards, streaming, on every core.
 
+Objective mlm_nsp (the default) writes BERT's masked segment pairs; objective mlm writes
+masked-LM-only rows, unmasked, for masks drawn when rows are read (`work_unit.py`).
+
 The original `create_pretraining_data.py` reads the whole corpus, makes every instance,
 shuffles them all in memory and writes them from one core: 70 GB and days on English
 Wikipedia (google-research/bert#117, #1270, #89). Here the corpus streams through in
@@ -36,7 +39,7 @@ import tempfile
 from bert_jax.storage import files, temporaries
 from bert_jax.errors import UserError
 from bert_jax.storage.storage_errors import reported
-from input_pipeline import manifest as manifest_lib, sources
+from input_pipeline import manifest as manifest_lib, schema, sources
 from input_pipeline.tokenization import load_tokenizer
 from input_pipeline.work_unit import Settings, UnitResult, process_unit
 
@@ -92,7 +95,14 @@ def _results_in_order(units, workers: int, initargs: tuple):
 
 def validate_settings(settings: Settings, num_shards: int, workers: int) -> None:
     problems = []
-    if settings.max_seq_len < 5:
+    if settings.objective not in schema.OBJECTIVES:
+        problems.append(f"--objective {settings.objective!r}: expected one of "
+                        f"{', '.join(schema.OBJECTIVES)}")
+    if settings.objective == "mlm":
+        if settings.max_seq_len < 3:
+            problems.append(f"--max-seq-len {settings.max_seq_len}: need at least 3 "
+                            "([CLS] text [SEP])")
+    elif settings.max_seq_len < 5:
         problems.append(f"--max-seq-len {settings.max_seq_len}: need at least 5 "
                         "([CLS] A [SEP] B [SEP])")
     if settings.max_predictions < 1:
@@ -191,7 +201,7 @@ def create_pretraining_data(input_patterns: list[str], vocab_path: str, output_d
                             input_format: str = "bert", encoding_errors: str = "strict",
                             lowercase: bool | None = None, tfds_data_dir: str | None = None,
                             tfds_feature: str = "text", unit_bytes: int = UNIT_BYTES,
-                            max_sequences_per_row: int = 1) -> dict:
+                            max_sequences_per_row: int = 1, objective: str = "mlm_nsp") -> dict:
     """Writes `num_shards` TFRecord shards and `manifest.json` to `output_dir`.
 
     Returns the manifest (see `manifest.read_manifest`).
@@ -199,11 +209,13 @@ def create_pretraining_data(input_patterns: list[str], vocab_path: str, output_d
     `vocab_path` is a `vocab.txt`, a SentencePiece `.model`, a `tokenizer.json` or a
     directory holding one.
     `max_sequences_per_row` > 1 packs up to that many instances into each record
-    (`packing.py`); 1 writes the original format, one instance per record.
+    (`packing.py`); 1 writes the original format, one instance per record. `objective`
+    "mlm" writes masked-LM-only sequences instead (`mlm_sequences.py`; the mask, pair and
+    dupe settings do not apply).
     """
     settings = Settings(max_seq_len, max_predictions, masked_lm_prob, dupe_factor,
                         short_seq_prob, random_token, whole_word_mask, seed,
-                        max_sequences_per_row)
+                        max_sequences_per_row, objective)
     validate_settings(settings, num_shards, workers)
     tokenizer = load_tokenizer(vocab_path, lowercase)  # checks the vocabulary up front
     inputs = sources.expand_inputs(input_patterns)
@@ -256,6 +268,8 @@ def build_manifest(shard_counts: list[int], totals: dict, settings: Settings,
               for name, count in zip(shard_names(num_shards), shard_counts)]
     return dict(
         shards=shards, packed=packed, num_records=totals["records"],
+        # Objective mlm's masks are drawn when its rows are read (manifest version 3).
+        masked=settings.objective != "mlm" and settings.masked_lm_prob > 0,
         real_token_fraction=round(
             totals["real_tokens"] / max(1, totals["records"] * settings.max_seq_len), 6),
         num_instances=totals["instances"], num_documents=totals["documents"],

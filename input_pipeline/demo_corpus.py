@@ -5,7 +5,8 @@ text. Every Python installation carries a few megabytes of English prose in its 
 docstrings; `stdlib_docstrings.py` gathers them with `inspect`, one document per module,
 split into sentences in BERT's input format (one sentence a line, a blank line between documents).
 `prepare_demo_data` then trains a small WordPiece vocabulary and writes train and held-out
-shards with the project's own tools.
+shards with the project's own tools: BERT's pairs, or for objective mlm masked-LM-only rows
+packed `MLM_SEQUENCES_PER_ROW` to a row.
 """
 
 import json
@@ -17,6 +18,8 @@ import tempfile
 
 from bert_jax.storage import files
 from bert_jax.errors import UserError
+
+MLM_SEQUENCES_PER_ROW = 3  # objective mlm's demo rows: create-data's default packing
 
 
 def stdlib_documents() -> list[list[str]]:
@@ -44,7 +47,8 @@ def write_corpus(documents: list[list[str]], path: str) -> None:
 
 
 def prepare_demo_data(directory: str, *, vocab_size: int, seq_len: int, max_predictions: int,
-                      seed: int = 0, eval_fraction: float = 0.1) -> dict:
+                      seed: int = 0, eval_fraction: float = 0.1,
+                      objective: str = "mlm_nsp") -> dict:
     """Builds (once) vocab.txt, train/ and eval/ shards from the stdlib corpus in `directory`.
 
     Returns {'vocab_path', 'train_files', 'eval_files'}. A complete directory is reused; a
@@ -53,6 +57,8 @@ def prepare_demo_data(directory: str, *, vocab_size: int, seq_len: int, max_pred
     summary_path = os.path.join(directory, "demo_data.json")
     wanted = dict(vocab_size=vocab_size, seq_len=seq_len, max_predictions=max_predictions,
                   seed=seed, eval_fraction=eval_fraction)
+    if objective == "mlm":  # its shards hold no masks: max_predictions is the reader's
+        wanted = dict(wanted, objective=objective, max_predictions=None)
     if os.path.exists(summary_path):
         with open(summary_path, encoding="utf-8") as file:
             summary = json.load(file)
@@ -80,11 +86,14 @@ def prepare_demo_data(directory: str, *, vocab_size: int, seq_len: int, max_pred
     vocab_path = train_wordpiece([os.path.join(temporary, "train.txt")], vocab_size,
                                  temporary, lowercase=True)
     for split, dupe_factor in (("train", 5), ("eval", 2)):
+        shape = (dict(objective="mlm", max_sequences_per_row=MLM_SEQUENCES_PER_ROW)
+                 if objective == "mlm" else
+                 dict(max_predictions=max_predictions, masked_lm_prob=0.15,
+                      dupe_factor=dupe_factor, short_seq_prob=0.1))
         create_pretraining_data(
             [os.path.join(temporary, f"{split}.txt")], vocab_path,
-            os.path.join(temporary, split), num_shards=2, max_seq_len=seq_len,
-            max_predictions=max_predictions, masked_lm_prob=0.15, dupe_factor=dupe_factor,
-            short_seq_prob=0.1, seed=seed, workers=1)
+            os.path.join(temporary, split), num_shards=2, max_seq_len=seq_len, seed=seed,
+            workers=1, **shape)
     files.publish_directory(temporary, directory)
     paths = dict(vocab_path=os.path.join(directory, os.path.basename(vocab_path)),
                  train_files=os.path.join(directory, "train"),

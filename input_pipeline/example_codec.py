@@ -120,9 +120,11 @@ def serialize_examples(features: dict[str, np.ndarray]) -> tuple[np.ndarray, np.
 
     `features` holds every name of `schema.FEATURES` as (N, L) arrays (next_sentence_labels
     may be (N,)), or of `schema.PACKED_FEATURES` for packed rows (told apart by
-    `instance_ids`); int64 features must be non-negative.
+    `instance_ids`), or of `schema.MLM_FEATURES` for masked-LM-only rows (no masks);
+    int64 features must be non-negative.
     """
-    kinds = schema.PACKED_FEATURES if "instance_ids" in features else schema.FEATURES
+    objective = schema.objective_of_features(features)
+    kinds = schema.features(2 if "instance_ids" in features else 1, objective)
     payloads, payload_lengths = {}, {}
     rows = len(features["input_ids"])
     for name, (kind, _) in kinds.items():

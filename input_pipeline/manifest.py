@@ -6,7 +6,9 @@ the reader takes per-shard instance counts from it. Shards made by the original
 
 Packed shards (`create-data --pack`) are written as manifest version 2, unpacked ones as
 version 1: a bert-jax from before packing refuses packed shards by their manifest's
-version instead of reading their rows as single instances.
+version instead of reading their rows as single instances. Masked-LM-only shards
+(`create-data --objective mlm`: no pairs, no masks, which the reader draws) are version 3,
+so a bert-jax from before them refuses them the same way; this one reads all three.
 """
 
 import json
@@ -18,13 +20,15 @@ MANIFEST_NAME = "manifest.json"
 FORMAT = "bert-jax-pretraining-shards"
 VERSION = 1  # unpacked shards
 PACKED_VERSION = 2  # packed shards: rows of several instances
+MLM_VERSION = 3  # objective mlm: sequences without pairs or masks, packed or not
 
 
 def write_manifest(directory: str, manifest: dict) -> str:
     """Writes `manifest.json` atomically (temp name, then rename); returns its path."""
     path = files.join(directory, MANIFEST_NAME)
     with files.atomic_write(path) as file:
-        version = PACKED_VERSION if manifest.get("packed") else VERSION
+        version = (MLM_VERSION if objective_of(manifest) == "mlm" else
+                   PACKED_VERSION if manifest.get("packed") else VERSION)
         json.dump(dict(manifest, format=FORMAT, version=version), file, indent=1, sort_keys=True)
         file.write("\n")
     return path
@@ -48,9 +52,9 @@ def read_manifest(directory: str) -> dict:
         raise UserError(f"{path}: manifest is not valid JSON ({error})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise UserError(f"{path}: not a bert-jax shard manifest (expected format {FORMAT!r})")
-    if manifest.get("version") not in (VERSION, PACKED_VERSION):
+    if manifest.get("version") not in (VERSION, PACKED_VERSION, MLM_VERSION):
         raise UserError(f"{path}: manifest version {manifest.get('version')!r}; this bert-jax "
-                        f"reads versions {VERSION} and {PACKED_VERSION}")
+                        f"reads versions {VERSION} to {MLM_VERSION}")
     for key in ("shards", "settings", "vocabulary", "num_instances"):
         if key not in manifest:
             raise UserError(f"{path}: manifest lacks the key {key!r}")
@@ -92,15 +96,33 @@ def sequences_per_row(manifest: dict) -> int:
     return int(manifest["settings"].get("max_sequences_per_row", 1))
 
 
+def objective_of(manifest: dict) -> str:
+    """The objective the shards were made for: mlm_nsp (BERT's pairs; every manifest from
+    before objective mlm) or mlm."""
+    return manifest["settings"].get("objective", "mlm_nsp")
+
+
+def check_objective(manifest: dict, objective: str, source: str) -> None:
+    """Raises `UserError` naming both objectives if the shards were made for another one."""
+    made_for = objective_of(manifest)
+    if made_for != objective:
+        made_with = "create-data --objective mlm" if made_for == "mlm" else "create-data"
+        raise UserError(f"{source}: these shards were made for objective {made_for} "
+                        f"({made_with}) but the run's objective is {objective}; set "
+                        f"--config.objective={made_for} or make shards with --objective "
+                        f"{objective}")
+
+
 def check_settings(manifest: dict, seq_len: int, max_predictions: int, source: str,
                    max_sequences_per_row: int = 1) -> None:
     """Raises `UserError` if the shards were made for another length, prediction count or
-    packing."""
+    packing (objective mlm's shards hold no predictions: the reader draws them)."""
     settings = dict(manifest["settings"], max_sequences_per_row=sequences_per_row(manifest))
-    for key, wanted, config_key in (("max_seq_len", seq_len, "seq_len"),
-                                    ("max_predictions", max_predictions, "max_predictions"),
-                                    ("max_sequences_per_row", max_sequences_per_row,
-                                     "max_sequences_per_row")):
+    checked = [("max_seq_len", seq_len, "seq_len")]
+    if objective_of(manifest) != "mlm":
+        checked.append(("max_predictions", max_predictions, "max_predictions"))
+    for key, wanted, config_key in checked + [("max_sequences_per_row", max_sequences_per_row,
+                                               "max_sequences_per_row")]:
         if settings.get(key) != wanted:
             raise UserError(f"{source}: shards were made with {key}={settings.get(key)}, "
                             f"but {wanted} was asked for (data.{config_key}; leave it unset "

@@ -23,6 +23,9 @@ round(masked_lm_prob x length), and at least 1, so when masked_lm_prob x seq_len
 usual setting: 20 at 128, 80 at 512) the instances of any full row fit; in any other
 setting the packer never lets a row's predictions overflow (it opens another row). Slots
 for N x P predictions would triple the masked-LM head's work, most of it on empty slots.
+
+Masked-LM-only sequences (`create-data --objective mlm`, `mlm_sequences.py`) pack the same
+way with their tokens alone: no masks (the reader draws them) and no per-instance slots.
 """
 
 import numpy as np
@@ -74,11 +77,10 @@ def pack_lengths(lengths: np.ndarray, seq_len: int, max_per_row: int,
 def pack_features(features: dict[str, np.ndarray], rows: list[list[int]], seq_len: int,
                   max_per_row: int) -> dict[str, np.ndarray]:
     """Packed rows (R, ...) of unpacked instance features (n, ...), `rows` from
-    `pack_lengths`. Every row's instances keep their tokens, segments and masks."""
+    `pack_lengths`. Every row's instances keep their tokens, segments and masks; features
+    without masks (masked-LM-only sequences) give the token features alone."""
     num_rows = len(rows)
-    max_predictions = features["masked_lm_positions"].shape[1]
     lengths = features["input_mask"].sum(axis=1)
-    counts = (features["masked_lm_weights"] > 0).sum(axis=1)  # each instance's predictions
     instance = np.fromiter((index for row in rows for index in row), np.int64)
     row_of = np.repeat(np.arange(num_rows), [len(row) for row in rows])
     slot = np.concatenate([np.arange(len(row)) for row in rows])
@@ -87,18 +89,23 @@ def pack_features(features: dict[str, np.ndarray], rows: list[list[int]], seq_le
         return np.concatenate([np.cumsum([0] + [int(sizes[i]) for i in row[:-1]])
                                for row in rows]).astype(np.int64)
 
-    offset, prediction_offset = starts(lengths), starts(counts)
-
+    offset = starts(lengths)
+    token_names = [name for name in ("input_ids", "input_mask", "segment_ids")
+                   if name in features]
     packed = {name: np.zeros((num_rows, seq_len), np.int32)
-              for name in ("input_ids", "input_mask", "segment_ids", "instance_ids",
-                           "position_ids")}
+              for name in token_names + ["instance_ids", "position_ids"]}
     which, column = np.nonzero(np.arange(seq_len)[None, :] < lengths[instance][:, None])
     destination = (row_of[which], offset[which] + column)
-    for name in ("input_ids", "input_mask", "segment_ids"):
+    for name in token_names:
         packed[name][destination] = features[name][instance[which], column]
     packed["instance_ids"][destination] = slot[which] + 1
     packed["position_ids"][destination] = column
+    if "masked_lm_positions" not in features:
+        return packed
 
+    max_predictions = features["masked_lm_positions"].shape[1]
+    counts = (features["masked_lm_weights"] > 0).sum(axis=1)  # each instance's predictions
+    prediction_offset = starts(counts)
     slots = row_predictions(max_predictions, max_per_row)
     if (prediction_offset + counts[instance]).max(initial=0) > slots:
         raise ValueError(f"a packed row holds more than {slots} predictions; pack_lengths "
@@ -126,12 +133,15 @@ def pack_unit(features: dict[str, np.ndarray], seq_len: int, max_per_row: int,
     """A work unit's instances (in its shuffled order) as packed rows, buffer by buffer;
     the rows of each buffer are shuffled so that full and mixed rows interleave."""
     total = len(features["input_ids"])
-    slots = row_predictions(features["masked_lm_positions"].shape[1], max_per_row)
+    masked = "masked_lm_positions" in features  # masked-LM-only sequences have no masks yet
+    slots = (row_predictions(features["masked_lm_positions"].shape[1], max_per_row)
+             if masked else None)
     parts = []
     for start in range(0, total, BUFFER_INSTANCES):
         part = {name: value[start:start + BUFFER_INSTANCES] for name, value in features.items()}
         rows = pack_lengths(part["input_mask"].sum(axis=1), seq_len, max_per_row,
-                            (part["masked_lm_weights"] > 0).sum(axis=1), slots)
+                            (part["masked_lm_weights"] > 0).sum(axis=1) if masked else None,
+                            slots)
         rows = [rows[index] for index in rng.permutation(len(rows))]
         parts.append(pack_features(part, rows, seq_len, max_per_row))
     return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}

@@ -12,6 +12,12 @@ Reads shards of either tool (the schema in `schema.py`), and packed shards (rows
 `max_sequences_per_row` instances, `packing.py`) when told so; a missing file, a schema
 mismatch (packed shards read as unpacked, or the reverse) or a truncated shard raises
 `UserError` naming the file.
+
+Objective mlm's shards (`create-data --objective mlm`) hold no masks: each batch's are drawn
+here (`dynamic_masking.mask_rows`) from the rows' (epoch, index) tags, at the masking rate
+of the step the batch trains. The trainer names the step of the next batch and how many
+batches each step reads (`seek_step`: one, or a batch-size warm-up's micro-batches), so a
+resumed run, even across a change of rate, reads the very batches of an uninterrupted one.
 """
 
 import re
@@ -49,8 +55,13 @@ def expand_patterns(file_patterns: list[str]) -> list[str]:
     return sorted(set(files))
 
 
+# What each objective's rows are, for errors naming both.
+_ROWS = {"mlm_nsp": "segment pairs with masks and next-sentence labels (objective mlm_nsp)",
+         "mlm": "masked-LM-only rows without masks (create-data --objective mlm)"}
+
+
 def check_schema(path: str, seq_len: int, max_predictions: int,
-                 max_sequences_per_row: int = 1) -> bool:
+                 max_sequences_per_row: int = 1, objective: str = "mlm_nsp") -> bool:
     """Parses a shard's first record and checks every feature's kind and length.
 
     Returns False for a shard without records (valid: more shards than instances).
@@ -63,8 +74,13 @@ def check_schema(path: str, seq_len: int, max_predictions: int,
     except Exception as error:  # protobuf raises its own DecodeError
         raise UserError(f"{path}: first record is not a tf.train.Example ({error})") from None
     features = example.features.feature
+    found = schema.objective_of_features(features)
+    if found != objective:
+        raise UserError(f"{path}: wrong schema: the shard holds {_ROWS[found]} but objective "
+                        f"{objective} was asked for; set --config.objective={found} or make "
+                        "shards for the run's objective")
     packed = "instance_ids" in features
-    if packed != (max_sequences_per_row > 1):
+    if objective == "mlm_nsp" and packed != (max_sequences_per_row > 1):
         raise UserError(
             f"{path}: wrong schema: the shard holds " + (
                 "packed rows (create-data --pack) but unpacked rows were asked for; set "
@@ -73,8 +89,8 @@ def check_schema(path: str, seq_len: int, max_predictions: int,
                 f"unpacked rows but rows packed {max_sequences_per_row} to a row were asked "
                 "for (data.max_sequences_per_row); leave it unset or make the shards with "
                 "--pack"))
-    lengths = schema.feature_lengths(seq_len, max_predictions, max_sequences_per_row)
-    for name, (kind, _) in schema.features(max_sequences_per_row).items():
+    lengths = schema.feature_lengths(seq_len, max_predictions, max_sequences_per_row, objective)
+    for name, (kind, _) in schema.features(max_sequences_per_row, objective).items():
         if name not in features:
             raise UserError(f"{path}: wrong schema: no feature {name!r} (has "
                             f"{sorted(features)}); expected BERT pre-training shards")
@@ -120,6 +136,10 @@ class PretrainingDataset:
     With `dynamic_masking`, the stored masks are undone and new ones drawn per epoch in
     tf.data (RoBERTa style); it needs `vocab_size`, `mask_id` and `special_ids` (at least
     [PAD], [CLS] and [SEP], which are never masked).
+    With `objective` "mlm" (masked-LM-only shards) the masks are drawn at
+    `masking_schedule`'s rate into `max_predictions` slots a row (`dynamic_masking.
+    mask_rows`, which needs the same three); a batch has every feature of packed rows but
+    the per-instance ones (segment_ids all 0).
     `deterministic=False` lets interleave and parsing run out of order for speed; `restore`
     then resumes at the same epoch and record count, but not at exactly the same records.
     """
@@ -131,7 +151,8 @@ class PretrainingDataset:
                  dynamic_masking: bool = False, vocab_size: int | None = None,
                  mask_id: int | None = None, special_ids: tuple[int, ...] = (),
                  masked_lm_prob: float = 0.15, cycle_length: int = 4,
-                 max_sequences_per_row: int = 1):
+                 max_sequences_per_row: int = 1, objective: str = "mlm_nsp",
+                 masking_schedule=None):
         if process_index is None or process_count is None:
             import jax
             process_index = jax.process_index() if process_index is None else process_index
@@ -142,10 +163,13 @@ class PretrainingDataset:
             raise UserError(f"{file_patterns}: {len(all_files)} shard file(s) cannot be split "
                             f"across {process_count} hosts; write at least one per host")
         if not [path for path in self.files
-                if check_schema(path, seq_len, max_predictions, max_sequences_per_row)]:
+                if check_schema(path, seq_len, max_predictions, max_sequences_per_row,
+                                objective)]:
             raise UserError(f"{self.files}: these shards hold no records")
-        if dynamic_masking and (vocab_size is None or mask_id is None):
-            raise ValueError("dynamic_masking needs vocab_size and mask_id")
+        if (dynamic_masking or objective == "mlm") and (vocab_size is None or mask_id is None):
+            raise ValueError("masks drawn in the reader need vocab_size and mask_id")
+        if objective == "mlm" and (dynamic_masking or masking_schedule is None):
+            raise ValueError("objective mlm draws its masks at masking_schedule's rates")
         if dynamic_masking and max_sequences_per_row > 1:
             raise UserError(f"{file_patterns}: dynamic masking draws one instance's masks per "
                             "row and cannot mask packed rows; use the shards' masks or "
@@ -157,6 +181,12 @@ class PretrainingDataset:
         self.masking = dynamic_masking and dict(
             vocab_size=vocab_size, mask_id=mask_id, special_ids=tuple(special_ids),
             masked_lm_prob=masked_lm_prob, max_predictions=max_predictions)
+        self.objective, self.process_index = objective, process_index
+        self.row_masking = objective == "mlm" and dict(
+            vocab_size=vocab_size, mask_id=mask_id, special_ids=tuple(special_ids),
+            max_predictions=max_predictions)
+        self.masking_schedule = masking_schedule
+        self._steps_read = (0, lambda step: 1, 0)  # see seek_step
         self._position = {"epoch": 0, "records_in_epoch": 0}
         self._iterator = None
         self._expected_counts = _manifest_counts(self.files)  # file -> records, or None
@@ -172,6 +202,14 @@ class PretrainingDataset:
         self._position = {"epoch": int(state["epoch"]),
                           "records_in_epoch": int(state["records_in_epoch"])}
         self._iterator, self._last_tag = None, None
+
+    def seek_step(self, step: int, reads_per_step=None, steady_from: int = 0) -> None:
+        """The next batch trains step `step` (0-based) and step s takes `reads_per_step(s)`
+        batches in a row (None: one; a batch-size warm-up reads several micro-batches), the
+        same number for every step from `steady_from` on. Objective mlm's masking rate
+        depends on the step; the data position does not."""
+        self._steps_read = (int(step), reads_per_step or (lambda step: 1), steady_from)
+        self._iterator = None  # rebuilt at the current position, counting from `step`
 
     # -- iteration -----------------------------------------------------------------------
     def __iter__(self):
@@ -257,21 +295,46 @@ class PretrainingDataset:
         records = records.skip(tf.where(epoch == start_epoch, start_offset, 0))
         return records.map(lambda index, record: (epoch, index, record))
 
+    def _step_of_batch(self):
+        """batch count (int64 scalar, from 0 where the pipeline starts) -> the step that
+        batch trains (`seek_step`): a table until the reads per step hold steady, then
+        arithmetic (no Python runs inside tf.data)."""
+        start, reads, steady_from = self._steps_read
+        steady_step = max(start, steady_from)
+        table = [step for step in range(start, steady_step) for _ in range(reads(step))]
+        steps = tf.constant(table + [steady_step], tf.int64)  # the last: never read
+        per_step = reads(steady_step)
+        return lambda count: tf.where(
+            count < len(table), tf.gather(steps, tf.minimum(count, len(table))),
+            steady_step + (count - len(table)) // per_step)
+
+    def _masked_rows(self, batch: dict, epochs, indices, step) -> dict:
+        """Objective mlm's rows, masked at the rate of `step` (int64 scalar), from draws keyed
+        by each row's (epoch, index) tags (B,): one segment, segment_ids 0."""
+        schedule = self.masking_schedule
+        keys = dynamic_masking.row_keys(self.seed, self.process_index, epochs, indices)
+        rate = dynamic_masking.rate_at(step, schedule.rates, schedule.boundaries)
+        batch = dict(batch, segment_ids=tf.zeros_like(batch["input_ids"]))
+        return dynamic_masking.mask_rows(batch, keys, rate, **self.row_masking)
+
     def _build(self, epoch: int, records_in_epoch: int) -> tf.data.Dataset:
         last_epoch = np.iinfo(np.int64).max if self.repeat else max(epoch + 1, 1)
         epochs = tf.data.Dataset.range(epoch, last_epoch)
         records = epochs.flat_map(lambda e: self._epoch_records(
             e, tf.constant(epoch, tf.int64), tf.constant(records_in_epoch, tf.int64)))
-        batches = records.batch(self.batch_size, drop_remainder=True)
+        batches = records.batch(self.batch_size, drop_remainder=True).enumerate()
         spec = schema.parsing_spec(self.seq_len, self.max_predictions,
-                                   self.max_sequences_per_row)
-        seed = self.seed
+                                   self.max_sequences_per_row, self.objective)
+        seed, step_of_batch = self.seed, self._step_of_batch()
 
-        def parse(epoch_tags, indices, serialized):
+        def parse(count, tagged):
+            epoch_tags, indices, serialized = tagged
             features = tf.io.parse_example(serialized, spec)
             batch = {name: tf.cast(value, tf.float32 if value.dtype == tf.float32 else tf.int32)
                      for name, value in features.items()}
-            if self.max_sequences_per_row == 1:  # (B, 1) -> (B,); packed rows keep (B, N)
+            if self.objective == "mlm":
+                batch = self._masked_rows(batch, epoch_tags, indices, step_of_batch(count))
+            elif self.max_sequences_per_row == 1:  # (B, 1) -> (B,); packed rows keep (B, N)
                 batch["next_sentence_labels"] = tf.reshape(batch["next_sentence_labels"], [-1])
             if self.masking:
                 # A batch's masks depend on where it starts, so they survive a restore.

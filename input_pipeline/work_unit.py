@@ -2,7 +2,9 @@
 
 Runs in a worker process (or in-process with one worker). Everything random is seeded by
 (seed, unit index, dupe), so a unit's output does not depend on which process ran it or
-how many there are.
+how many there are. Objective mlm_nsp makes BERT's masked segment pairs (`instances.py`,
+`masking.py`); objective mlm makes unmasked `[CLS] text [SEP]` sequences
+(`mlm_sequences.py`), once each (no dupes: the reader draws new masks every epoch).
 """
 
 import random
@@ -10,7 +12,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from input_pipeline import example_codec, instances, masking, packing
+from input_pipeline import example_codec, instances, masking, mlm_sequences, packing
 
 _BATCH_ROWS = 2048  # instances assembled, masked and serialized together
 
@@ -27,9 +29,20 @@ class Settings:
     whole_word_mask: bool = False  # mask all pieces of a word together
     seed: int = 12345  # the output is a function of this and the inputs only
     max_sequences_per_row: int = 1  # instances packed into a row (1: unpacked, the original)
+    objective: str = "mlm_nsp"  # mlm_nsp: BERT's pairs, masked; mlm: sequences, masks when read
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The settings that shaped the rows: objective mlm's have no masks and no pairs."""
+        values = asdict(self)
+        if self.objective == "mlm":
+            for key in MASK_AND_PAIR_SETTINGS:
+                del values[key]
+        return values
+
+
+# Settings that only objective mlm_nsp uses (its masks and pairs are made at creation).
+MASK_AND_PAIR_SETTINGS = ("max_predictions", "masked_lm_prob", "dupe_factor",
+                          "short_seq_prob", "random_token", "whole_word_mask")
 
 
 @dataclass
@@ -94,13 +107,15 @@ def process_unit(unit_index: int, documents: list[list[str]], tokenizer,
     sentences = [sentence for document in documents for sentence in document]
     tokens, lengths = tokenizer.encode_corpus(sentences)
     corpus = instances.Corpus.from_lengths(tokens, lengths, np.array([len(d) for d in documents]))
+    rng = np.random.default_rng([settings.seed, unit_index])
+    if settings.objective == "mlm":
+        return _mlm_unit(unit_index, corpus, tokenizer, settings, rng)
     # A sentence is never split across instances (as in the original), so the tokens of one
     # longer than [CLS] A [SEP] B [SEP] can hold are cut by truncation in every dupe.
     budget = settings.max_seq_len - 3
     long = np.asarray(lengths) > budget
     overflow = dict(long_sentences=int(long.sum()),
                     dropped_tokens=int((np.asarray(lengths)[long] - budget).sum()))
-    rng = np.random.default_rng([settings.seed, unit_index])
     spans = _spans_for_all_dupes(corpus, settings, unit_index) if corpus.num_documents else None
     if spans is None or not len(spans.a_len):
         return UnitResult(unit_index, np.zeros(0, np.uint8), np.zeros(1, np.int64),
@@ -122,13 +137,36 @@ def process_unit(unit_index: int, documents: list[list[str]], tokenizer,
                                  rng)
         rows = [{name: value[start:start + _BATCH_ROWS] for name, value in unit.items()}
                 for start in range(0, len(unit["input_ids"]), _BATCH_ROWS)]
+    return _serialized(unit_index, corpus, rows, len(spans.a_len), overflow)
+
+
+def _serialized(unit_index: int, corpus, rows: list[dict], num_instances: int,
+                overflow: dict) -> UnitResult:
+    """A unit's rows (batches of features) as one buffer of serialized Examples."""
     buffers, offsets, masked, real_tokens = [], [np.zeros(1, np.int64)], 0, 0
     for features in rows:
-        masked += int(features["masked_lm_weights"].sum())
+        masked += int(features.get("masked_lm_weights", np.zeros(0)).sum())  # mlm: none
         real_tokens += int(features["input_mask"].sum())
         buffer, row_offsets = example_codec.serialize_examples(features)
         offsets.append(row_offsets[1:] + sum(len(b) for b in buffers))
         buffers.append(buffer)
     return UnitResult(unit_index, np.concatenate(buffers), np.concatenate(offsets),
-                      corpus.num_documents, len(corpus.sentence_starts) - 1, len(tokens), masked,
-                      **overflow, num_instances=len(spans.a_len), real_tokens=real_tokens)
+                      corpus.num_documents, len(corpus.sentence_starts) - 1,
+                      len(corpus.tokens), masked, **overflow, num_instances=num_instances,
+                      real_tokens=real_tokens)
+
+
+def _mlm_unit(unit_index: int, corpus, tokenizer, settings: Settings,
+              rng: np.random.Generator) -> UnitResult:
+    """Objective mlm: every document cut into sequences, packed, unmasked. A sentence
+    longer than a sequence is cut too, so nothing is dropped."""
+    no_overflow = dict(long_sentences=0, dropped_tokens=0)
+    if not corpus.num_documents:
+        return UnitResult(unit_index, np.zeros(0, np.uint8), np.zeros(1, np.int64), 0,
+                          len(corpus.sentence_starts) - 1, len(corpus.tokens), 0, **no_overflow)
+    sequences = mlm_sequences.unit_sequences(corpus, tokenizer, settings.max_seq_len, rng)
+    unit = packing.pack_unit(sequences, settings.max_seq_len, settings.max_sequences_per_row,
+                             rng)
+    rows = [{name: value[start:start + _BATCH_ROWS] for name, value in unit.items()}
+            for start in range(0, len(unit["input_ids"]), _BATCH_ROWS)]
+    return _serialized(unit_index, corpus, rows, len(sequences["input_ids"]), no_overflow)

@@ -65,6 +65,18 @@ def vocabulary_and_corpus(directory, num_documents: int, seed: int) -> tuple[str
     return vocab, corpus
 
 
+def mlm_shards(directory, name: str, corpus: str, vocab: str, seq_len: int,
+               max_sequences_per_row: int = 3, **settings) -> str:
+    """`create-data --objective mlm`'s two shards of `corpus` in directory/name (one worker
+    unless `settings` say otherwise); returns their directory."""
+    from input_pipeline.create_data import create_pretraining_data
+    output = os.path.join(str(directory), name)
+    create_pretraining_data([corpus], vocab, output, **{
+        "num_shards": 2, "workers": 1, "show_progress": False, "max_seq_len": seq_len,
+        "max_sequences_per_row": max_sequences_per_row, "objective": "mlm", **settings})
+    return output
+
+
 def read_shards(paths: list[str], seq_len: int, max_predictions: int) -> dict[str, np.ndarray]:
     """Every record of the shards, parsed with the original's feature spec."""
     return parse_shards(paths, original_feature_spec(seq_len, max_predictions))

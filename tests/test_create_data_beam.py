@@ -13,6 +13,7 @@ from bert_jax.errors import UserError
 from input_pipeline.beam import create_pretraining_data_beam
 from input_pipeline.beam.shard_assignment import first_records, pieces_by_shard
 from input_pipeline.create_data import create_pretraining_data
+from input_pipeline.manifest import records_in_shard
 
 SETTINGS = dict(max_seq_len=64, max_predictions=10, dupe_factor=2, seed=5, num_shards=3,
                 unit_bytes=6_000)
@@ -45,16 +46,19 @@ def test_shard_assignment_is_the_round_robin_of_the_whole_run():
     assert shards == [run[shard::3] for shard in range(3)]
 
 
-def test_beam_writes_the_local_writers_shards_and_manifest(corpus, tmp_path):
+@pytest.mark.parametrize("objective", [{}, dict(objective="mlm", max_sequences_per_row=3)],
+                         ids=["mlm_nsp", "mlm"])
+def test_beam_writes_the_local_writers_shards_and_manifest(corpus, tmp_path, objective):
     pytest.importorskip("apache_beam")
     local = str(tmp_path / "local")
     beam = str(tmp_path / "beam")
     local_manifest = create_pretraining_data([corpus["pattern"]], corpus["vocab"], local,
-                                             workers=1, show_progress=False, **SETTINGS)
+                                             workers=1, show_progress=False, **SETTINGS,
+                                             **objective)
     beam_manifest = create_pretraining_data_beam([corpus["pattern"]], corpus["vocab"], beam,
-                                                 workers=2, **SETTINGS)
+                                                 workers=2, **SETTINGS, **objective)
     assert local_manifest["num_instances"] > 100
-    counts = [shard["num_instances"] for shard in beam_manifest["shards"]]
+    counts = [records_in_shard(shard) for shard in beam_manifest["shards"]]
     assert max(counts) - min(counts) <= 1
     assert shard_hashes(beam) == shard_hashes(local) and len(shard_hashes(local)) == 3
     assert beam_manifest == local_manifest

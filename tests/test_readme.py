@@ -97,13 +97,13 @@ _SMALL_TASKS = ("mkdir -p small && T=../shared/data/tasks && "
                 "head -40 $T/nli/snli_dev.jsonl > small/snli_dev.jsonl && "
                 "head -40 $T/nli/mnli_dev_matched.jsonl > small/mnli_dev_matched.jsonl")
 
-# Both pre-training blocks (unpacked and packed) at two shards, one duplicate and two steps.
-SMALL_PRETRAINING = (
-    ("--num-shards 16", "--num-shards 2"), ("--dupe-factor 10", "--dupe-factor 1"),
-    ("--config configs/bert_base.py", "--config laptop --config.num_train_steps=2 "
-     "--config.batch_size=8 --config.optimizer.warmup_steps=1 "
-     "--config.checkpoint.every_steps=2"),
-)
+# Both pre-training blocks (unpacked and packed) at two shards, one duplicate and two steps;
+# the masked-LM-only one (no duplicates) at two shards and two steps.
+_TWO_SHARDS = ("--num-shards 16", "--num-shards 2")
+_TWO_STEPS = ("--config configs/bert_base.py", "--config laptop --config.num_train_steps=2 "
+              "--config.batch_size=8 --config.optimizer.warmup_steps=1 "
+              "--config.checkpoint.every_steps=2")
+SMALL_PRETRAINING = (_TWO_SHARDS, ("--dupe-factor 10", "--dupe-factor 1"), _TWO_STEPS)
 
 # Section heading -> the plan of each of its bash blocks, in order.
 PLANS = {
@@ -115,6 +115,9 @@ PLANS = {
     "Packed rows: no compute on padding": [Plan(
         "slow", "a vocabulary and packed shards of War and Peace, then two pre-training steps",
         substitutions=SMALL_PRETRAINING)],
+    "Masked-LM-only pre-training (ModernBERT's objective)": [Plan(
+        "slow", "a vocabulary and masked-LM-only shards of War and Peace, then two "
+        "pre-training steps", substitutions=(_TWO_SHARDS, _TWO_STEPS))],
     "ModernBERT's optimizer recipe": [Plan(
         "slow", "builds the demo's data, pre-trains 8 steps and averages two checkpoints",
         substitutions=(("--config.optimizer.decay_steps=300",

@@ -1,14 +1,21 @@
-"""`bert-jax create-data`: raw text to pre-masked TFRecord shards and a manifest."""
+"""`bert-jax create-data`: raw text to TFRecord shards (pre-masked, or masked-LM only) and a
+manifest."""
 
 import os
 import sys
 
-HELP = "turn raw text into pre-masked TFRecord shards for pre-training"
+HELP = "turn raw text into TFRecord shards for pre-training (pre-masked, or masked-LM only)"
 DESCRIPTION = """\
 Make BERT pre-training instances (segment pairs with next-sentence labels and masked
 tokens, as google-research/bert's create_pretraining_data.py makes them) from raw text and
 write them as TFRecord shards with a manifest.json beside them. Streams in bounded memory
 and uses --workers processes; the output depends only on the inputs and --seed.
+
+--objective mlm makes masked-LM-only rows instead (ModernBERT's objective): each document
+cut into [CLS] text [SEP] sequences of up to --max-seq-len tokens, packed up to
+--max-sequences-per-row to a row, no pairs, no next-sentence labels and no masks: training
+draws them when it reads the rows (run config objective mlm, data.masking_rate), so one set
+of shards serves any masking rate. The mask, pair and dupe flags do not apply to it.
 
 Input: files in BERT format (one sentence per line, a blank line between documents),
 plain prose (--format prose), .gz files, globs, or a prepared TFDS dataset as
@@ -22,7 +29,15 @@ examples:
       --output-dir shards/train --num-shards 16 --max-seq-len 128 --dupe-factor 10
   bert-jax create-data --input 'gs://bucket/text/*.txt' --vocab gs://bucket/vocab/vocab.txt \
       --output-dir gs://bucket/shards --num-shards 1024
+  bert-jax create-data --input ../shared/data/corpus/war_and_peace.bert.txt --vocab vocab/ \
+      --output-dir shards/mlm --objective mlm --max-seq-len 1024
 """
+
+# The flags of objective mlm_nsp's masks and pairs, with their defaults: objective mlm
+# refuses them when given (None = not given), since its rows have neither.
+MASK_AND_PAIR_DEFAULTS = {"max_predictions": 20, "masked_lm_prob": 0.15, "dupe_factor": 10,
+                          "short_seq_prob": 0.1, "random_token": "uniform",
+                          "whole_word_mask": False}
 
 
 def add_arguments(parser) -> None:
@@ -41,18 +56,22 @@ def add_arguments(parser) -> None:
                              "training host")
     parser.add_argument("--max-seq-len", type=int, default=128,
                         help="tokens per instance including [CLS] and [SEP]s (default: 128)")
-    parser.add_argument("--max-predictions", type=int, default=20,
+    parser.add_argument("--objective", choices=("mlm_nsp", "mlm"), default="mlm_nsp",
+                        help="mlm_nsp: BERT's segment pairs with next-sentence labels and "
+                             "masks drawn now; mlm: masked-LM-only sequences, packed, masks "
+                             "drawn when training reads them (default: mlm_nsp)")
+    parser.add_argument("--max-predictions", type=int, default=None,
                         help="masked positions stored per instance (default: 20)")
-    parser.add_argument("--masked-lm-prob", type=float, default=0.15,
+    parser.add_argument("--masked-lm-prob", type=float, default=None,
                         help="fraction of tokens to mask (default: 0.15); 0 writes unmasked "
                              "shards for the reader's dynamic masking")
-    parser.add_argument("--dupe-factor", type=int, default=10,
+    parser.add_argument("--dupe-factor", type=int, default=None,
                         help="passes over the corpus, each with new pairs and masks "
                              "(default: 10)")
-    parser.add_argument("--short-seq-prob", type=float, default=0.1,
+    parser.add_argument("--short-seq-prob", type=float, default=None,
                         help="chance that a document targets a shorter random length "
                              "(default: 0.1)")
-    parser.add_argument("--random-token", choices=("uniform", "unigram"), default="uniform",
+    parser.add_argument("--random-token", choices=("uniform", "unigram"), default=None,
                         help="the 10%% random replacements: uniform over the vocabulary (as "
                              "the original code) or from the corpus unigram distribution "
                              "(default: uniform)")
@@ -60,10 +79,11 @@ def add_arguments(parser) -> None:
                         help="pack up to --max-sequences-per-row instances into each "
                              "--max-seq-len row (shortest-pack-first), so few tokens are "
                              "padding; train on them with data.max_sequences_per_row unset "
-                             "or equal")
+                             "or equal (--objective mlm always packs)")
     parser.add_argument("--max-sequences-per-row", type=int, default=3,
-                        help="with --pack: instances per row at most (default: 3, as MLPerf)")
-    parser.add_argument("--whole-word-mask", action="store_true",
+                        help="with --pack or --objective mlm: instances per row at most "
+                             "(default: 3, as MLPerf)")
+    parser.add_argument("--whole-word-mask", action="store_true", default=None,
                         help="mask every piece of a word together")
     parser.add_argument("--seed", type=int, default=12345,
                         help="random seed; the shards are a function of it and the inputs "
@@ -108,11 +128,40 @@ def warn_if_prose(inputs, input_format) -> None:
         print(warning, file=sys.stderr)
 
 
-def run(args) -> int:
+def mask_and_pair_settings(args) -> dict:
+    """The mask and pair flags' values (defaults where not given); objective mlm refuses
+    any that was given, naming it."""
+    from bert_jax.errors import UserError
+
+    given = [name for name in MASK_AND_PAIR_DEFAULTS if getattr(args, name) is not None]
+    if args.objective == "mlm" and given:
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        raise UserError(f"{flags}: not used with --objective mlm, whose rows hold no masks or "
+                        "pairs (training draws the masks: data.masking_rate) and each "
+                        "document once (every epoch draws new masks)")
+    return {name: default if getattr(args, name) is None else getattr(args, name)
+            for name, default in MASK_AND_PAIR_DEFAULTS.items()}
+
+
+def sequences_per_row(args) -> int:
+    """Rows of how many instances: 1 unless packed (--pack, or objective mlm, which packs
+    up to --max-sequences-per-row, 1 meaning one sequence a row)."""
+    from bert_jax.errors import UserError
+
+    if args.objective == "mlm":
+        if args.max_sequences_per_row < 1:
+            raise UserError(f"--max-sequences-per-row {args.max_sequences_per_row}: need at "
+                            "least 1")
+        return args.max_sequences_per_row
     if args.pack and args.max_sequences_per_row < 2:
-        from bert_jax.errors import UserError
         raise UserError(f"--max-sequences-per-row {args.max_sequences_per_row}: --pack needs "
                         "at least 2 (1 is the unpacked format: leave out --pack)")
+    return args.max_sequences_per_row if args.pack else 1
+
+
+def run(args) -> int:
+    per_row = sequences_per_row(args)
+    settings = mask_and_pair_settings(args)
     warn_if_prose(args.input, args.input_format)
     if args.runner == "beam":
         from input_pipeline.beam import create_pretraining_data_beam as create
@@ -122,18 +171,17 @@ def run(args) -> int:
         engine = dict(show_progress=not args.no_progress)
     manifest = create(
         args.input, args.vocab, args.output_dir, num_shards=args.num_shards,
-        max_seq_len=args.max_seq_len, max_predictions=args.max_predictions,
-        masked_lm_prob=args.masked_lm_prob, dupe_factor=args.dupe_factor,
-        short_seq_prob=args.short_seq_prob, random_token=args.random_token,
-        whole_word_mask=args.whole_word_mask, seed=args.seed, workers=args.workers,
+        max_seq_len=args.max_seq_len, **settings, seed=args.seed, workers=args.workers,
         input_format=args.input_format,
         encoding_errors=args.encoding_errors, lowercase=args.lowercase,
         tfds_data_dir=args.tfds_data_dir, tfds_feature=args.tfds_feature,
-        max_sequences_per_row=args.max_sequences_per_row if args.pack else 1, **engine)
+        max_sequences_per_row=per_row, objective=args.objective, **engine)
     replaced = sum(manifest["replaced_bytes"].values())
     rows = (f" packed into {manifest['num_records']} rows of up to "
             f"{args.max_sequences_per_row}" if manifest["packed"] else "")
-    print(f"wrote {manifest['num_instances']} instances{rows} from "
+    kind = ("masked-LM-only sequences (masks are drawn when training reads them)"
+            if args.objective == "mlm" else "instances")
+    print(f"wrote {manifest['num_instances']} {kind}{rows} from "
           f"{manifest['num_documents']} documents to {len(manifest['shards'])} shards in "
           f"{args.output_dir}" + (f" ({replaced} non-UTF-8 bytes replaced)" if replaced else ""))
     print(f"real-token fraction {manifest['real_token_fraction']:.3f} (tokens that are not "

@@ -5,7 +5,8 @@ import functools
 import os
 import sys
 
-HELP = "pre-train BERT (MLM + NSP) from a run config, resuming where a run left off"
+HELP = ("pre-train BERT (MLM + NSP, or MLM only) from a run config, resuming where a run "
+        "left off")
 DESCRIPTION = """\
 Pre-trains BERT on pre-masked shards (see `bert-jax create-data`) with the run config
 configs/NAME.py (or configs/NAME.py:ARG), changed by any number of --config.KEY=VALUE
@@ -13,6 +14,11 @@ overrides; an unknown key is an error that names the closest keys. The shipped c
 (demo, laptop, bert_base, bert_large, bert_large_two_phase) are found by name from any
 directory (--config laptop). --print-config prints every key, its value after the
 overrides and its one-line description, and exits.
+
+The objective (--config.objective): mlm_nsp, BERT's masked LM + next-sentence prediction on
+create-data's pre-masked pairs, or mlm, masked LM only (ModernBERT's) on create-data
+--objective mlm's rows, whose masks are drawn as they are read at data.masking_rate (or
+the steps of data.masking_rate_schedule); it exports as a *ForMaskedLM.
 
 Where the starting state comes from, in this order:
   1. resume: WORKDIR/checkpoints has a checkpoint -> parameters, optimizer state, step,
@@ -121,7 +127,8 @@ def run(args: argparse.Namespace) -> int:
                            init_weights=pretraining.init_weights,
                            show_progress=not args.no_progress, log=say)
     if result["evaluations"]:
-        say("\nevaluation on held-out shards:\n" + format_evaluations(result["evaluations"]))
+        say("\nevaluation on held-out shards:\n" + format_evaluations(
+            result["evaluations"], pretraining.task.evaluated))
     if result["preempted"]:
         return result["exit_status"]  # 128 + the signal (Ctrl-C 130, SIGTERM 143): unfinished
     say(f"\ndone: step {result['step']} of {run_config.num_train_steps}"

@@ -233,16 +233,19 @@ def _compile(bundle):
 
 def resolve_shapes(run_config) -> bool:
     """Fills unset data.seq_len / data.max_predictions from the shards' manifest, or, with no
-    shards configured, the original phase-1 shapes (128, 20); True if the latter."""
+    shards configured, the original phase-1 shapes (128, 20); True if the latter. Objective
+    mlm's max_predictions comes from its masking schedule either way."""
     from bert_jax.tasks import pretraining_data
 
-    data = run_config.data
+    data, objective = run_config.data, run_config.get("objective", "mlm_nsp")
     if None not in (data.seq_len, data.max_predictions) or data.train_files or data.demo_dir:
-        data.update(pretraining_data.shard_shapes(data, log=lambda message: None))
+        data.update(pretraining_data.shard_shapes(data, lambda message: None, objective))
         return False
     for key, value in pretraining_data.PHASE_ONE_SHAPES.items():
-        if data[key] is None:
+        if data[key] is None and (key, objective) != ("max_predictions", "mlm"):
             data[key] = value
+    if objective == "mlm":  # its max_predictions: the schedule's slots at that seq_len
+        data.update(pretraining_data.shard_shapes(data, lambda message: None, objective))
     return True
 
 

@@ -19,6 +19,7 @@ import os
 import ml_collections
 
 from bert_jax.errors import UserError
+from bert_jax.run_config.objective import check_objective
 from bert_jax.run_config.ranges import check_ranges, check_sections
 
 OVERRIDE_PREFIX = "--config."
@@ -32,6 +33,9 @@ def base_config(model_preset: str = "base") -> ml_collections.ConfigDict:
     config = ml_collections.ConfigDict()
     config.seed = 0  # parameter initialisation, dropout and data order
     config.model_preset = model_preset  # model.* starts from it; init_from adopts unchanged ones
+    # mlm_nsp: BERT's masked LM + next sentence on create-data's masked pairs; mlm: masked LM
+    # only (ModernBERT) on create-data --objective mlm's rows, masks drawn when rows are read.
+    config.objective = "mlm_nsp"  # pre-training objective: mlm_nsp or mlm (masked LM only)
     # The preset's config fields (models/config.py); vocab_size 0 = the vocabulary's size.
     model = preset(model_preset, vocab_size=0)
     config.model = ml_collections.ConfigDict(model.to_dict())
@@ -71,6 +75,10 @@ def base_config(model_preset: str = "base") -> ml_collections.ConfigDict:
     config.data.max_sequences_per_row = None  # instances per row (1 = unpacked); None = the manifest
     config.data.shuffle_buffer = 10_000  # examples in the shuffle buffer
     config.data.dynamic_masking = False  # re-mask on the fly (RoBERTa) instead of the shards'
+    # Objective mlm (and dynamic_masking): the fraction of real non-special tokens predicted.
+    config.data.masking_rate = 0.15  # masked-LM rate from step 0 (BERT 0.15, ModernBERT 0.3)
+    # Piecewise constant, each rate from its step on (mmBERT: '100000:0.15,200000:0.05').
+    config.data.masking_rate_schedule = ""  # objective mlm: later rates as STEP:RATE pairs
     config.data.demo_dir = ""  # if set: build vocab + shards from the stdlib corpus here
     config.data.demo_vocab_size = 4000  # WordPiece size of that demo vocabulary
 
@@ -267,6 +275,7 @@ def load_run_config(path: str, overrides: list[str] | None = None) -> ml_collect
                            model_source.resolve(config.init_from).config(), source=path)
     check_ranges(flatten(config), source=path)
     check_sections(config, source=path)
+    check_objective(config, source=path)
     return config
 
 

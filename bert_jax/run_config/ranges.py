@@ -10,6 +10,7 @@ typed (`--learning-rate`) instead of the key it set.
 """
 
 from bert_jax.errors import UserError
+from input_pipeline.schema import OBJECTIVES
 
 # key -> (lowest allowed, highest allowed or None, what the key means when out of range).
 _AT_LEAST_ONE = (1, None)
@@ -23,6 +24,7 @@ RANGES = {
     "data.max_sequences_per_row": _AT_LEAST_ONE,
     "data.shuffle_buffer": _AT_LEAST_ONE,
     "data.demo_vocab_size": _AT_LEAST_ONE,
+    "data.masking_rate": (0, 1),  # run_config/objective.py refuses 0 too
     "model.vocab_size": (0, None),  # 0 = the vocabulary file's size
     "model.hidden_dim": _AT_LEAST_ONE,
     "model.num_layers": _AT_LEAST_ONE,
@@ -61,6 +63,7 @@ RANGES = {
 
 # key -> its allowed values (the optimizer's, schedule's and decay's names).
 CHOICES = {
+    "objective": OBJECTIVES,  # pre-training: run_config/objective.py checks the rest
     "optimizer.name": ("adamw", "lamb", "stable_adamw"),
     "optimizer.schedule": ("linear", "wsd"),
     "optimizer.decay_shape": ("linear", "cosine", "1-sqrt"),

@@ -48,7 +48,33 @@ class EpochMaskedBatches(BucketedBatches):
         return super().plan(epoch)
 
 
-class MaskedLMTask(FineTuningTask):
+class MaskedLMRows:
+    """The model and batch of masked-LM rows, packed or not (this task's blocks, and objective
+    mlm's pre-training rows): the family's masked-LM model, `max_predictions` slots a row,
+    and each row's instance and position ids."""
+    max_predictions: int
+
+    def build_model(self, model_config, precision):
+        return family_of(model_config).masked_lm_model(model_config, precision)
+
+    def batch_schema(self):
+        tokens = lambda batch, seq_len: (batch, seq_len)  # noqa: E731
+        slots = lambda batch, seq_len: (batch, self.max_predictions)  # noqa: E731
+        return {"input_ids": (np.int32, tokens), "segment_ids": (np.int32, tokens),
+                "input_mask": (np.int32, tokens), "instance_ids": (np.int32, tokens),
+                "position_ids": (np.int32, tokens), "masked_lm_positions": (np.int32, slots),
+                "masked_lm_ids": (np.int32, slots), "masked_lm_weights": (np.float32, slots)}
+
+    def model_inputs(self, batch):
+        return (batch["input_ids"], batch["segment_ids"], batch["input_mask"],
+                batch["masked_lm_positions"])
+
+    def model_keywords(self, batch):
+        # Blocks of packed shards hold several instances; text blocks one (ids = input_mask).
+        return {"instance_ids": batch["instance_ids"], "position_ids": batch["position_ids"]}
+
+
+class MaskedLMTask(MaskedLMRows, FineTuningTask):
     name = "mlm"
     terms = {"mlm_loss": "num_predictions", "mlm_accuracy": "num_predictions"}
     objective = ("mlm_loss",)
@@ -70,25 +96,6 @@ class MaskedLMTask(FineTuningTask):
 
     def head(self):
         return None  # exports as BertForMaskedLM, the architecture its parameters imply
-
-    def build_model(self, model_config, precision):
-        return family_of(model_config).masked_lm_model(model_config, precision)
-
-    def batch_schema(self):
-        tokens = lambda batch, seq_len: (batch, seq_len)  # noqa: E731
-        slots = lambda batch, seq_len: (batch, self.max_predictions)  # noqa: E731
-        return {"input_ids": (np.int32, tokens), "segment_ids": (np.int32, tokens),
-                "input_mask": (np.int32, tokens), "instance_ids": (np.int32, tokens),
-                "position_ids": (np.int32, tokens), "masked_lm_positions": (np.int32, slots),
-                "masked_lm_ids": (np.int32, slots), "masked_lm_weights": (np.float32, slots)}
-
-    def model_inputs(self, batch):
-        return (batch["input_ids"], batch["segment_ids"], batch["input_mask"],
-                batch["masked_lm_positions"])
-
-    def model_keywords(self, batch):
-        # Blocks of packed shards hold several instances; text blocks one (ids = input_mask).
-        return {"instance_ids": batch["instance_ids"], "position_ids": batch["position_ids"]}
 
     def counts(self, batch):
         return {"num_predictions": jnp.sum(batch["masked_lm_weights"].astype(jnp.float32))}

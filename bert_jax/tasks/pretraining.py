@@ -1,4 +1,5 @@
-"""Pre-training (masked LM + next-sentence prediction) as one task of the training system.
+"""Pre-training as one task of the training system: BERT's masked LM + next-sentence
+prediction (objective mlm_nsp), or masked LM only (objective mlm, ModernBERT's).
 
 The batch schema is the shards' (`input_pipeline/schema.py`), so the two cannot drift
 apart. The terms are those of `bert_jax.losses.pretraining_loss`, kept as sums over the
@@ -8,6 +9,12 @@ Packed rows (`max_sequences_per_row` N > 1) carry up to N instances each: the mo
 NSP at each instance's [CLS], and the NSP terms count the instance slots that hold one
 (`next_sentence_weights`), so a packed batch's loss and metrics are those of the same
 instances unpacked. The batch size counts rows.
+
+Objective mlm (`MaskedLMPretrainingTask`) reads `create-data --objective mlm`'s rows with
+the masks the reader drew (`input_pipeline/dynamic_masking.py`), always as packed rows
+(instance and position ids), through the family's masked-LM model: no next-sentence head,
+term or metric, and the result exports as a *ForMaskedLM. Its MLM terms are the same sums
+over the same counts as mlm_nsp's.
 """
 
 import jax.numpy as jnp
@@ -16,6 +23,7 @@ import numpy as np
 from bert_jax import losses
 from bert_jax.models.config import BertConfig, Precision
 from bert_jax.models.families import family_of
+from bert_jax.tasks.masked_lm import MaskedLMRows
 from bert_jax.training.task import Task
 from input_pipeline import schema
 
@@ -89,12 +97,10 @@ class PretrainingTask(Task):
     def sums(self, outputs, batch):
         mlm_logits, nsp_logits = outputs
         labels = batch["next_sentence_labels"].reshape(-1)
-        mlm = losses.classification_sums(mlm_logits, batch["masked_lm_ids"],
-                                         batch["masked_lm_weights"])
         nsp = losses.classification_sums(nsp_logits.reshape(-1, 2), labels,
                                          self._nsp_weights(batch))
-        return {"mlm_loss": mlm["loss"], "mlm_accuracy": mlm["accuracy"],
-                "nsp_loss": nsp["loss"], "nsp_accuracy": nsp["accuracy"]}
+        return {**_masked_lm_sums(mlm_logits, batch), "nsp_loss": nsp["loss"],
+                "nsp_accuracy": nsp["accuracy"]}
 
     def predictions(self, outputs, batch):
         mlm_logits, nsp_logits = outputs
@@ -107,17 +113,75 @@ class PretrainingTask(Task):
         return flops.train_step_flops(model_config, batch_size, seq_len, self.row_predictions)
 
 
-def task_from_run_config(run_config) -> PretrainingTask:
-    return PretrainingTask(run_config.data.max_predictions,
-                           run_config.data.get("max_sequences_per_row") or 1)
+def _masked_lm_sums(mlm_logits, batch) -> dict:
+    """The MLM terms of both objectives: sums over the weighted prediction slots."""
+    mlm = losses.classification_sums(mlm_logits, batch["masked_lm_ids"],
+                                     batch["masked_lm_weights"])
+    return {"mlm_loss": mlm["loss"], "mlm_accuracy": mlm["accuracy"]}
 
 
-def format_evaluations(evaluations) -> str:
-    """The evaluation history as a table: step, loss, MLM loss and accuracy, NSP accuracy."""
-    lines = [f"{'step':>8} {'loss':>8} {'mlm_loss':>9} {'mlm_acc':>8} {'nsp_loss':>9} "
-             f"{'nsp_acc':>8}"]
+class MaskedLMPretrainingTask(MaskedLMRows, Task):
+    """Objective mlm: masked LM only, on packed rows of `[CLS] text [SEP]` sequences (the
+    model and batch of `finetune mlm`'s blocks).
+
+    `max_predictions` is a row's slots (the masking schedule's, `masking_schedule.py`);
+    `max_sequences_per_row` is recorded only, as the model needs no per-sequence slots.
+    """
+    name = "mlm_pretraining"
+    terms = {"mlm_loss": "num_predictions", "mlm_accuracy": "num_predictions"}
+    objective = ("mlm_loss",)
+    logged = ("loss", "mlm_accuracy", "grad_norm", "learning_rate")
+    evaluated = ("loss", "mlm_loss", "mlm_accuracy")
+
+    def __init__(self, max_predictions: int, max_sequences_per_row: int = 1):
+        self.max_predictions = max_predictions
+        self.max_sequences_per_row = max_sequences_per_row
+
+    def settings(self):
+        return {"objective": "mlm", "max_predictions": self.max_predictions,
+                "max_sequences_per_row": self.max_sequences_per_row}
+
+    def counts(self, batch):
+        # A row's sequences are numbered 1..k, so its largest instance id counts them.
+        return {"num_predictions": jnp.sum(batch["masked_lm_weights"].astype(jnp.float32)),
+                "num_sequences": jnp.sum(jnp.max(batch["instance_ids"], axis=1)
+                                         .astype(jnp.float32)),
+                "num_real_tokens": jnp.sum(batch["input_mask"].astype(jnp.float32))}
+
+    def sums(self, outputs, batch):
+        return _masked_lm_sums(outputs, batch)
+
+    def predictions(self, outputs, batch):
+        return {"masked_lm_ids": np.argmax(outputs, axis=-1)}
+
+    def train_step_flops(self, model_config, batch_size, seq_len):
+        from bert_jax.compiler import flops
+
+        # The pre-training count, NSP head included: 2H + 2 FLOPs a row against the MLM
+        # head's P x H x V, far below what MFU can tell apart.
+        return flops.train_step_flops(model_config, batch_size, seq_len, self.max_predictions)
+
+
+def task_from_run_config(run_config) -> Task:
+    """The task of the run config's objective (its data section completed)."""
+    per_row = run_config.data.get("max_sequences_per_row") or 1
+    if run_config.get("objective", "mlm_nsp") == "mlm":
+        return MaskedLMPretrainingTask(run_config.data.max_predictions, per_row)
+    return PretrainingTask(run_config.data.max_predictions, per_row)
+
+
+# Each evaluated metric's column: its heading and width.
+_COLUMNS = {"loss": ("loss", 8), "mlm_loss": ("mlm_loss", 9), "mlm_accuracy": ("mlm_acc", 8),
+            "nsp_loss": ("nsp_loss", 9), "nsp_accuracy": ("nsp_acc", 8)}
+
+
+def format_evaluations(evaluations, names=PretrainingTask.evaluated) -> str:
+    """The evaluation history as a table: step, then the task's evaluated metrics `names`
+    (mlm_nsp: loss, MLM loss and accuracy, NSP loss and accuracy; mlm: no NSP columns)."""
+    shown = sorted(names, key=list(_COLUMNS).index)
+    lines = [f"{'step':>8} " + " ".join(f"{_COLUMNS[name][0]:>{_COLUMNS[name][1]}}"
+                                        for name in shown)]
     for step, metrics in evaluations:
-        lines.append(f"{step:>8} {metrics['loss']:>8.4f} {metrics['mlm_loss']:>9.4f} "
-                     f"{metrics['mlm_accuracy']:>8.4f} {metrics['nsp_loss']:>9.4f} "
-                     f"{metrics['nsp_accuracy']:>8.4f}")
+        lines.append(f"{step:>8} " + " ".join(f"{metrics[name]:>{_COLUMNS[name][1]}.4f}"
+                                             for name in shown))
     return "\n".join(lines)

@@ -3,11 +3,13 @@
 `prepare_data` resolves a run config's data section without changing it: it builds the demo
 shards if asked, takes the vocabulary of `init_from` (whose path the caller found, having
 resolved the model), reads the lengths and packing the shards were made with, sizes the
-model's vocabulary from its vocabulary file and refuses shards made with another vocabulary. It
-returns the settings it derived; the caller applies them (`apply_settings`) before the
-trainer starts, so run_config.json records them. `reader_factory` opens the shard reader
-per process. `prepare_run` does all of it for `bert-jax pretrain` and its pod rehearsal
-(`preflight.py`): the task, the reader and init_from's weights (read only on a fresh start).
+model's vocabulary from its vocabulary file and refuses shards made with another vocabulary
+or for another objective (objective mlm: data.max_predictions is the slots of its masking
+schedule, not the shards'). It returns the settings it derived; the caller applies them
+(`apply_settings`) before the trainer starts, so run_config.json records them.
+`reader_factory` opens the shard reader per process. `prepare_run` does all of it for
+`bert-jax pretrain` and its pod rehearsal (`preflight.py`): the task, the reader and
+init_from's weights (read only on a fresh start).
 """
 
 import dataclasses
@@ -34,17 +36,36 @@ def apply_settings(run_config, settings: dict[str, Any]) -> None:
         run_config[section][name] = value
 
 
-def reader_factory(data, seed: int, tokenizer=None):
+def _read_time_masks(data, split: str, tokenizer, objective: str) -> dict:
+    """The reader's masking arguments: objective mlm's masks at the schedule's rates (held-out
+    rows always at data.masking_rate, with the same masks at every evaluation, so the
+    evaluations of a run compare), or data.dynamic_masking's; {} for the shards' masks."""
+    from input_pipeline import masking_schedule
+
+    if objective == "mlm":
+        schedule = (masking_schedule.schedule_of(data) if split == "train"
+                    else masking_schedule.MaskingSchedule((data.masking_rate,)))
+        # Never a special token, [MASK] written in the text included (transformers' collator
+        # skips every special token too).
+        return dict(objective="mlm", masking_schedule=schedule,
+                    vocab_size=tokenizer.vocab_size, mask_id=tokenizer.mask_id,
+                    special_ids=tuple(sorted({*tokenizer.special_ids, tokenizer.mask_id})))
+    if data.dynamic_masking and split == "train":
+        return dict(dynamic_masking=True, vocab_size=tokenizer.vocab_size,
+                    mask_id=tokenizer.mask_id, masked_lm_prob=data.masking_rate,
+                    special_ids=tokenizer.special_ids)
+    return {}
+
+
+def reader_factory(data, seed: int, tokenizer=None, objective: str = "mlm_nsp"):
     """`make(split, batch_size, process_index, process_count)` over the shards of the run
-    config's (prepared) data section; `seed` orders the training data."""
+    config's (prepared) data section; `seed` orders the training data (and draws objective
+    mlm's masks)."""
     from input_pipeline.reader import PretrainingDataset
 
     def make(split, batch_size, process_index, process_count):
         pattern = data.train_files if split == "train" else data.eval_files
-        masking = {}
-        if data.dynamic_masking and split == "train":
-            masking = dict(dynamic_masking=True, vocab_size=tokenizer.vocab_size,
-                           mask_id=tokenizer.mask_id, special_ids=tokenizer.special_ids)
+        masking = _read_time_masks(data, split, tokenizer, objective)
         return PretrainingDataset(
             [p for p in pattern.split(",") if p], batch_size, data.seq_len,
             data.max_predictions, seed=seed if split == "train" else 0,
@@ -63,8 +84,9 @@ def _manifest_directory(pattern: str) -> str | None:
     return directory if files.exists(files.join(directory, manifest_lib.MANIFEST_NAME)) else None
 
 
-def _check_shards(data, tokenizer, log) -> None:
-    """Refuses shards made with another vocabulary, sequence length or prediction count.
+def _check_shards(data, tokenizer, log, objective: str = "mlm_nsp") -> None:
+    """Refuses shards made with another vocabulary, sequence length, prediction count or
+    objective.
 
     Shards of the original `create_pretraining_data.py` have no manifest: their first
     records are checked (schema, lengths, token ids below the vocabulary size) and a
@@ -78,10 +100,15 @@ def _check_shards(data, tokenizer, log) -> None:
         directory = _manifest_directory(pattern)
         if directory is not None:
             manifest = manifest_lib.read_manifest(directory)
+            manifest_lib.check_objective(manifest, objective, pattern)
             manifest_lib.check_vocabulary(manifest, tokenizer.hash, pattern)
             manifest_lib.check_settings(manifest, data.seq_len, data.max_predictions, pattern,
                                         data.max_sequences_per_row or 1)
             continue
+        if objective == "mlm":
+            raise UserError(f"{pattern}: no {manifest_lib.MANIFEST_NAME}: objective mlm reads "
+                            "the shards of create-data --objective mlm, which have one; shards "
+                            "without are the original tool's, for objective mlm_nsp")
         first = expand_patterns([pattern])[0]
         checked = check_first_records(first, data.seq_len, data.max_predictions,
                                       tokenizer.vocab_size)
@@ -97,13 +124,35 @@ def _check_shards(data, tokenizer, log) -> None:
 PHASE_ONE_SHAPES = dict(seq_len=128, max_predictions=20)
 
 
-def shard_shapes(data, log=print) -> dict[str, int]:
+def shard_shapes(data, log=print, objective: str = "mlm_nsp") -> dict[str, int]:
     """data.seq_len / data.max_predictions left unset (None) -> their values, from the first
     training shards' manifest.json (the demo's defaults with data.demo_dir); a value that was
-    set is not returned, and `_check_shards` refuses it if the shards disagree."""
+    set is not returned, and `_check_shards` refuses it if the shards disagree. Objective
+    mlm's shards hold no masks: its max_predictions is the slots of its masking schedule at
+    that seq_len (`masking_schedule.py`), and a value set below them is refused."""
+    from input_pipeline.masking_schedule import schedule_of
+
+    if objective != "mlm":
+        return _manifest_shapes(data, [key for key in ("seq_len", "max_predictions")
+                                       if data[key] is None], log)
+    shapes = _manifest_shapes(data, ["seq_len"] if data.seq_len is None else [], log)
+    seq_len = shapes.get("seq_len", data.seq_len)
+    schedule = schedule_of(data)
+    slots = schedule.prediction_slots(seq_len)
+    if data.max_predictions is None:
+        shapes["max_predictions"] = slots
+    elif data.max_predictions < slots:
+        raise UserError(f"data.max_predictions {data.max_predictions} is fewer than the {slots} "
+                        f"masked positions a row of {seq_len} tokens can have at the highest "
+                        f"masking rate, {schedule.highest:g}; leave it unset (objective mlm "
+                        "sizes it from the schedule) or raise it")
+    return shapes
+
+
+def _manifest_shapes(data, unset: list[str], log) -> dict[str, int]:
+    """The `unset` keys' values from the first training shards' manifest (see shard_shapes)."""
     from input_pipeline import manifest as manifest_lib
 
-    unset = [key for key in ("seq_len", "max_predictions") if data[key] is None]
     if not unset:
         return {}
     if data.demo_dir:
@@ -128,14 +177,17 @@ def shard_shapes(data, log=print) -> dict[str, int]:
                     + " (the lengths the shards were made with)")
 
 
-def sequences_per_row(data, log=print) -> int:
+def sequences_per_row(data, log=print, objective: str = "mlm_nsp") -> int:
     """data.max_sequences_per_row, or where unset (None) the first training shards' manifest's:
     packed shards say how many instances a row holds; shards without a manifest (the
-    original tool's) and the demo's are unpacked (1)."""
+    original tool's) and the demo's are unpacked (1), objective mlm's demo packed."""
     from input_pipeline import manifest as manifest_lib
+    from input_pipeline.demo_corpus import MLM_SEQUENCES_PER_ROW
 
     if data.max_sequences_per_row is not None:
         return data.max_sequences_per_row
+    if data.demo_dir and objective == "mlm" and not data.train_files:
+        return MLM_SEQUENCES_PER_ROW
     for pattern in filter(None, data.train_files.split(",")):
         directory = _manifest_directory(pattern)
         if directory is not None:
@@ -147,14 +199,15 @@ def sequences_per_row(data, log=print) -> int:
     return 1
 
 
-def _vocab_size(data, model_vocab_size: int, log):
+def _vocab_size(data, model_vocab_size: int, log, objective: str = "mlm_nsp"):
     """(tokenizer, vocab_size) of data.vocab_path, (None, the model's) without one."""
     if not data.vocab_path:
         if not model_vocab_size:
             raise UserError("set data.vocab_path (the vocabulary the shards were made with: "
                             "vocab.txt, a SentencePiece .model or a tokenizer.json)")
-        if data.dynamic_masking:
-            raise UserError("data.dynamic_masking needs data.vocab_path: the [MASK] id, the "
+        if data.dynamic_masking or objective == "mlm":
+            needs = "objective mlm" if objective == "mlm" else "data.dynamic_masking"
+            raise UserError(f"{needs} needs data.vocab_path: the [MASK] id, the "
                             "special tokens and the random replacements come from it")
         return None, model_vocab_size
     from input_pipeline.tokenization import load_tokenizer
@@ -164,7 +217,7 @@ def _vocab_size(data, model_vocab_size: int, log):
         raise UserError(f"model.vocab_size {model_vocab_size} is smaller than the "
                         f"{tokenizer.vocab_size} tokens of {data.vocab_path}")
     if data.train_files:
-        _check_shards(data, tokenizer, log)
+        _check_shards(data, tokenizer, log, objective)
     return tokenizer, model_vocab_size or tokenizer.vocab_size
 
 
@@ -178,19 +231,21 @@ def prepare_data(run_config, log=print,
     the caller.
     """
     data = ml_collections.ConfigDict(run_config.data.to_dict())  # derived values go here
-    data.update(shard_shapes(data, log))
-    data.max_sequences_per_row = sequences_per_row(data, log)
+    objective = run_config.objective
+    data.update(shard_shapes(data, log, objective))
+    data.max_sequences_per_row = sequences_per_row(data, log, objective)
     if data.demo_dir:
         from input_pipeline.demo_corpus import prepare_demo_data
 
         paths = prepare_demo_data(data.demo_dir, vocab_size=data.demo_vocab_size,
-                                  seq_len=data.seq_len, max_predictions=data.max_predictions)
+                                  seq_len=data.seq_len, max_predictions=data.max_predictions,
+                                  objective=objective)
         for key, value in paths.items():
             if not data[key]:
                 data[key] = value
     if not data.vocab_path and init_vocab_path is not None:
         data.vocab_path = init_vocab_path() or ""
-    tokenizer, vocab_size = _vocab_size(data, run_config.model.vocab_size, log)
+    tokenizer, vocab_size = _vocab_size(data, run_config.model.vocab_size, log, objective)
     settings = {f"data.{key}": value for key, value in data.items()
                 if value != run_config.data[key]}
     if vocab_size != run_config.model.vocab_size:
@@ -229,5 +284,6 @@ def prepare_run(run_config, log=print) -> PretrainingRun:
     apply_settings(run_config, prepared.settings)
     return PretrainingRun(
         task=pretraining.task_from_run_config(run_config),
-        dataset_factory=reader_factory(run_config.data, run_config.seed, prepared.tokenizer),
+        dataset_factory=reader_factory(run_config.data, run_config.seed, prepared.tokenizer,
+                                       run_config.objective),
         init_weights=init_weights, tokenizer=prepared.tokenizer)

@@ -3,7 +3,9 @@
 The position itself is the dataset's (`state()` / `restore(state)`); what the data was
 (`data_source`) is saved beside it, so a phase-2 run (other shards, longer sequences) in a
 phase-1 work directory starts its new data from the beginning instead of a position that
-means nothing there.
+means nothing there. A dataset whose batches depend on the step they train (objective mlm's
+masking-rate schedule) also has `seek_step`: `seek_step` below tells it the step its next
+batch trains, on every start, resume and phase 2, and how many batches each step reads.
 """
 
 import jax
@@ -32,3 +34,11 @@ def restore_position(dataset, meta: dict | None, source: dict, log) -> None:
             f"{jax.process_count()}; the data starts from its beginning")
         return
     dataset.restore(meta["data"][jax.process_index()])
+
+
+def seek_step(dataset, step: int, warmup=None) -> None:
+    """Tells a dataset whose batches depend on the step they train (it has `seek_step`) that
+    its next batch trains `step`, and with a batch-size warm-up (`batch_warmup.BatchWarmup`)
+    how many micro-batches each step reads; other datasets need neither."""
+    if hasattr(dataset, "seek_step"):
+        dataset.seek_step(step, *((warmup.micro_batches, warmup.steps) if warmup else ()))

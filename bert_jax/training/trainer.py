@@ -27,7 +27,7 @@ from bert_jax import sharding
 from bert_jax.errors import UserError
 from bert_jax.training import batch_warmup, checkpointing, distributed, initial_state
 from bert_jax.training import train_step as train_step_lib, workdir as workdir_lib
-from bert_jax.training.data_position import data_source, restore_position
+from bert_jax.training.data_position import data_source, restore_position, seek_step
 from bert_jax.training.evaluation import TermEvaluator
 from bert_jax.training.interrupts import StopRequests
 from bert_jax.training.metrics_writer import MetricsWriter
@@ -127,6 +127,7 @@ class _Loop:
         self.dataset = dataset_factory("train", self.read_size // processes, index, processes)
         restore_position(self.dataset, meta, self.data_source, self.log)
         step = self.result["step"] = int(jax.device_get(state.step))
+        seek_step(self.dataset, step, self.warmup)
         total, evaluator = self.run_config.num_train_steps, self.evaluator
         if step >= total or (evaluator is not None and evaluator.stop):
             self.log(f"the run is complete: step {step} of {total} is saved in "

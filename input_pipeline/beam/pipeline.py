@@ -251,11 +251,11 @@ def create_pretraining_data(input_patterns: list[str], vocab_path: str, output_d
                             tfds_data_dir: str | None = None, tfds_feature: str = "text",
                             unit_bytes: int = create_data.UNIT_BYTES,
                             beam_options: str | None = None,
-                            max_sequences_per_row: int = 1) -> dict:
+                            max_sequences_per_row: int = 1, objective: str = "mlm_nsp") -> dict:
     """Runs the pipeline to completion; returns the manifest (as the local writer does)."""
     settings = Settings(max_seq_len, max_predictions, masked_lm_prob, dupe_factor,
                         short_seq_prob, random_token, whole_word_mask, seed,
-                        max_sequences_per_row)
+                        max_sequences_per_row, objective)
     create_data.validate_settings(settings, num_shards, workers)
     if input_format not in sources.FORMATS:
         raise UserError(f"--format {input_format!r}: expected one of {sources.FORMATS}")

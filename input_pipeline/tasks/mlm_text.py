@@ -10,10 +10,10 @@ non-special tokens, 80% [MASK] / 10% kept / 10% random) from a generator seeded 
 held-out blocks always get the masks of one fixed seed, so evaluations before and after
 training score the same masked positions.
 
-A directory of pre-training shards (`create-data`, packed with --pack or not) reads as
-blocks too: each row's tokens with its stored masks undone, its segment ids, and for
-packed rows its instance and position ids (attention stays within each instance); masks
-are then drawn per epoch over the row's real tokens as for text.
+A directory of pre-training shards (`create-data`, packed with --pack or not, or made with
+--objective mlm) reads as blocks too: each row's tokens with its stored masks undone, its
+segment ids, and for packed rows its instance and position ids (attention stays within
+each instance); masks are then drawn per epoch over the row's real tokens as for text.
 """
 
 import io
@@ -145,19 +145,23 @@ def shard_blocks(directory: str, tokenizer, max_seq_len: int, seed: int,
                         f"--max-seq-len is {max_seq_len}; give --max-seq-len "
                         f"{settings['max_seq_len']}")
     paths = expand_patterns([directory])
+    objective = manifest_lib.objective_of(manifest)
+    predictions = settings.get("max_predictions", 0)  # objective mlm's rows store none
     for path in paths:
-        check_schema(path, max_seq_len, settings["max_predictions"], per_row)
-    spec = schema.parsing_spec(max_seq_len, settings["max_predictions"], per_row)
+        check_schema(path, max_seq_len, predictions, per_row, objective)
+    spec = schema.parsing_spec(max_seq_len, predictions, per_row, objective)
     parts = [tf.io.parse_example(records, spec)
              for records in tf.data.TFRecordDataset(paths).batch(4096)]
     rows = {name: np.concatenate([part[name].numpy() for part in parts]).astype(
         np.float32 if name == "masked_lm_weights" else np.int32) for name in spec}
     blocks = rows["input_ids"].copy()
-    which, slot = np.nonzero(rows["masked_lm_weights"] > 0)  # the stored masks, undone
-    blocks[which, rows["masked_lm_positions"][which, slot]] = rows["masked_lm_ids"][which, slot]
+    if "masked_lm_weights" in rows:
+        which, slot = np.nonzero(rows["masked_lm_weights"] > 0)  # the stored masks, undone
+        blocks[which, rows["masked_lm_positions"][which, slot]] = \
+            rows["masked_lm_ids"][which, slot]
     blocks[rows["input_mask"] == 0] = tokenizer.pad_id
     return MaskedBlocks(blocks, tokenizer, seed, masked_lm_prob, rows=dict(
-        segment_ids=rows["segment_ids"],
+        segment_ids=rows.get("segment_ids", np.zeros_like(blocks)),
         instance_ids=rows.get("instance_ids", rows["input_mask"]),
         position_ids=rows.get("position_ids", np.broadcast_to(
             np.arange(max_seq_len, dtype=np.int32), blocks.shape))))
