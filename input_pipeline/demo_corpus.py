@@ -48,8 +48,10 @@ def write_corpus(documents: list[list[str]], path: str) -> None:
 
 def prepare_demo_data(directory: str, *, vocab_size: int, seq_len: int, max_predictions: int,
                       seed: int = 0, eval_fraction: float = 0.1,
-                      objective: str = "mlm_nsp") -> dict:
-    """Builds (once) vocab.txt, train/ and eval/ shards from the stdlib corpus in `directory`.
+                      objective: str = "mlm_nsp", vocab_type: str = "wordpiece") -> dict:
+    """Builds (once) a vocabulary (vocab.txt; `vocab_type` bpe: a byte-level BPE
+    tokenizer.json, ModernBERT's kind), train/ and eval/ shards from the stdlib corpus in
+    `directory`.
 
     Returns {'vocab_path', 'train_files', 'eval_files'}. A complete directory is reused; a
     half-built one (interrupted) is rebuilt, since it is only renamed into place at the end.
@@ -59,6 +61,8 @@ def prepare_demo_data(directory: str, *, vocab_size: int, seq_len: int, max_pred
                   seed=seed, eval_fraction=eval_fraction)
     if objective == "mlm":  # its shards hold no masks: max_predictions is the reader's
         wanted = dict(wanted, objective=objective, max_predictions=None)
+    if vocab_type != "wordpiece":  # files built before there was a choice say nothing
+        wanted = dict(wanted, vocab_type=vocab_type)
     if os.path.exists(summary_path):
         with open(summary_path, encoding="utf-8") as file:
             summary = json.load(file)
@@ -67,7 +71,7 @@ def prepare_demo_data(directory: str, *, vocab_size: int, seq_len: int, max_pred
         raise UserError(f"{directory}: holds demo data built with {summary['settings']}, "
                         f"not {wanted}; delete it or choose another data.demo_dir")
     from input_pipeline.create_data import create_pretraining_data
-    from input_pipeline.vocabulary import train_wordpiece
+    from input_pipeline.vocabulary import train_bpe, train_wordpiece
 
     temporary = directory.rstrip("/") + ".partial"
     shutil.rmtree(temporary, ignore_errors=True)
@@ -83,8 +87,9 @@ def prepare_demo_data(directory: str, *, vocab_size: int, seq_len: int, max_pred
         write_corpus(split_documents, os.path.join(temporary, f"{split}.txt"))
     print(f"demo corpus: {sum(map(len, documents))} sentences from {len(documents)} "
           f"standard-library modules ({len(eval_documents)} held out)")
-    vocab_path = train_wordpiece([os.path.join(temporary, "train.txt")], vocab_size,
-                                 temporary, lowercase=True)
+    train = train_bpe if vocab_type == "bpe" else train_wordpiece
+    vocab_path = train([os.path.join(temporary, "train.txt")], vocab_size, temporary,
+                       lowercase=vocab_type != "bpe")
     for split, dupe_factor in (("train", 5), ("eval", 2)):
         shape = (dict(objective="mlm", max_sequences_per_row=MLM_SEQUENCES_PER_ROW)
                  if objective == "mlm" else

@@ -12,7 +12,8 @@ from bert_jax.run_config import flatten, load_run_config
 
 CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 SHIPPED = sorted(glob.glob(os.path.join(CONFIGS, "*.py")))
-VARIANTS = {"bert_large_two_phase.py": ["1", "2"]}
+VARIANTS = {"bert_large_two_phase.py": ["1", "2"], "modernbert_base.py": ["1", "2", "3"],
+            "modernbert_large.py": ["1", "2", "3"]}
 
 
 def _all_variants():
@@ -29,7 +30,7 @@ def test_every_shipped_config_loads_and_builds_a_model(spec):
     assert config.batch_size % config.grad_accum_steps == 0
     # Unset (None) lengths come from the shards' manifest when the run starts.
     assert config.data.seq_len is None or config.data.seq_len <= model_config.max_positions
-    assert config.optimizer.name in ("adamw", "lamb")
+    assert config.optimizer.name in ("adamw", "lamb", "stable_adamw")
     assert config.is_locked
 
 
@@ -41,6 +42,34 @@ def test_two_phase_recipe_shares_one_schedule_and_lengthens_sequences():
     assert (phase_1.data.seq_len, phase_2.data.seq_len) == (128, 512)
     assert default_workdir("configs/bert_large_two_phase.py:2") == os.path.join(
         "runs", "bert_large_two_phase_2")
+
+
+def test_modernbert_recipe_is_three_phases_of_one_schedule():
+    """The paper's token budgets (1.7T at 1,024, 250B at 8,192 with the global theta raised,
+    50B of decay), one WSD schedule whose 1-sqrt decay is phase 3."""
+    from bert_jax.models.config import ModernBertConfig
+
+    phases = [load_run_config(os.path.join(CONFIGS, f"modernbert_base.py:{phase}"))
+              for phase in "123"]
+    models = [train_step.model_config_of(phase) for phase in phases]
+    assert all(isinstance(model, ModernBertConfig) for model in models)
+    assert (models[0].num_layers, models[0].hidden_dim, models[0].mlp_dim) == (22, 768, 1152)
+    assert [model.global_rope_theta for model in models] == [10_000.0, 160_000.0, 160_000.0]
+    assert len({phase.schedule_steps for phase in phases}) == 1
+    assert phases[2].num_train_steps == phases[2].schedule_steps
+    steps = [phases[0].num_train_steps] + [
+        later.num_train_steps - earlier.num_train_steps
+        for earlier, later in zip(phases, phases[1:])]
+    assert phases[0].optimizer.decay_steps == steps[2]
+    tokens = [phases[0].batch_size * 1024, *(phase.batch_size * 8192 for phase in phases[1:])]
+    assert tokens[0] == tokens[1] == tokens[2] == 4608 * 1024  # 4.7M tokens a step
+    warmup = phases[0].batch_warmup.steps
+    warmup_tokens = warmup * 768 * 1024 * 3.5  # 1 to 6 micro-batches of 768 rows
+    assert abs(warmup_tokens - 50e9) / 50e9 < 1e-3
+    assert abs(warmup_tokens + (steps[0] - warmup) * tokens[0] - 1.7e12) / 1.7e12 < 1e-3
+    assert abs(steps[1] * tokens[1] - 250e9) / 250e9 < 1e-3
+    assert abs(steps[2] * tokens[2] - 50e9) / 50e9 < 1e-3
+    assert all(phase.objective == "mlm" and phase.data.masking_rate == 0.3 for phase in phases)
 
 
 def test_overrides_are_converted_to_the_type_they_replace():

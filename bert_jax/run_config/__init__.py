@@ -80,7 +80,8 @@ def base_config(model_preset: str = "base") -> ml_collections.ConfigDict:
     # Piecewise constant, each rate from its step on (mmBERT: '100000:0.15,200000:0.05').
     config.data.masking_rate_schedule = ""  # objective mlm: later rates as STEP:RATE pairs
     config.data.demo_dir = ""  # if set: build vocab + shards from the stdlib corpus here
-    config.data.demo_vocab_size = 4000  # WordPiece size of that demo vocabulary
+    config.data.demo_vocab_size = 4000  # size of that demo vocabulary
+    config.data.demo_vocab_type = "wordpiece"  # wordpiece, or bpe: a byte-level tokenizer.json
 
     config.optimizer = ml_collections.ConfigDict()
     config.optimizer.name = "adamw"  # adamw (the original), lamb (large batches) or stable_adamw

@@ -67,6 +67,7 @@ CHOICES = {
     "optimizer.name": ("adamw", "lamb", "stable_adamw"),
     "optimizer.schedule": ("linear", "wsd"),
     "optimizer.decay_shape": ("linear", "cosine", "1-sqrt"),
+    "data.demo_vocab_type": ("wordpiece", "bpe"),
 }
 
 

@@ -239,7 +239,7 @@ def prepare_data(run_config, log=print,
 
         paths = prepare_demo_data(data.demo_dir, vocab_size=data.demo_vocab_size,
                                   seq_len=data.seq_len, max_predictions=data.max_predictions,
-                                  objective=objective)
+                                  objective=objective, vocab_type=data.demo_vocab_type)
         for key, value in paths.items():
             if not data[key]:
                 data[key] = value

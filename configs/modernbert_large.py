@@ -1,0 +1,1 @@
+../bert_jax/configs/modernbert_large.py
