@@ -127,6 +127,13 @@ PLANS = {
     "Your own language: a byte-level BPE `tokenizer.json`": [Plan(
         "slow", "a byte-level BPE and whole-word-masked shards of War and Peace, then two "
                 "pre-training steps", substitutions=SMALL_PRETRAINING)],
+    "Pre-training ModernBERT": [
+        Plan("slow", "builds the demo's BPE and MLM-only shards, pre-trains 8 steps, exports",
+             substitutions=(("--workdir runs/modernbert_demo",
+                             "--workdir runs/modernbert_demo --config.num_train_steps=8 "
+                             "--config.optimizer.warmup_steps=2 --config.optimizer.decay_steps=2 "
+                             "--config.checkpoint.every_steps=8 --config.eval.every_steps=8"),)),
+        _skip("three phases of a pod run on gs:// (the configs load in tests/test_configs.py)")],
     "ModernBERT": [Plan(
         "slow", "a random tiny ModernBERT (the Hub is out of reach) fine-tuned for 3 epochs on "
                 "four rows, predicted, exported and read by transformers' pipeline",
