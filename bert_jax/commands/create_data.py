@@ -104,6 +104,13 @@ def warn_if_prose(inputs, input_format) -> None:
         print(warning, file=sys.stderr)
 
 
+def outputs(args) -> list:
+    """The shard directory, checked before any input is read (bert_jax/storage/outputs.py)."""
+    from bert_jax.storage.outputs import DIRECTORY, Output
+
+    return [Output("--output-dir", args.output_dir, DIRECTORY)]
+
+
 def run(args) -> int:
     if args.pack and args.max_sequences_per_row < 2:
         from bert_jax.errors import UserError

@@ -40,6 +40,13 @@ def add_arguments(parser) -> None:
     add_progress_argument(parser)
 
 
+def outputs(args) -> list:
+    """The prediction file, checked before the model is loaded (bert_jax/storage/outputs.py)."""
+    from bert_jax.storage.outputs import Output
+
+    return [Output("--output", args.output)]
+
+
 def run(args) -> int:
     from bert_jax.interop import model_source
     from bert_jax.tasks import task_from_info
