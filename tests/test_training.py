@@ -220,6 +220,11 @@ def test_init_weights_are_read_once_for_a_fresh_start_and_never_on_resume(refere
                   show_progress=False, log=lines.append)
     assert calls == [1] and "initialised from SOURCE" in lines
     shutil.copytree(reference["workdir"], tmp_path / "resumed")  # a checkpoint at step 12
+    # As a run started from SOURCE records it: a work directory holding a run started from
+    # other weights is refused before anything is read (issue 42).
+    run_config = tmp_path / "resumed" / "run_config.json"
+    run_config.write_text(run_config.read_text().replace('"init_from": ""',
+                                                         '"init_from": "SOURCE"'))
     config = tiny_run_config(init_from="SOURCE")
     trainer.train(config, str(tmp_path / "resumed"), task=task_from_run_config(config),
                   dataset_factory=synthetic_factory(config), init_weights=init_weights,

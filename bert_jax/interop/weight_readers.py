@@ -57,8 +57,13 @@ def _restore_params(directory: str) -> dict:
                 lambda _: ocp.RestoreArgs(restore_type=np.ndarray), structure)
             params = checkpointer.restore(directory, args=ocp.args.PyTreeRestore(
                 restore_args=restore_args))
-    except (FileNotFoundError, ValueError) as error:
-        raise UserError(f"{directory}: cannot restore parameters ({error})") from None
+    except Exception as error:  # orbax wraps tensorstore's errors in plain Exception
+        from bert_jax.storage.checkpoint_damage import damage
+
+        reason = damage(error, directory)
+        if reason is None and not isinstance(error, (FileNotFoundError, ValueError)):
+            raise
+        raise UserError(f"{directory}: cannot restore parameters ({reason or error})") from None
     return jax.tree.map(np.asarray, params)
 
 
