@@ -2,10 +2,11 @@
 
 HELP = "predict with a fine-tuned model (finetune's WORKDIR/best, or an HF task model)"
 DESCRIPTION = """\
-Reads --input (plain text: one text per line, `A<TAB>B` for a pair; or a file in the
-format the model was trained on, labels not needed) and writes one prediction per input,
-in input order, to --output: `.jsonl` -> one object per input with `label` (and
-`probabilities` for classification, and the input row's `columns` when it has some);
+Reads --input (plain text: one text per line, `A<TAB>B` for a pair, an empty line the empty
+text; or a file in the format the model was trained on, labels not needed) and writes one
+prediction per input (per line of a text file), in input order, to --output: `.jsonl` ->
+one object per input with `label` (and `probabilities` for classification, and the input
+row's `columns` when it has some);
 `.tsv` -> the input's columns (or texts) and a `label` column. Label names are the
 training file's. A TSV/CSV/JSONL input is read by the columns the model recorded (extra
 columns ignored, kept in the output; a missing one is an error naming it;
@@ -64,5 +65,6 @@ def run(args) -> int:
             args.input, tokenizer, max_seq_len, with_labels=False),
         args.batch_size, args.max_seq_len, progress=not args.no_progress)
     task.write_predictions(args.output, examples, predictions)
-    print(f"wrote {len(examples.rows)} predictions to {args.output}")
+    # One per input the user gave (a question, not each of its windows).
+    print(f"wrote {task.num_inputs(examples)} predictions to {args.output}")
     return 0

@@ -211,8 +211,9 @@ class ClassificationTask(SentenceTask):
     @classmethod
     def from_arguments(cls, args, tokenizer):
         rows, spec = columns.read_table(args.train, cls.spec_from_arguments(args))
-        label_rules.check_spellings([(row.label, row.line) for row in rows], args.train,
-                                    as_written=args.labels_as_written)
+        labels = [(row.label, row.line) for row in rows]
+        label_rules.check_spellings(labels, args.train, as_written=args.labels_as_written)
+        label_rules.check_label_count(labels, args.train)
         warn_single_labels(rows, args.train)
         return cls(sorted_labels([row.label for row in rows]), spec)
 
