@@ -9,8 +9,9 @@ only whole checkpoints; saves run in the background while training goes on.
 
 A checkpoint damaged afterwards (a file deleted or cut short by a copy, a full disk on
 another machine) is named with the file and what is wrong with it
-(`bert_jax/storage/checkpoint_damage.py`); a resume sets it aside as `<step>.damaged` and continues from the newest intact one
-(`restore_newest_intact`), or stops in one line where none is intact.
+(`bert_jax/storage/checkpoint_damage.py`); a resume sets it aside as `<step>.damaged` and
+continues from the newest intact one (`restore_newest_intact`), or stops in one line where
+none is intact.
 """
 
 import contextlib
