@@ -2,10 +2,11 @@
 (issue 42).
 
 Old behaviour, each checked here: `predict` on a .txt dropped empty and blank lines (3
-lines in, 2 predictions out; `embed` keeps them); NER `predict` dropped the -DOCSTART-
-lines; `--max-seq-len 2` trained on [CLS] [SEP] alone, silently; the qa `predict` summary
-counted windows ("wrote 132 predictions" for 2 questions); `create-data` imported
-TensorFlow and started its workers (4-9 s) before it found an input empty or not UTF-8.
+lines in, 2 predictions out; `embed` keeps them) and refused a .csv output only after
+predicting everything; NER `predict` dropped the -DOCSTART- lines; `--max-seq-len 2`
+trained on [CLS] [SEP] alone, silently; the qa `predict` summary counted windows ("wrote
+132 predictions" for 2 questions); `create-data` imported TensorFlow and started its
+workers (4-9 s) before it found an input empty or not UTF-8.
 """
 
 import json
@@ -61,6 +62,28 @@ def test_predict_writes_a_row_for_every_line_empty_ones_too(tmp_path, capsys):
     import bert_jax
 
     assert bert_jax.load(model).predict([""])[0]["label"] == rows[1]["label"]
+
+
+def test_predict_refuses_an_output_type_before_reading_the_weights(tmp_path, monkeypatch,
+                                                                  capsys):
+    # Before: every prediction was computed, then ".csv" was refused.
+    from bert_jax.interop import model_source
+
+    model = _task_model(tmp_path, "classify", {"label_names": ["neg", "pos"]},
+                        {"classifier": 2})
+    texts = tmp_path / "texts.txt"
+    texts.write_text("he was happy\n", encoding="utf-8")
+
+    def no_weights(self):
+        raise AssertionError("the weights were read")
+
+    monkeypatch.setattr(model_source.ModelSource, "load", no_weights)
+    output = tmp_path / "predictions.csv"
+    assert main(["predict", "--model", model, "--input", str(texts), "--output",
+                 str(output)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"bert-jax predict: error: {output}: unknown output type '.csv'; expected .jsonl or "
+        ".tsv")
 
 
 def test_ner_predict_keeps_the_document_lines(tmp_path):

@@ -55,8 +55,12 @@ def run(args) -> int:
     from bert_jax.training import prediction
     from bert_jax.training.finetune import load_finetuned
 
-    finetuned = load_finetuned(model_source.resolve(args.model), args.batch_size,
-                               task_from_info, max_seq_len=args.max_seq_len)
+    source = model_source.resolve(args.model)
+    info = source.task_info()  # task.json: no weights read yet
+    if info is not None:  # an output it cannot write is said before any work
+        task_from_info(info).check_prediction_path(args.output)
+    finetuned = load_finetuned(source, args.batch_size, task_from_info,
+                               max_seq_len=args.max_seq_len)
     finetuned = (task_as_told(finetuned[0], args.model, args.header, args.null_threshold,
                               **reading_flags(args)), *finetuned[1:])
     task, examples, predictions = prediction.predict_inputs(

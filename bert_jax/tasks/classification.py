@@ -158,14 +158,18 @@ class SentenceTask(FineTuningTask):
         """The records `write_predictions` writes beside each input's texts."""
         return self.prediction_records(predictions)
 
+    def check_prediction_path(self, path):
+        kind = os.path.splitext(path)[1].lower()
+        if kind not in (".jsonl", ".tsv"):
+            raise UserError(f"{path}: unknown output type {kind!r}; expected .jsonl or .tsv")
+
     def write_predictions(self, path, examples, predictions):
         """.jsonl: one object per input; .tsv: the input's own columns (every one, by its
         name; the texts for plain text) and a `label` column (`predicted_label` when the input
         has a `label`); in input order."""
         records = self.prediction_records(predictions)
+        self.check_prediction_path(path)
         kind = os.path.splitext(path)[1].lower()
-        if kind not in (".jsonl", ".tsv"):
-            raise UserError(f"{path}: unknown output type {kind!r}; expected .jsonl or .tsv")
         with files.atomic_write(path) as file:
             if kind == ".jsonl":
                 for row, record in zip(examples.rows, records):

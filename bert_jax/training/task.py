@@ -174,6 +174,10 @@ class FineTuningTask(Task):
     def write_predictions(self, path: str, examples: Examples, predictions: dict) -> None:
         """Predictions in input order, the format chosen by the extension of `path`."""
 
+    def check_prediction_path(self, path: str) -> None:
+        """Refuses (UserError) a prediction file name `write_predictions` has no format for,
+        so that `predict` says so before any work; every name is fine by default."""
+
     def tuned_settings(self, metrics: dict) -> dict:
         """Settings chosen on the evaluation file from its `metrics` (SQuAD v2.0's null
         threshold), recorded in the task.json of the model they were measured on so that
