@@ -178,6 +178,19 @@ def test_no_intact_checkpoint_is_one_line(finished, tmp_path, capsys):
     assert "Traceback" not in captured.out and _snapshot(workdir) == before
 
 
+def test_convert_of_a_run_whose_newest_checkpoint_is_cut_is_one_line(finished, tmp_path,
+                                                                      capsys):
+    workdir = _copy(finished, tmp_path)
+    _cut_params_data(os.path.join(workdir, "checkpoints", "2"))
+    assert main(["convert", workdir, str(tmp_path / "hf"), "--to", "hf"]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()  # no "Event loop is closed" tracebacks either
+    assert len(lines) == 1 and lines[0].startswith(
+        f"bert-jax convert: error: {workdir}/checkpoints/2/params: cannot restore parameters "
+        f"({workdir}/checkpoints/2/params: bert.")
+    assert "hold" in lines[0] and "only" in lines[0] and not (tmp_path / "hf").exists()
+
+
 def test_convert_of_a_cut_tf_checkpoint_is_one_line(finished, tmp_path, capsys):
     exported = str(tmp_path / "tf")
     assert main(["convert", finished["model"], exported, "--to", "tf-checkpoint"]) == 0

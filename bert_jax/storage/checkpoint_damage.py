@@ -12,6 +12,7 @@ A network or permission failure is not damage: it passes through unchanged.
 import contextlib
 import gc
 import json
+import logging
 import os
 import re
 import sys
@@ -93,14 +94,20 @@ def quiet_failed_restore():
     """Around a restore that may fail: the reads still in flight when it fails finish later
     on tensorstore's threads, each waking an event loop orbax has closed, and Python prints
     each as an "Exception ignored" traceback (dozens for one cut file). A hook installed
-    once, for the process, drops exactly those (`_is_noise`) and passes any other on."""
+    once, for the process, drops exactly those (`_is_noise`) and passes any other on.
+    Orbax's own warnings on the way to the error (absl's "Failed to get item metadata")
+    are held back for the block: the error says what they would."""
     global _previous_hook
     if _previous_hook is None:
         _previous_hook = sys.unraisablehook
         sys.unraisablehook = _drop_noise
+    absl = logging.getLogger("absl")
+    level = absl.level
+    absl.setLevel(logging.ERROR)
     try:
         yield
     finally:
+        absl.setLevel(level)
         gc.collect()  # abandoned reads are finalised now rather than at some later moment
 
 

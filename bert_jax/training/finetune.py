@@ -266,10 +266,20 @@ def load_finetuned(model, batch_size: int, task_from_info, task_name: str | None
     mesh = sharding.mesh_from_config(run_config.mesh)
     bundle = train_step.build_train_step(run_config, mesh, task=task)
     expected = bundle.abstract_state.params
+    placed = jax.tree.map(lambda value, spec: jax.device_put(
+        np.asarray(value, spec.dtype), spec.sharding),
+        _fitted(params, expected, f"parameters for task {task.name!r}", source.name), expected)
+    return task, bundle, placed, tokenizer, dict(info, max_seq_len=max_seq_len)
+
+
+def _fitted(params: dict, expected: dict, what: str, name: str, path: tuple = ()) -> dict:
+    """`params` with exactly the keys of the model's `expected` tree: a model directory may
+    hold parameters the task's model does not read (a pooler beside a token head); one it
+    lacks is a UserError naming it."""
+    if not isinstance(expected, dict):
+        return params
     missing = sorted(set(expected) - set(params))
     if missing:
-        raise UserError(f"{source.name}: has no {missing} parameters for task {task.name!r}")
-    placed = jax.tree.map(lambda value, spec: jax.device_put(
-        np.asarray(value, spec.dtype), spec.sharding), {key: params[key] for key in expected},
-        expected)
-    return task, bundle, placed, tokenizer, dict(info, max_seq_len=max_seq_len)
+        raise UserError(f"{name}: has no {['/'.join((*path, key)) for key in missing]} {what}")
+    return {key: _fitted(params[key], value, what, name, (*path, key))
+            for key, value in expected.items()}
