@@ -68,7 +68,8 @@ def _restore_params(directory: str) -> dict:
         reason = damage(error, directory)
         if reason is None and not isinstance(error, (FileNotFoundError, ValueError)):
             raise
-        raise UserError(f"{directory}: cannot restore parameters ({reason or error})") from None
+        detail = reason or str(error).splitlines()[0][:300]  # tensorstore's run to pages
+        raise UserError(f"{directory}: cannot restore parameters ({detail})") from None
     return jax.tree.map(np.asarray, params)
 
 
