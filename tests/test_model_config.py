@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax.linen import meta
+from tolerances import ENCODER_STEPS, assert_close
 
 from bert_jax.models.config import PRESET_NAMES, BertConfig, preset
 from bert_jax.errors import UserError
@@ -26,7 +27,7 @@ def test_encoder_parameter_counts_match_the_paper(name, expected_millions):
     shapes = jax.eval_shape(
         lambda x: BertModel(config).init(jax.random.key(0), x, x, x), ids)
     count = sum(np.prod(x.shape) for x in jax.tree.leaves(meta.unbox(shapes)))
-    assert count / 1e6 == pytest.approx(expected_millions, abs=0.01)
+    assert count / 1e6 == pytest.approx(expected_millions, abs=0.01)  # given to 0.01M
 
 
 def test_unknown_key_is_named():
@@ -53,4 +54,6 @@ def test_padding_tokens_do_not_change_real_token_outputs():
     padded_mask = np.concatenate([mask, np.zeros((2, 6), np.int32)], axis=1)
     padded = model.apply(params, padded_ids, np.zeros_like(padded_ids), padded_mask, positions)
     for a, b in zip(short, padded):
-        np.testing.assert_allclose(a, b, atol=1e-5)
+        # Masked keys add exact zeros to each softmax; 16 positions instead of 10 may only
+        # block the same float32 sums otherwise (tolerances.ENCODER_STEPS).
+        assert_close(a, b, ENCODER_STEPS)
