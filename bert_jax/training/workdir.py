@@ -24,8 +24,8 @@ MODEL_CONFIG = "model_config.json"
 RUN_CONFIG = "run_config.json"
 CHECKPOINTS = "checkpoints"
 # Model fields a later phase of one run may change, since no parameter depends on them:
-# ModernBERT's context extension raises the global layers' RoPE theta and the length.
-PHASE_FIELDS = ("global_rope_theta", "local_rope_theta", "max_positions")
+# ModernBERT's context extension raises the global layers' RoPE theta.
+PHASE_FIELDS = ("global_rope_theta", "local_rope_theta")
 # How the differences `check_run` names read (a setting not listed reads as its key).
 _SETTING_WORDS = {"label_names": "labels", "columns": "columns"}
 
