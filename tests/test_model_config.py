@@ -12,11 +12,34 @@ from bert_jax.errors import UserError
 from bert_jax.models.bert import BertForPreTraining, BertModel
 
 
-@pytest.mark.parametrize("name", PRESET_NAMES)
+@pytest.mark.parametrize("name", [name for name in PRESET_NAMES
+                                  if not name.startswith("modernbert")])
 def test_presets_have_four_times_hidden_feed_forward(name):
     config = preset(name)
     assert config.mlp_dim == 4 * config.hidden_dim
     assert config.hidden_dim % config.num_heads == 0
+
+
+@pytest.mark.parametrize("name", ["modernbert-base", "modernbert-large"])
+def test_modernbert_presets_count_the_parameters_transformers_builds(name):
+    """ModernBERT-base is 149M and -large 395M with their 50,368-token vocabulary: the
+    count of transformers' ModernBertModel at the paper's sizes, from shapes alone."""
+    transformers = pytest.importorskip("transformers")
+    from bert_jax.models.families import family_of
+
+    config = preset(name)
+    reference = transformers.ModernBertConfig(
+        vocab_size=config.vocab_size, hidden_size=config.hidden_dim,
+        intermediate_size=config.mlp_dim, num_hidden_layers=config.num_layers,
+        num_attention_heads=config.num_heads)
+    with __import__("torch").device("meta"):
+        expected = transformers.ModernBertModel(reference).num_parameters()
+    ids = jax.ShapeDtypeStruct((1, 8), jnp.int32)
+    shapes = jax.eval_shape(family_of(config).encoder(config).init, jax.random.key(0),
+                            ids, ids, ids)
+    ours = sum(leaf.size for leaf in jax.tree.leaves(meta.unbox(shapes["params"])))
+    assert ours == expected
+    assert round(ours / 1e6) == {"modernbert-base": 149, "modernbert-large": 395}[name]
 
 
 @pytest.mark.parametrize("name, expected_millions", [("base", 109.48), ("large", 335.14)])
