@@ -10,6 +10,7 @@ run_config.json and model_config.json; a truncated data file or a missing meta/m
 in the newest checkpoint was 227 lines of tracebacks; a cut TF checkpoint an IndexError.
 """
 
+import json
 import os
 import shutil
 
@@ -18,6 +19,7 @@ from finetune_helpers import made_up_sentences, tiny_model_directory, write_tsv
 
 from bert_jax.cli import main
 from bert_jax.errors import UserError
+from bert_jax.models.families import config_from_dict
 from bert_jax.training import workdir as workdir_lib
 
 ARGS = ["--max-seq-len", "32", "--no-progress"]
@@ -112,8 +114,8 @@ def test_another_task_or_starting_model_is_refused_before_writing(finished, tmp_
 
 
 def test_pre_training_and_fine_tuning_do_not_share_a_work_directory(finished, tmp_path):
-    config = workdir_lib.BertConfig.from_dict(
-        __import__("json").load(open(os.path.join(finished["workdir"], "model_config.json"))))
+    with open(os.path.join(finished["workdir"], "model_config.json")) as file:
+        config = config_from_dict(json.load(file))
     with pytest.raises(UserError, match=r"\(it fine-tunes 'classify', this command pre-trains\)"):
         workdir_lib.check_run(finished["workdir"], config, "")
     pretraining = tmp_path / "pretraining"
