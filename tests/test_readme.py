@@ -219,7 +219,7 @@ PLANS = {
     "8. Phase 2, cost control, clean-up": [_skip("a TPU slice")],
     "9. Export the weights": [_skip("a gs:// bucket")],
     "Tests and benchmarks": [_skip("the test suite and benchmarks themselves: hours")],
-    "On a GPU": [_skip("needs an NVIDIA GPU and its driver (bench/gpu_session.sh --smoke "
+    "On a GPU": [_skip("needs an NVIDIA GPU and its driver (bench/gpu/gpu_session.sh --smoke "
                        "runs the scripts on a CPU)")],
     "A GPU's step, compiled on a CPU: `bert-jax aot --topology h100`": [Plan(
         "slow", "compiles BERT-Base and BERT-Large for an H100 (minutes; needs "
