@@ -43,6 +43,7 @@ from bert_jax.models.config import preset
 from input_pipeline.tokenization import load_tokenizer
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+README = os.path.join(REPOSITORY, "README.md")
 # The README and the manual beside it (issue 44 moved all but the README's first pages there).
 DOCUMENTS = ["README.md"] + sorted(os.path.join("docs", name) for name in
                                    os.listdir(os.path.join(REPOSITORY, "docs"))
@@ -302,10 +303,15 @@ PLANS = {(file, heading): plans for file, sections in PLANS_BY_FILE.items()
          for heading, plans in sections.items()}
 
 
-def shell_blocks() -> list[tuple[str, str, int, str]]:
-    """(document, section heading, index within the section, code) of each ```bash block."""
-    return [(document, heading, index, code) for document in DOCUMENTS
-            for heading, index, language, code in fenced_blocks(document) if language == "bash"]
+def shell_blocks(document: str = "README.md") -> list[tuple[str, int, str]]:
+    """(section heading, index within the section, code) of each ```bash block of a document."""
+    return [(heading, index, code) for heading, index, language, code in fenced_blocks(document)
+            if language == "bash"]
+
+
+def all_shell_blocks() -> list[tuple[str, str, int, str]]:
+    """(document, section heading, index, code) of each ```bash block of README.md and docs/."""
+    return [(document, *block) for document in DOCUMENTS for block in shell_blocks(document)]
 
 
 def used_and_defined(code: str) -> tuple[set[str], set[str]]:
@@ -320,7 +326,7 @@ def used_and_defined(code: str) -> tuple[set[str], set[str]]:
 
 
 def test_every_block_defines_the_variables_it_uses():
-    blocks = shell_blocks()
+    blocks = all_shell_blocks()
     assert len(blocks) > 20
     undefined = {f"{document}: {heading} #{index + 1}": sorted(used - defined - ENVIRONMENT)
                  for document, heading, index, code in blocks
@@ -336,7 +342,7 @@ def test_the_check_finds_a_variable_from_an_earlier_block():
 
 def test_every_block_has_a_plan():
     found = {}
-    for document, heading, index, _ in shell_blocks():
+    for document, heading, index, _ in all_shell_blocks():
         found[document, heading] = index + 1
     assert found == {key: len(plans) for key, plans in PLANS.items()}
 
@@ -382,7 +388,7 @@ def _selected(heading: str) -> bool:
     return chosen == "all" or heading in {name.strip() for name in chosen.split(",")}
 
 
-SLOW = [(document, heading, index, code) for document, heading, index, code in shell_blocks()
+SLOW = [(document, heading, index, code) for document, heading, index, code in all_shell_blocks()
         if PLANS.get((document, heading), [Plan("skip")] * (index + 1))[index].mode == "slow"]
 
 
