@@ -1,0 +1,39 @@
+"""`bert-jax examples DIR`: small example inputs for every job, for recipes run from a clone."""
+
+HELP = "write small example inputs (a corpus, sentiment, CoNLL and SQuAD files) into DIR"
+DESCRIPTION = """\
+Writes into DIR (created if needed; files there of the same names are replaced):
+
+{files}
+
+The corpus is the Python standard library's docstrings (what `make pretrain` trains on); the
+task files are made up from templates written for this project (no third-party text), the
+same for the same --seed. Evaluation rows use phrases and names that training rows never
+show. A few seconds.
+
+examples:
+  bert-jax examples examples/
+  bert-jax finetune classify --model sentence-transformers/all-MiniLM-L6-v2 \\
+      --train examples/sentiment_train.tsv --eval examples/sentiment_dev.tsv --workdir runs/sentiment
+"""
+
+
+def _description() -> str:
+    from input_pipeline.example_files import FILES
+
+    return DESCRIPTION.format(files="\n".join(f"  {name}: {text}" for name, text in FILES.items()))
+
+
+def add_arguments(parser) -> None:
+    parser.description = _description()
+    parser.add_argument("directory", metavar="DIR", help="where to write the files")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the made-up task files (default 0)")
+
+
+def run(args) -> int:
+    from input_pipeline.example_files import write_examples
+
+    for path, description in write_examples(args.directory, seed=args.seed).items():
+        print(f"{path}: {description}")
+    return 0
