@@ -77,6 +77,9 @@ def test_create_data_reports_the_tokens_of_over_long_lines(tmp_path, capsys):
     assert main(["create-data", "--input", str(corpus), "--vocab", vocab, "--output-dir",
                  str(tmp_path / "prose"), "--max-seq-len", "64", "--max-predictions", "5",
                  "--num-shards", "1", "--dupe-factor", "1", "--quiet", *suggested]) == 0
+    # The line has no full stop: prose keeps it one sentence, and is not told to use prose.
+    error = capsys.readouterr().err
+    assert "were longer than the 61 tokens" in error and "--format prose" not in error
     from input_pipeline.manifest import read_manifest
     manifest = read_manifest(str(output))
     assert (manifest["num_long_sentences"], manifest["num_dropped_tokens"]) == (1, 939)
