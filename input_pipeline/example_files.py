@@ -4,15 +4,15 @@ A clone holds no third-party data, so the README's recipes read these: the demo 
 Python standard library's docstrings, see demo_corpus.py) as "your own text", and made-up
 task files in the formats the commands read. The task files are drawn from templates and
 word lists written for this project (no text taken from anywhere), deterministically for a
-seed: film-review sentiment (a TSV), named entities (CoNLL), and reading comprehension
-(SQuAD v1.1 JSON). Evaluation rows use phrases and names that training rows never show, so
+seed: film-review sentiment (a TSV), review-pair similarity (a TSV with a number), named
+entities (CoNLL), and reading comprehension (SQuAD v1.1 JSON). Evaluation rows use phrases and names that training rows never show, so
 a score on them says something about what the pre-trained model brings.
 """
 
 import json
-import os
 import random
 
+from bert_jax.storage import files
 from input_pipeline import demo_corpus
 
 # --- sentiment: "{subject} {verdict}." in several constructions; the label is the verdict's.
@@ -78,6 +78,9 @@ FILES = {  # name -> what it is (printed by the command; the README's recipes re
                            "(pos/neg) (finetune classify)",
     "sentiment_dev.tsv": "100 more, with verdicts training never shows (--eval, evaluate)",
     "sentiment_texts.txt": "4 unlabelled reviews, one a line (predict)",
+    "similarity_train.tsv": "300 pairs of those sentences, columns sentence1, sentence2, "
+                            "label: a similarity from 0 to 5 (finetune regress)",
+    "similarity_dev.tsv": "80 more, from the evaluation sentences (--eval, evaluate)",
     "ner_train.txt": "300 made-up sentences in CoNLL format, word and IOB2 tag (finetune ner)",
     "ner_dev.txt": "80 more, with names training never shows (--eval, evaluate, predict)",
     "squad_train.json": "SQuAD v1.1: 60 made-up town histories, 6 questions each "
@@ -113,6 +116,21 @@ def sentiment_rows(count: int, rng: random.Random, evaluation: bool) -> list[tup
         if text not in seen and (not evaluation or verdict in held_out):
             seen.add(text)
             rows.append((text, label))
+    return rows
+
+
+def similarity_rows(count: int, rng: random.Random,
+                    sentences: list[tuple[str, str]]) -> list[tuple[str, str, float]]:
+    """(first, second, score) of `sentences` (sentence, label) pairs: 0 to 5, 3 for the same
+    verdict's sign, 2 for a common word of four letters or more (a shared subject), so the
+    score asks for both what a review says and what it is about."""
+    rows = []
+    for _ in range(count):
+        (first, first_label), (second, second_label) = rng.sample(sentences, 2)
+        shared = {word for word in first.lower().strip(".").split() if len(word) > 3} & set(
+            second.lower().strip(".").split())
+        score = 3.0 * (first_label == second_label) + 2.0 * bool(shared)
+        rows.append((first, second, score))
     return rows
 
 
@@ -161,29 +179,35 @@ def squad_data(towns: list[str], rng: random.Random) -> dict:
     return {"version": "1.1", "data": articles}
 
 
+def _table(header: str, rows) -> str:
+    """Tab-separated lines under `header`."""
+    return header + "\n" + "".join("\t".join(map(str, row)) + "\n" for row in rows)
+
+
 def write_examples(directory: str, seed: int = 0) -> dict[str, str]:
-    """Writes FILES into `directory` (created if needed); returns {path: description}."""
-    os.makedirs(directory, exist_ok=True)
+    """Writes FILES into `directory` (local or gs://, created if needed; each file whole or
+    not at all); returns {path: description}."""
+    files.makedirs(directory)
     rng = random.Random(seed)
-    paths = {name: os.path.join(directory, name) for name in FILES}
-    demo_corpus.write_corpus(demo_corpus.stdlib_documents(), paths["corpus.txt"])
+    paths = {name: files.join(directory, name) for name in FILES}
+    documents = demo_corpus.stdlib_documents()
+    files.write_text(paths["corpus.txt"], demo_corpus.corpus_text(documents))
     train, dev = sentiment_rows(400, rng, False), sentiment_rows(100, rng, True)
-    for name, rows in (("sentiment_train.tsv", train), ("sentiment_dev.tsv", dev)):
-        _write(paths[name], "sentence\tlabel\n" + "".join(f"{text}\t{label}\n"
-                                                          for text, label in rows))
-    _write(paths["sentiment_texts.txt"], "A gripping, funny film.\nNot worth the ticket.\n"
-           "The soundtrack was lovely, but the story went nowhere.\nI loved every minute.\n")
+    files.write_text(paths["sentiment_train.tsv"], _table("sentence\tlabel", train))
+    files.write_text(paths["sentiment_dev.tsv"], _table("sentence\tlabel", dev))
+    files.write_text(paths["sentiment_texts.txt"], "A gripping, funny film.\nNot worth the "
+                     "ticket.\nThe soundtrack was lovely, but the story went nowhere.\n"
+                     "I loved every minute.\n")
+    for name, count, sentences in (("similarity_train.tsv", 300, train),
+                                   ("similarity_dev.tsv", 80, dev)):
+        files.write_text(paths[name], _table("sentence1\tsentence2\tlabel",
+                                             similarity_rows(count, rng, sentences)))
     for name, count, evaluation in (("ner_train.txt", 300, False), ("ner_dev.txt", 80, True)):
-        sentences = ner_sentences(count, rng, evaluation)
-        _write(paths[name], "\n".join("".join(f"{word} {tag}\n" for word, tag in sentence)
-                                      for sentence in sentences))
+        files.write_text(paths[name], "\n".join(
+            "".join(f"{word} {tag}\n" for word, tag in sentence)
+            for sentence in ner_sentences(count, rng, evaluation)))
     towns = [prefix + suffix for prefix in TOWN_PARTS[0] for suffix in TOWN_PARTS[1]]
     rng.shuffle(towns)
     for name, chosen in (("squad_train.json", towns[:60]), ("squad_dev.json", towns[60:75])):
-        _write(paths[name], json.dumps(squad_data(chosen, rng), indent=1) + "\n")
+        files.write_text(paths[name], json.dumps(squad_data(chosen, rng), indent=1) + "\n")
     return {paths[name]: description for name, description in FILES.items()}
-
-
-def _write(path: str, text: str) -> None:
-    with open(path, "w", encoding="utf-8") as file:
-        file.write(text)

@@ -41,7 +41,7 @@ def predict(bundle, params, examples, batch_size: int, max_seq_len: int,
 
     from bert_jax.progress import CompileWatch
 
-    task, compiles = bundle.task, CompileWatch("prediction", enabled=progress)
+    task, compiles = bundle.task, CompileWatch("the prediction step", enabled=progress)
     processes, index = jax.process_count(), jax.process_index()
     batches = batching.BucketedBatches(
         examples.features, batching.sequence_features(task.batch_schema()), batch_size,
