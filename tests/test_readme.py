@@ -109,6 +109,9 @@ SMALL_PRETRAINING = (_TWO_SHARDS, ("--dupe-factor 10", "--dupe-factor 1"), _TWO_
 PLANS = {
     "bert-jax": [_skip("`make pretrain` builds .venv and trains for minutes; `make test` is "
                        "this suite")],
+    "Quick start: three recipes from a clone": [_skip(
+        "`.ci/recipes` runs these four in a fresh virtualenv, as written, after `make test` "
+        "(tests/test_recipes.py checks it finds them)")] * 4,
     "From raw text to a pre-trained model": [Plan(
         "slow", "a vocabulary and shards of War and Peace, then two pre-training steps",
         substitutions=SMALL_PRETRAINING)],

@@ -31,6 +31,13 @@ def add_arguments(parser) -> None:
                         help="seed of the made-up task files (default 0)")
 
 
+def outputs(args) -> list:
+    """DIR, checked before anything is written (bert_jax/storage/outputs.py)."""
+    from bert_jax.storage.outputs import DIRECTORY, Output
+
+    return [Output("DIR", args.directory, DIRECTORY)]
+
+
 def run(args) -> int:
     from input_pipeline.example_files import write_examples
 
