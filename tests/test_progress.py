@@ -173,8 +173,8 @@ def test_aot_compile_stops_on_ctrl_c_with_one_line():
         [sys.executable, "-m", "bert_jax.cli", "aot", "--config", "bert_base", "--topology",
          "v5e:2x2"], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    for line in process.stdout:  # BERT-Base for 4 chips compiles for tens of seconds
-        if line.startswith("compiling for"):
+    for line in process.stderr:  # BERT-Base for 4 chips compiles for tens of seconds
+        if line.startswith("compiling for"):  # said after a second (stderr is no terminal)
             break
     time.sleep(2)
     process.send_signal(signal.SIGINT)
