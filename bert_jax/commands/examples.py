@@ -13,8 +13,15 @@ show. A few seconds.
 
 examples:
   bert-jax examples examples/
-  bert-jax finetune classify --model sentence-transformers/all-MiniLM-L6-v2 \\
+  M=sentence-transformers/all-MiniLM-L6-v2
+  bert-jax finetune classify --model $M --learning-rate 1e-4 \\
       --train examples/sentiment_train.tsv --eval examples/sentiment_dev.tsv --workdir runs/sentiment
+  bert-jax finetune regress --model $M --learning-rate 1e-4 \\
+      --train examples/similarity_train.tsv --eval examples/similarity_dev.tsv --workdir runs/similarity
+  bert-jax finetune ner --model $M --learning-rate 1e-4 \\
+      --train examples/ner_train.txt --eval examples/ner_dev.txt --workdir runs/ner
+  bert-jax finetune qa --model $M --learning-rate 1e-4 \\
+      --train examples/squad_train.json --eval examples/squad_dev.json --workdir runs/qa
 """
 
 
