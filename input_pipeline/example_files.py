@@ -4,8 +4,8 @@ A clone holds no third-party data, so the README's recipes read these: the demo 
 Python standard library's docstrings, see demo_corpus.py) as "your own text", and made-up
 task files in the formats the commands read. The task files are drawn from templates and
 word lists written for this project (no text taken from anywhere), deterministically for a
-seed: film-review sentiment (a TSV), review-pair similarity (a TSV with a number), named
-entities (CoNLL), and reading comprehension (SQuAD v1.1 JSON). Evaluation rows use phrases and names that training rows never show, so
+seed: film-review sentiment (a TSV, with a label and with a rating), named entities (CoNLL),
+and reading comprehension (SQuAD v1.1 JSON). Evaluation rows use phrases and names that training rows never show, so
 a score on them says something about what the pre-trained model brings.
 """
 
@@ -78,9 +78,9 @@ FILES = {  # name -> what it is (printed by the command; the README's recipes re
                            "(pos/neg) (finetune classify)",
     "sentiment_dev.tsv": "100 more, with verdicts training never shows (--eval, evaluate)",
     "sentiment_texts.txt": "4 unlabelled reviews, one a line (predict)",
-    "similarity_train.tsv": "300 pairs of those sentences, columns sentence1, sentence2, "
-                            "label: a similarity from 0 to 5 (finetune regress)",
-    "similarity_dev.tsv": "80 more, from the evaluation sentences (--eval, evaluate)",
+    "ratings_train.tsv": "the 400 training sentences, columns sentence, label: a rating "
+                         "from 1 to 5 (finetune regress)",
+    "ratings_dev.tsv": "the 100 evaluation sentences rated (--eval, evaluate)",
     "ner_train.txt": "300 made-up sentences in CoNLL format, word and IOB2 tag (finetune ner)",
     "ner_dev.txt": "80 more, with names training never shows (--eval, evaluate, predict)",
     "squad_train.json": "SQuAD v1.1: 60 made-up town histories, 6 questions each "
@@ -89,8 +89,17 @@ FILES = {  # name -> what it is (printed by the command; the README's recipes re
 }
 
 
-def sentiment_rows(count: int, rng: random.Random, evaluation: bool) -> list[tuple[str, str]]:
-    """(sentence, label) pairs; evaluation rows each use at least one held-out verdict."""
+def _stars(verdict: str) -> float:
+    """A verdict's rating: 5 or 4 for a positive one, 1 or 2 for a negative one."""
+    if verdict in POSITIVE:
+        return 5.0 - POSITIVE.index(verdict) % 2
+    return 1.0 + NEGATIVE.index(verdict) % 2
+
+
+def sentiment_rows(count: int, rng: random.Random,
+                   evaluation: bool) -> list[tuple[str, str, float]]:
+    """(sentence, label, rating from 1 to 5, above 3 exactly when the label is pos) rows;
+    evaluation rows each use at least one held-out verdict."""
     held_out = {verdict for verdicts in (POSITIVE, NEGATIVE)
                 for verdict in verdicts[-HELD_OUT_VERDICTS:]}
     pool = POSITIVE + NEGATIVE if evaluation else [
@@ -103,34 +112,23 @@ def sentiment_rows(count: int, rng: random.Random, evaluation: bool) -> list[tup
     rows, seen = [], set()
     while len(rows) < count:
         (first, label, verdict), (second, second_label, second_verdict) = clause(), clause()
-        form = rng.randrange(4)
+        form, stars = rng.randrange(4), _stars(verdict)
         if form == 0:
             text = first
         elif form == 1:  # the verdict after "but" decides
             text, label, verdict = f"{first}, but {second}", second_label, second_verdict
+            stars = _stars(second_verdict)
+        elif form == 2 and label == second_label:
+            text, stars = f"{first} and {second}", (stars + _stars(second_verdict)) / 2
         elif form == 2:
-            text = f"{first} and {second}" if label == second_label else first
-        else:  # a negated verdict
+            text = first
+        else:  # a negated verdict: the other side, nearer the middle (5 -> 2, 1 -> 4)
             text, label = f"I can't say {first}", "neg" if label == "pos" else "pos"
+            stars = (9.0 - stars) / 2
         text = text[0].upper() + text[1:] + "."
         if text not in seen and (not evaluation or verdict in held_out):
             seen.add(text)
-            rows.append((text, label))
-    return rows
-
-
-def similarity_rows(count: int, rng: random.Random,
-                    sentences: list[tuple[str, str]]) -> list[tuple[str, str, float]]:
-    """(first, second, score) of `sentences` (sentence, label) pairs: 0 to 5, 3 for the same
-    verdict's sign, 2 for a common word of four letters or more (a shared subject), so the
-    score asks for both what a review says and what it is about."""
-    rows = []
-    for _ in range(count):
-        (first, first_label), (second, second_label) = rng.sample(sentences, 2)
-        shared = {word for word in first.lower().strip(".").split() if len(word) > 3} & set(
-            second.lower().strip(".").split())
-        score = 3.0 * (first_label == second_label) + 2.0 * bool(shared)
-        rows.append((first, second, score))
+            rows.append((text, label, stars))
     return rows
 
 
@@ -193,15 +191,14 @@ def write_examples(directory: str, seed: int = 0) -> dict[str, str]:
     documents = demo_corpus.stdlib_documents()
     files.write_text(paths["corpus.txt"], demo_corpus.corpus_text(documents))
     train, dev = sentiment_rows(400, rng, False), sentiment_rows(100, rng, True)
-    files.write_text(paths["sentiment_train.tsv"], _table("sentence\tlabel", train))
-    files.write_text(paths["sentiment_dev.tsv"], _table("sentence\tlabel", dev))
+    for split, rows in (("train", train), ("dev", dev)):
+        files.write_text(paths[f"sentiment_{split}.tsv"], _table(
+            "sentence\tlabel", [(text, label) for text, label, _ in rows]))
+        files.write_text(paths[f"ratings_{split}.tsv"], _table(
+            "sentence\tlabel", [(text, stars) for text, _, stars in rows]))
     files.write_text(paths["sentiment_texts.txt"], "A gripping, funny film.\nNot worth the "
                      "ticket.\nThe soundtrack was lovely, but the story went nowhere.\n"
                      "I loved every minute.\n")
-    for name, count, sentences in (("similarity_train.tsv", 300, train),
-                                   ("similarity_dev.tsv", 80, dev)):
-        files.write_text(paths[name], _table("sentence1\tsentence2\tlabel",
-                                             similarity_rows(count, rng, sentences)))
     for name, count, evaluation in (("ner_train.txt", 300, False), ("ner_dev.txt", 80, True)):
         files.write_text(paths[name], "\n".join(
             "".join(f"{word} {tag}\n" for word, tag in sentence)

@@ -28,10 +28,12 @@ def test_examples_are_what_the_commands_read(tmp_path, capsys):
                 for verdict in verdicts[-example_files.HELD_OUT_VERDICTS:]]
     assert not any(verdict in row.texts[0] for row in train for verdict in held_out)
     assert all(any(verdict in row.texts[0] for verdict in held_out) for row in dev)
-    # Similarity: pairs with a number from the stated rule.
-    pairs = columns.read_rows(path("similarity_train.tsv"), spec, numeric_labels=True)
-    assert len(pairs) == 300 and all(len(row.texts) == 2 for row in pairs)
-    assert {float(row.label) for row in pairs} == {0.0, 2.0, 3.0, 5.0}
+    # Ratings: the same sentences, a number from 1 to 5 above 3 exactly where the label is pos.
+    for split, labelled in (("train", train), ("dev", dev)):
+        rated = columns.read_rows(path(f"ratings_{split}.tsv"), spec, numeric_labels=True)
+        assert [row.texts for row in rated] == [row.texts for row in labelled]
+        assert all(1 <= float(row.label) <= 5 for row in rated)
+        assert [float(row.label) > 3 for row in rated] == [row.label == "pos" for row in labelled]
     # Named entities: CoNLL in IOB2; evaluation sentences each name someone training never does.
     ner_train, ner_dev = (conll.read_conll(path(name)) for name in ("ner_train.txt",
                                                                      "ner_dev.txt"))

@@ -1,6 +1,6 @@
 """`bert-jax examples DIR`: small example inputs for every job, for recipes run from a clone."""
 
-HELP = "write small example inputs (a corpus, sentiment, CoNLL and SQuAD files) into DIR"
+HELP = "write small example inputs (a corpus, sentiment, ratings, CoNLL and SQuAD files) into DIR"
 DESCRIPTION = """\
 Writes into DIR (created if needed; files there of the same names are replaced):
 
@@ -16,8 +16,8 @@ examples:
   M=sentence-transformers/all-MiniLM-L6-v2
   bert-jax finetune classify --model $M --learning-rate 1e-4 \\
       --train examples/sentiment_train.tsv --eval examples/sentiment_dev.tsv --workdir runs/sentiment
-  bert-jax finetune regress --model $M --learning-rate 1e-4 \\
-      --train examples/similarity_train.tsv --eval examples/similarity_dev.tsv --workdir runs/similarity
+  bert-jax finetune regress --model $M --learning-rate 2e-4 --epochs 8 \\
+      --train examples/ratings_train.tsv --eval examples/ratings_dev.tsv --workdir runs/ratings
   bert-jax finetune ner --model $M --learning-rate 1e-4 \\
       --train examples/ner_train.txt --eval examples/ner_dev.txt --workdir runs/ner
   bert-jax finetune qa --model $M --learning-rate 1e-4 \\
