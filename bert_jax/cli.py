@@ -36,6 +36,7 @@ COMMANDS = {
     "probe": "bert_jax.commands.probe",
     "aot": "bert_jax.commands.aot",
     "launch": "bert_jax.commands.launch",
+    "examples": "bert_jax.commands.examples",
 }
 
 

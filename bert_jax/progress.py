@@ -6,6 +6,9 @@ a few, then sat at 100% for minutes while the queue drained. `StepProgress` adva
 a step whose results exist. A compile runs inside one call that says nothing for minutes
 (BERT-Large for a v4 pod: three); `elapsed` shows that it is still going, and
 `interruptible` lets Ctrl-C or SIGTERM end it with one line instead of a native stack dump.
+A jitted function compiles again for each new input shape (fine-tuning and prediction batch
+by length bucket), inside a step a bar is timing: `CompileWatch` says so and takes that time
+off the bar's clock, so its rate and ETA stay those of the steps.
 """
 
 import contextlib
@@ -20,7 +23,10 @@ SYNC_SECONDS = 0.5
 # Steps the host may run ahead of the device: enough to keep it fed (the next batch is queued
 # while one runs), few enough that the bar lags by seconds, not by a queue of minutes.
 MAX_QUEUED_STEPS = 2
-# A log file gets one "still compiling" line this often; a terminal line is redrawn each second.
+# Work shorter than this shows nothing (a compile read from the persistent cache); longer work
+# gets a line, in a log file one "still compiling" line every LOG_EVERY_SECONDS, on a terminal
+# a line redrawn each second.
+FIRST_LINE_SECONDS = 1.0
 LOG_EVERY_SECONDS = 30.0
 
 
@@ -105,11 +111,13 @@ def _format_seconds(seconds: float) -> str:
 
 @contextlib.contextmanager
 def elapsed(what: str, log=None, stream=None, enabled: bool = True):
-    """Shows `what ... N s` while the block runs, from a small thread.
+    """Shows `what ... N s` while the block runs, from a small thread; nothing for a block
+    done within FIRST_LINE_SECONDS.
 
     On a terminal (`stream`, default stderr) the line is redrawn every second and ends with
-    the total (nothing is shown for a block done within the first second); otherwise (a log file) `log` gets a line every LOG_EVERY_SECONDS, so a long
-    compile never looks like a hang in `launch logs` either.
+    the total; otherwise (a pipe, a log file) `log` gets `what ...`, then a line every
+    LOG_EVERY_SECONDS and the total, so a long compile never looks like a hang in
+    `launch logs` either.
     """
     stream = stream or sys.stderr
     if not enabled:
@@ -120,13 +128,20 @@ def elapsed(what: str, log=None, stream=None, enabled: bool = True):
     began, done, drawn = time.monotonic(), threading.Event(), threading.Event()
 
     def tick():
+        if done.wait(FIRST_LINE_SECONDS):
+            return
+        drawn.set()
+        if terminal:
+            stream.write(f"\r{what} ... {_format_seconds(time.monotonic() - began)}")
+            stream.flush()
+        else:
+            log(f"{what} ...")
         interval = 1.0 if terminal else LOG_EVERY_SECONDS
         while not done.wait(interval):
             seconds = _format_seconds(time.monotonic() - began)
             if terminal:
                 stream.write(f"\r{what} ... {seconds}")
                 stream.flush()
-                drawn.set()
             else:
                 log(f"  still {what}: {seconds}")
 
@@ -138,11 +153,66 @@ def elapsed(what: str, log=None, stream=None, enabled: bool = True):
         done.set()
         thread.join()
         seconds = time.monotonic() - began
-        if drawn.is_set():  # a block done within the first second leaves no line
+        if drawn.is_set() and terminal:  # a block done within the first second leaves no line
             stream.write(f"\r{what} ... done in {_format_seconds(seconds)}\n")
             stream.flush()
-        elif seconds >= LOG_EVERY_SECONDS:
+        elif drawn.is_set():
             log(f"  {what}: done in {_format_seconds(seconds)}")
+
+
+def hold_clock(bar, seconds: float) -> None:
+    """Takes `seconds` (just spent on something else, such as a compile) off a tqdm bar's
+    clock: its elapsed time, rate and ETA are then those of the work it counts."""
+    if bar is None or bar.disable:
+        return
+    bar.start_t += seconds
+    bar.last_print_t += seconds  # tqdm's smoothed rate measures from the last print
+
+
+def batch_shapes(batch: dict) -> tuple:
+    """What a jitted step compiles for: each input's name and shape."""
+    return tuple(sorted((name, tuple(value.shape)) for name, value in batch.items()))
+
+
+def rows_by_length(batch: dict) -> str:
+    """`R x T` of a batch of token rows (its input_ids, else its first 2-D input)."""
+    shapes = batch_shapes(batch)
+    rows, length = dict(shapes).get("input_ids") or next(
+        shape for _, shape in shapes if len(shape) == 2)
+    return f"{rows} x {length}"
+
+
+class CompileWatch:
+    """Calls a jitted step, saying "compiling WHAT for R x T" the first time a batch shape
+    comes (XLA compiles inside that call) and keeping that time out of the bar's clock and
+    of each `holds(seconds)` (a throughput meter's).
+
+    A shape compiled earlier, or read from the persistent compilation cache within
+    FIRST_LINE_SECONDS, shows nothing. The lines go above the bar (tqdm.write), not over it.
+    """
+
+    def __init__(self, what: str, enabled: bool = True, log=None, holds=()):
+        from tqdm import tqdm
+
+        self.what, self.enabled, self.holds = what, enabled, holds
+        self.log = log or (lambda line: tqdm.write(line, file=sys.stderr))
+        self.seen: set = set()
+
+    def __call__(self, batch: dict, bar, function):
+        """`function()` (the step on `batch`, a dict of numpy arrays) under the watch."""
+        shapes = batch_shapes(batch)
+        if shapes in self.seen:
+            return function()
+        self.seen.add(shapes)
+        began = time.monotonic()
+        with elapsed(f"compiling {self.what} for {rows_by_length(batch)}", self.log,
+                     enabled=self.enabled):
+            result = function()
+        seconds = time.monotonic() - began
+        hold_clock(bar, seconds)
+        for hold in self.holds:
+            hold(seconds)
+        return result
 
 
 def interruptible(function, what: str, command: str, log=None, stream=None):

@@ -10,7 +10,12 @@ it first). It removes messages that say nothing to a bert-jax user, and only tho
   the optional metadata file;
 - libtpu's probe for a TPU (a page about `TPU_WORKER_HOSTNAMES`) on a machine that has the
   TPU extra installed but no TPU or GPU: JAX is kept on the CPU there unless JAX_PLATFORMS
-  says otherwise.
+  says otherwise;
+- what compiling for a TPU this host does not have (`bert-jax aot`) prints and cannot be
+  helped: libtpu's "Failed to find host bounds" line when it first describes a topology
+  (`native_noise_filtered()` around that call), and JAX's "Error reading persistent
+  compilation cache entry" when a second run finds the first one's program in the cache:
+  only a client of that TPU could load it, so JAX compiles again, as it would without it.
 """
 
 import importlib.abc
@@ -20,12 +25,20 @@ import os
 import re
 import sys
 import tempfile
+import warnings
 
-# Lines TensorFlow writes to descriptor 2 at import that a user cannot act on.
-_TENSORFLOW_NOISE = re.compile(
+# Lines TensorFlow writes to descriptor 2 at import, and libtpu when it describes a topology
+# with no TPU here (it asks for TPU_ACCELERATOR_TYPE, which only a TPU VM has), that a user
+# cannot act on.
+_NATIVE_NOISE = re.compile(
     r"All log messages before absl::InitializeLog|oneDNN custom operations are on"
     r"|cpu_feature_guard|This TensorFlow binary is optimized|rebuild TensorFlow with"
-    r"|Unable to register cu(DNN|FFT|BLAS) factory|TF-TRT Warning|computation placer already")
+    r"|Unable to register cu(DNN|FFT|BLAS) factory|TF-TRT Warning|computation placer already"
+    r"|Failed to find host bounds for accelerator type")
+# JAX's warning when a cached program cannot be loaded because it is for devices this host
+# lacks (a compile-only TPU topology); JAX then compiles it again. Other cache errors pass.
+_CACHE_NOISE = (r"Error reading persistent compilation cache entry .*"
+                r"must be constructed with a Client")
 # absl (Python) log messages from orbax that describe its own optional files.
 _ABSL_NOISE = re.compile(r"Metadata file does not exist")
 _QUIET_IMPORTS = ("tensorflow",)
@@ -62,11 +75,16 @@ class _FilteredStderr:
         text = self._capture.read().decode("utf-8", errors="replace")
         self._capture.close()
         kept = [line for line in text.splitlines(keepends=True)
-                if not _TENSORFLOW_NOISE.search(line)]
+                if not _NATIVE_NOISE.search(line)]
         if kept:
             sys.stderr.write("".join(kept))
             sys.stderr.flush()
         return False
+
+
+def native_noise_filtered() -> _FilteredStderr:
+    """A context in which native code's lines to descriptor 2 pass, noise excepted."""
+    return _FilteredStderr()
 
 
 class _QuietLoader(importlib.abc.Loader):
@@ -118,6 +136,7 @@ def install() -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     if not any(isinstance(finder, _QuietImportFinder) for finder in sys.meta_path):
         sys.meta_path.insert(0, _QuietImportFinder())
+    warnings.filterwarnings("ignore", message=_CACHE_NOISE, category=UserWarning)
     absl_logger = logging.getLogger("absl")
     if not any(isinstance(existing, _AbslNoiseFilter) for existing in absl_logger.filters):
         absl_logger.addFilter(_AbslNoiseFilter())

@@ -157,8 +157,8 @@ class _ShardSet:
     def __init__(self, output_dir: str, num_shards: int):
         self.paths = [files.join(output_dir, name) for name in shard_names(num_shards)]
         # Remote shards are written locally and uploaded whole at commit (see bert_jax/files).
-        self.staging = tempfile.mkdtemp(prefix="bert-jax-shards-") \
-            if files.is_remote(output_dir) else output_dir
+        self.staged = files.is_remote(output_dir)
+        self.staging = tempfile.mkdtemp(prefix="bert-jax-shards-") if self.staged else output_dir
         # Hidden and named for this process; a killed run's are removed here (files.py).
         self.temporary = [temporaries.temporary_name(os.path.join(self.staging, name))
                           for name in shard_names(num_shards)]
@@ -198,7 +198,9 @@ class _ShardSet:
         self._remove_staging()
 
     def _remove_staging(self) -> None:
-        if self.staging != files.dirname(self.paths[0]):
+        # Only a staging directory of our own: comparing paths took `--output-dir shards/`
+        # (dirname "shards") for one, and removed the finished shards.
+        if self.staged:
             shutil.rmtree(self.staging, ignore_errors=True)
 
 

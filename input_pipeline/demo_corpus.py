@@ -40,10 +40,14 @@ def stdlib_documents() -> list[list[str]]:
             return json.load(file)
 
 
-def write_corpus(documents: list[list[str]], path: str) -> None:
+def corpus_text(documents: list[list[str]]) -> str:
     """BERT input format: one sentence per line, a blank line between documents."""
+    return "\n\n".join("\n".join(sentences) for sentences in documents) + "\n"
+
+
+def write_corpus(documents: list[list[str]], path: str) -> None:
     with open(path, "w", encoding="utf-8") as file:
-        file.write("\n\n".join("\n".join(sentences) for sentences in documents) + "\n")
+        file.write(corpus_text(documents))
 
 
 def prepare_demo_data(directory: str, *, vocab_size: int, seq_len: int, max_predictions: int,

@@ -25,15 +25,16 @@ from launch.local import process_environment
 
 
 def load_train_config(job: Job):
-    """The job's pretrain config with its overrides, as the workers load it (paths are
-    relative to the repository root); a mistyped key or a bad value fails here."""
+    """The job's pretrain config with its overrides, found as `pretrain` finds it (a shipped
+    config by name from any directory, `configs/bert_large.py` included; another file
+    relative to here, as to the repository root on the workers); a missing file, a
+    mistyped key or a bad value fails here."""
     from bert_jax.run_config import load_run_config  # ml_collections only, no JAX
 
-    if not os.path.isfile(job.train_config.partition(":")[0]):
-        raise UserError(f"{job.path}: [train] config {job.train_config!r} is not in this "
-                        f"directory ({os.getcwd()}); run bert-jax launch from the repository "
-                        "root")
-    return load_run_config(job.train_config, override_arguments(job))
+    try:
+        return load_run_config(job.train_config, override_arguments(job))
+    except UserError as error:
+        raise UserError(f"{job.path}: [train] config: {error}") from None
 
 
 # How long reaching Cloud Storage may take before the check says it cannot.

@@ -64,9 +64,11 @@ def test_create_data_reports_the_tokens_of_over_long_lines(tmp_path, capsys):
     long_line = " ".join(WORDS[i % 50] for i in range(1000))  # 1000 tokens on one line
     corpus.write_text(corpus.read_text() + "\n" + long_line + "\nw1 w2 .\n")
     output = tmp_path / "shards"
+    # With a trailing slash (the README's `shards/`): the shards were removed after writing.
     assert main(["create-data", "--input", str(corpus), "--vocab", vocab, "--output-dir",
-                 str(output), "--max-seq-len", "64", "--max-predictions", "5",
+                 f"{output}/", "--max-seq-len", "64", "--max-predictions", "5",
                  "--num-shards", "1", "--dupe-factor", "1", "--quiet"]) == 0
+    assert sorted(os.listdir(output)) == ["manifest.json", "shard-00000-of-00001.tfrecord"]
     error = capsys.readouterr().err
     # One sentence of 1000 tokens; an instance holds 64 - 3 = 61 of them.
     assert "1 sentence(s) (lines, in the bert format) were longer than the 61 tokens" in error
@@ -77,6 +79,9 @@ def test_create_data_reports_the_tokens_of_over_long_lines(tmp_path, capsys):
     assert main(["create-data", "--input", str(corpus), "--vocab", vocab, "--output-dir",
                  str(tmp_path / "prose"), "--max-seq-len", "64", "--max-predictions", "5",
                  "--num-shards", "1", "--dupe-factor", "1", "--quiet", *suggested]) == 0
+    # The line has no full stop: prose keeps it one sentence, and is not told to use prose.
+    error = capsys.readouterr().err
+    assert "were longer than the 61 tokens" in error and "--format prose" not in error
     from input_pipeline.manifest import read_manifest
     manifest = read_manifest(str(output))
     assert (manifest["num_long_sentences"], manifest["num_dropped_tokens"]) == (1, 939)

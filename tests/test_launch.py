@@ -140,7 +140,8 @@ def test_shipped_job_files_load():
         assert job.workdir.startswith("gs://") and job.num_workers >= 1
 
 
-def test_dry_run_prints_pasteable_commands(tmp_path, capsys):
+def test_dry_run_prints_pasteable_commands(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # configs/bert_large.py is found as pretrain finds it
     path = write_job(tmp_path, "v5e")
     assert cli.main(["launch", "create", path, "--dry-run"]) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -156,6 +157,11 @@ def test_dry_run_prints_pasteable_commands(tmp_path, capsys):
                                                   capture_output=True, text=True).stdout)
     assert argv[:6] == ["gcloud", "compute", "tpus", "tpu-vm", "ssh", "bert-v5e"]
     assert argv[8:] == ["--worker=all", "--command=" + remote.start_script(load_job(path))]
+    missing = tmp_path / "missing.toml"
+    missing.write_text(open(path).read().replace("configs/bert_large.py", "mine/large.py"))
+    assert cli.main(["launch", "create", str(missing), "--dry-run"]) == 2
+    assert capsys.readouterr().err.startswith(f"bert-jax launch: error: {missing}: [train] "
+                                              "config: mine/large.py: run config file not found")
 
 
 FAKE_TRAINER = """\

@@ -47,6 +47,7 @@ COMMANDS = {
     "finetune": (["finetune", "classify", "--model", MISSING, "--train", MISSING, "--workdir",
                   "OUT"], "--workdir", False),
     "pretrain": (["pretrain", "--config", MISSING, "--workdir", "OUT"], "--workdir", False),
+    "examples": (["examples", "OUT"], "DIR", False),
 }
 
 

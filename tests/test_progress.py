@@ -78,12 +78,43 @@ def test_bar_rate_is_the_finished_steps_rate():
 
 
 def test_elapsed_logs_while_a_compile_runs(monkeypatch):
+    monkeypatch.setattr(progress, "FIRST_LINE_SECONDS", 0.05)
     monkeypatch.setattr(progress, "LOG_EVERY_SECONDS", 0.05)
     lines = []
     with progress.elapsed("compiling the training step", lines.append):
-        time.sleep(0.3)
-    assert len(lines) >= 3 and lines[0].startswith("  still compiling the training step: ")
+        time.sleep(0.4)
+    # Said at once (a pipe or log file saw nothing for the first 30 s before), then kept up.
+    assert lines[0] == "compiling the training step ..."
+    assert len(lines) >= 4 and lines[1].startswith("  still compiling the training step: ")
     assert lines[-1].startswith("  compiling the training step: done in ")
+    quick = []
+    with progress.elapsed("compiling the training step", quick.append):
+        pass
+    assert quick == []  # a compile read from the persistent cache says nothing
+
+
+def test_a_compile_inside_a_bar_is_said_and_kept_out_of_its_clock(monkeypatch):
+    from tqdm import tqdm
+
+    import numpy as np
+
+    monkeypatch.setattr(progress, "FIRST_LINE_SECONDS", 0.05)
+    lines = []
+    watch = progress.CompileWatch("the training step", log=lines.append)
+    bar = tqdm(total=4, file=io.StringIO(), mininterval=0)
+    short, long = ({"input_ids": np.zeros((8, length), np.int32), "label": np.zeros(8)}
+                   for length in (16, 32))
+    # A new shape: the call compiles (a sleep stands in), said, off the bar's clock.
+    watch(short, bar, lambda: time.sleep(0.3))
+    bar.update(1)
+    assert lines[0] == "compiling the training step for 8 x 16 ..."
+    assert bar.format_dict["elapsed"] < 0.2, bar.format_dict
+    # The same shape again runs the compiled program: its time is the step's, and counts.
+    watch(short, bar, lambda: time.sleep(0.3))
+    bar.update(1)
+    assert len(lines) == 2 and bar.format_dict["elapsed"] >= 0.3
+    watch(long, bar, lambda: "result")  # a quick new shape (a cache hit): nothing said
+    assert len(lines) == 2 and watch(long, bar, lambda: "result") == "result"
 
 
 def test_elapsed_redraws_one_terminal_line():
@@ -142,8 +173,8 @@ def test_aot_compile_stops_on_ctrl_c_with_one_line():
         [sys.executable, "-m", "bert_jax.cli", "aot", "--config", "bert_base", "--topology",
          "v5e:2x2"], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    for line in process.stdout:  # BERT-Base for 4 chips compiles for tens of seconds
-        if line.startswith("compiling for"):
+    for line in process.stderr:  # BERT-Base for 4 chips compiles for tens of seconds
+        if line.startswith("compiling for"):  # said after a second (stderr is no terminal)
             break
     time.sleep(2)
     process.send_signal(signal.SIGINT)

@@ -90,7 +90,6 @@ def _compile(config_path: str, overrides: list[str], topology: str, chip_config,
     from bert_jax.progress import interruptible
 
     name = topology + (f" ({chip_config})" if chip_config else "")
-    print(f"compiling for {name} ...", flush=True)
     # Minutes for BERT-Large on a pod slice: the time is shown, and Ctrl-C or SIGTERM end
     # the compile with one line rather than libtpu's stack dump.
     return run_config, interruptible(

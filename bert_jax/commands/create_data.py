@@ -195,9 +195,12 @@ def run(args) -> int:
           f"padding, of {manifest['num_records']} x {args.max_seq_len})")
     if manifest["num_long_sentences"]:
         budget = args.max_seq_len - 3
+        # --format prose already splits paragraphs into sentences: a long one is in the text.
+        advice = ("Put one sentence per line, or use --format prose"
+                  if args.input_format == "bert" else "Shorten them, or raise --max-seq-len")
         print(f"warning: {manifest['num_long_sentences']} sentence(s) (lines, in the bert "
               f"format) were longer than the {budget} tokens an instance holds; "
               f"{manifest['num_dropped_tokens']} of the corpus's {manifest['num_tokens']} tokens "
-              "were dropped (a sentence is never split across instances). Put one sentence "
-              "per line, or use --format prose", file=sys.stderr)
+              f"were dropped (a sentence is never split across instances). {advice}",
+              file=sys.stderr)
     return 0

@@ -18,6 +18,7 @@ import re
 import time
 from typing import Any
 
+from bert_jax import quiet
 from bert_jax.compiler import aot_collectives, aot_hlo, gpu_targets
 from bert_jax.compiler.aot_hlo import COLLECTIVES
 from bert_jax.models.config import BERT_VOCAB_SIZE, BertConfig
@@ -65,8 +66,9 @@ def topology_devices(topology: str, chip_config: str | None = None) -> list:
 
     options = {"chip_config_name": chip_config} if chip_config else {}
     try:
-        description = topologies.get_topology_desc(
-            topology_name=topology, platform="tpu", **options)
+        with quiet.native_noise_filtered():  # libtpu's line about the TPU this host lacks
+            description = topologies.get_topology_desc(
+                topology_name=topology, platform="tpu", **options)
     except Exception as error:  # libtpu's own message says what it did not like
         raise _topology_error(topology, f"libtpu rejected it ({error})") from None
     return list(description.devices)

@@ -39,7 +39,9 @@ def predict(bundle, params, examples, batch_size: int, max_seq_len: int,
     """
     from tqdm import tqdm
 
-    task = bundle.task
+    from bert_jax.progress import CompileWatch
+
+    task, compiles = bundle.task, CompileWatch("the prediction step", enabled=progress)
     processes, index = jax.process_count(), jax.process_index()
     batches = batching.BucketedBatches(
         examples.features, batching.sequence_features(task.batch_schema()), batch_size,
@@ -51,8 +53,8 @@ def predict(bundle, params, examples, batch_size: int, max_seq_len: int,
         for rows in batches.plan(0):
             local = batches.batch(rows)
             # Every process asks for the same global batch; outputs come back replicated.
-            result = jax.device_get(bundle.predict_step(
-                params, distributed.global_batch(local, bundle.batch_shardings)))
+            result = jax.device_get(compiles(local, bar, lambda: bundle.predict_step(
+                params, distributed.global_batch(local, bundle.batch_shardings))))
             global_batch = {name: _gathered(value, local, processes)
                             for name, value in local.items()}
             predictions = task.predictions(result["outputs"], global_batch)

@@ -24,6 +24,10 @@ class Throughput:
         self.step, self.time = step, time.perf_counter()
         self.totals, self.sequences = {}, 0
 
+    def hold(self, seconds: float) -> None:
+        """Leaves `seconds` just spent on something else (a compile) out of the rates."""
+        self.time += seconds
+
     def count(self, metrics: dict, sequences: int) -> None:
         """Adds a step's counts and its `sequences` (a batch-size warm-up changes them); the
         counts stay on the device, so this does not wait for the step."""

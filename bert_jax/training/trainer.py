@@ -26,6 +26,7 @@ import jax
 from bert_jax.storage import files
 from bert_jax import sharding
 from bert_jax.errors import UserError
+from bert_jax.progress import CompileWatch
 from bert_jax.training import batch_warmup, checkpointing, distributed, initial_state
 from bert_jax.training import train_step as train_step_lib, workdir as workdir_lib
 from bert_jax.training.data_position import data_source, restore_position, seek_step
@@ -127,6 +128,8 @@ class _Loop:
         self.throughput = Throughput(seq_len, bundle.task.train_step_flops(
             bundle.model_config, batch_size, seq_len) / batch_size if peak else 0, peak)
         self.dataset = None
+        self.compiles = CompileWatch("the training step", log=None if show_progress else log,
+                                     holds=[self.throughput.hold])
 
     def finished(self, state) -> bool:
         """Whether the run has no step left to train (it says so, and `result` says
@@ -161,7 +164,7 @@ class _Loop:
         progress = None
         with StopRequests() as preemption:
             while step < total:
-                state, metrics = self._step(state, rng, step, compiling=progress is None)
+                state, metrics = self._step(state, rng, step, progress)
                 self.throughput.count(metrics, self._batch_size(step))
                 step += 1
                 if progress is None:
@@ -177,18 +180,24 @@ class _Loop:
         self.result["step"] = step
         return self.result
 
-    def _step(self, state, rng, step: int, compiling: bool):
-        """One train step on the next batch; the first also compiles, and says so."""
-        from bert_jax.progress import elapsed
+    def _step(self, state, rng, step: int, progress):
+        """One train step on the next batch; a step on a batch shape not seen before also
+        compiles, and says so (fine-tuning batches come in several lengths)."""
+        from bert_jax.progress import batch_shapes, elapsed, rows_by_length
 
-        batch = distributed.global_batch(self._local_batch(step), self.bundle.batch_shardings)
-        if not compiling:
-            return self.bundle.train_step(state, batch, rng)
+        local = self._local_batch(step)
+        batch = distributed.global_batch(local, self.bundle.batch_shardings)
+        if progress is not None:
+            return self.compiles(local, progress.bar,
+                                 lambda: self.bundle.train_step(state, batch, rng))
+        self.compiles.seen.add(batch_shapes(local))
         # XLA compiles inside this first call, silent for minutes.
-        with elapsed(f"compiling the training step (the bar starts after step {step + 1})",
-                     None if self.show_progress else self.log):
+        began = time.monotonic()
+        with elapsed(f"compiling the training step for {rows_by_length(local)} (the bar "
+                     f"starts after step {step + 1})", None if self.show_progress else self.log):
             state, metrics = self.bundle.train_step(state, batch, rng)
             jax.block_until_ready(metrics)
+        self.throughput.hold(time.monotonic() - began)
         return state, metrics
 
     def _local_batch(self, step: int) -> dict:
