@@ -72,11 +72,14 @@ def make_batch(batch_size: int, seq_len: int, predictions: int, seed: int = 0) -
 
 
 class JaxStep:
-    """The project's jitted train step on one CPU device; `__call__` runs one step."""
+    """The project's jitted train step on one CPU device; `__call__` runs one step,
+    `forward` one evaluation (no gradient) of the same batch. The task is BERT's
+    pre-training unless `task` is given (bench/modernbert_step.py: masked LM)."""
 
     def __init__(self, preset_name: str, batch: dict, dtype: str = "float32",
                  model_overrides: dict | None = None, data_overrides: dict | None = None,
-                 precision_overrides: dict | None = None):
+                 precision_overrides: dict | None = None, task=None,
+                 optimizer_overrides: dict | None = None):
         import jax
         from bert_jax import run_config, sharding
         from bert_jax.tasks.pretraining import task_from_run_config
@@ -91,8 +94,10 @@ class JaxStep:
         config.data.max_predictions = batch["masked_lm_positions"].shape[1]
         config.data.update(data_overrides or {})  # packed rows: max_sequences_per_row
         config.optimizer.warmup_steps = 10  # a non-zero learning rate from the first steps
+        config.optimizer.update(optimizer_overrides or {})  # e.g. StableAdamW
         mesh = sharding.make_mesh(devices=jax.devices()[:1])
-        self.bundle = train_step.build_train_step(config, mesh, task_from_run_config(config))
+        self.bundle = train_step.build_train_step(config, mesh,
+                                                  task or task_from_run_config(config))
         self.model_config = self.bundle.model_config
         self.state = self.bundle.init_state(jax.random.PRNGKey(0))
         self.batch = jax.device_put(batch, self.bundle.batch_shardings)
@@ -101,6 +106,18 @@ class JaxStep:
     def __call__(self) -> float:
         self.state, metrics = self.bundle.train_step(self.state, self.batch, self.rng)
         return float(metrics["loss"])  # waits for the step
+
+    def forward(self) -> float:
+        """The jitted eval step (forward and loss, no gradient); waits for it."""
+        outputs = self.bundle.eval_step(self.state.params, self.batch)
+        return float(self.bundle.task.means(outputs["sums"], outputs["counts"])["loss"])
+
+    def load_params(self, params: dict) -> None:
+        """Starts from `params` (a nested numpy tree shaped as the model's)."""
+        import jax
+        self.state = self.state.replace(params=jax.tree.map(
+            lambda value, target: jax.device_put(np.asarray(value, np.float32), target.sharding),
+            params, self.state.params))
 
 
 class TorchStep:

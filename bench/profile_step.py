@@ -37,16 +37,17 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # and named scopes (`dropout` in bert_jax/models/layers/dropout.py, also inside attention chunks).
 PARTS = (
     ("dropout random bits", r"random_bits|threefry|random_wrap|random_unwrap|_fold_in"),
-    ("attention q/k/v/output dense", r"attention/(query|key|value|output)"),
+    ("attention q/k/v/output dense", r"attention/(query|key|value|qkv|output)"),
+    ("rotary positions", r"rotary|rotate"),
     ("attention scores/context products", r"attention/.*(bqhd,bkhd|bhqk,bkhd)"),
     ("attention softmax", r"attention/.*(softmax|reduce_max|exp|reduce_sum|sub|div)"),
     ("attention-probability dropout", r"attention/.*dropout"),
-    ("feed-forward dense", r"mlp/(intermediate|output)"),
+    ("feed-forward dense", r"mlp/(intermediate|input|output)"),
     ("GELU", r"mlp/|gelu|erf"),
-    ("LayerNorm", r"layer_norm"),
+    ("LayerNorm", r"layer_norm|_norm/|/norm/"),
     ("hidden-state dropout", r"dropout"),
     ("MLM head + vocabulary projection", r"mlm_head|word_logits|nsp_head|take_along_axis|"
-                                         r"pooler"),
+                                         r"pooler|/head/"),
     ("span head (qa_outputs)", r"qa_outputs|span"),
     ("embeddings", r"embeddings"),
 )
@@ -56,7 +57,7 @@ def part_of(op_name: str) -> str:
     for part, pattern in PARTS:
         if re.search(pattern, op_name):
             return part
-    if re.search(r"BertFor|Bert\b|encoder", op_name):
+    if re.search(r"BertFor|Bert\b|encoder|modernbert", op_name):
         return "encoder other (residual adds, masks)"
     if "jvp(" in op_name or "transpose(" in op_name:
         return "loss (log-softmax, NLL)"
@@ -124,17 +125,27 @@ class QuestionAnsweringStep:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--task", choices=("pretrain", "qa"), default="pretrain")
+    parser.add_argument("--task", choices=("pretrain", "qa", "modernbert"), default="pretrain")
+    parser.add_argument("--layers", type=int, default=22, help="modernbert: encoder layers")
+    parser.add_argument("--layout", choices=("padded", "packed"), default="padded",
+                        help="modernbert: the rows of bench/modernbert_step.py")
     parser.add_argument("--preset", default="base", help="the pre-training step's model")
     parser.add_argument("--batch", type=int, help="rows (default 8 pretrain, 32 qa)")
     parser.add_argument("--seq-len", type=int, help="tokens per row (default 128 pretrain, "
                                                     "256 qa)")
     parser.add_argument("--steps", type=int, default=2, help="traced steps (after 2 warm-up)")
+    parser.add_argument("--top", type=int, default=0, help="also the N slowest operations")
     args = parser.parse_args()
     import jax
     if args.task == "qa":
         step = QuestionAnsweringStep(args.batch or 32, args.seq_len or 256)
         title = f"qa (MiniLM) {args.batch or 32} x {args.seq_len or 256}"
+    elif args.task == "modernbert":
+        from modernbert_step import make_rows, modernbert_jax_step
+        batch, seq_len = args.batch or 4, args.seq_len or 1024
+        rows = make_rows(args.layout, batch, seq_len, window=128, vocab_size=50368)
+        step = modernbert_jax_step(rows, args.layers)
+        title = f"ModernBERT-base ({args.layers} layers) {batch} x {seq_len} {args.layout}"
     else:
         from model_step import JaxStep, make_batch
         step = JaxStep(args.preset, make_batch(args.batch or 8, args.seq_len or 128, 20))
@@ -168,6 +179,8 @@ def main() -> None:
               f"{matmuls[part] / 1e6:12.1f}")
     print(f"{'all matmuls':40s} {sum(matmuls.values()) / 1e6:9.1f} "
           f"{100 * sum(matmuls.values()) / total:5.1f}%")
+    for name, nanoseconds in totals.most_common(args.top):
+        print(f"{nanoseconds / 1e6:9.1f} ms {name:32s} {names.get(name, '')[-110:]}")
 
 
 if __name__ == "__main__":

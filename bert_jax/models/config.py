@@ -206,7 +206,8 @@ def preset(name: str, **overrides: Any):
     if name in _MODERNBERT_SIZES:
         num_layers, hidden_dim, num_heads, mlp_dim = _MODERNBERT_SIZES[name]
         values = dict(num_layers=num_layers, hidden_dim=hidden_dim, num_heads=num_heads,
-                      mlp_dim=mlp_dim, **overrides)
+                      mlp_dim=mlp_dim)
+        values.update(overrides)  # a size too, as BERT's presets take
         return ModernBertConfig.from_dict(values, source=f"preset {name!r}")
     if name not in _SIZES:
         raise UserError(f"unknown model preset {name!r}; expected one of {list(PRESET_NAMES)}")

@@ -25,7 +25,7 @@ import numpy as np
 
 from bert_jax.models.config import Precision
 from bert_jax.errors import UserError
-from bert_jax.models.layers import attention_kernels
+from bert_jax.models.layers import attention_kernels, banded_attention
 from bert_jax.models.layers.visibility import visible_keys
 from bert_jax.models.layers.dropout import dropout
 
@@ -39,15 +39,28 @@ Array = jax.Array
 # 64-100 ms in chunks of 1-16 rows.
 AUTOMATIC_MIN_TOKENS = 160
 AUTOMATIC_ROWS = 2
+# Sliding layers on a CPU (banded_attention.py): blocks of this many windows (one side's
+# tokens), banded in rows of at least BAND_MIN_WINDOWS windows. Measured: one sliding layer's
+# core, forward and backward, 2 rows, 12 heads, window 64, full T x T -> bands of 64 queries:
+# 256 tokens 17.0 -> 12.9 ms, 384 49.2 -> 39.5, 512 88.0 -> 56.4, 1,024 383.5 -> 120.0 ms
+# (load 1.7-2.0); shorter rows were not measured and keep the full form.
+BAND_BLOCK_WINDOWS = 1
+BAND_MIN_WINDOWS = 4
 
 
 def attention_probabilities(query: Array, key: Array, instance_ids: Array,
                             window: int | None = None) -> Array:
     """softmax(Q K^T + mask) in float32, (B, nh, T, T), from (B, T, nh, hd) inputs, (B, T)
     instance ids and, for a sliding-window layer, its `window` (visibility.py)."""
+    return masked_probabilities(query, key, visible_keys(instance_ids, window))
+
+
+def masked_probabilities(query: Array, key: Array, visible: Array) -> Array:
+    """softmax(Q K^T + mask) in float32, (B, nh, Tq, Tk), of (B, Tq, nh, hd) queries,
+    (B, Tk, nh, hd) keys and which keys each query sees, (B, 1, Tq, Tk) bool."""
     scores = jnp.einsum("bqhd,bkhd->bhqk", query, key)
     # Hidden keys get a large negative bias, so their softmax weight is exactly zero.
-    bias = jnp.where(visible_keys(instance_ids, window), 0.0, jnp.finfo(jnp.float32).min)
+    bias = jnp.where(visible, 0.0, jnp.finfo(jnp.float32).min)
     # Softmax in float32: bf16 logits lose the small differences attention depends on.
     return jax.nn.softmax(scores.astype(jnp.float32) + bias, axis=-1)
 
@@ -60,9 +73,26 @@ def attend(probabilities: Array, value: Array, rate: float, dropout_key: Array |
     return jnp.einsum("bhqk,bkhd->bqhd", probabilities.astype(dtype), value)
 
 
-def _core(query, key, value, instance_ids, rate, dropout_key, dtype, window=None):
-    return attend(attention_probabilities(query, key, instance_ids, window), value, rate,
-                  dropout_key, dtype)
+def _core(query, key, value, instance_ids, rate, dropout_key, dtype, window=None,
+          band_block=None):
+    if band_block is None:
+        return attend(attention_probabilities(query, key, instance_ids, window), value, rate,
+                      dropout_key, dtype)
+    # A sliding layer in bands (banded_attention.py): blocks of queries become rows.
+    query_rows, key_rows, value_rows, visible = banded_attention.banded_rows(
+        query, key, value, instance_ids, window, band_block)
+    context = attend(masked_probabilities(query_rows, key_rows, visible), value_rows, rate,
+                     dropout_key, dtype)
+    return banded_attention.unband(context, *query.shape[:2])
+
+
+def band_block(seq_len, window: int | None, platform: str) -> int | None:
+    """The query block of a sliding layer's banded core, or None for the full T x T form:
+    on a CPU (where it was measured faster), rows of at least BAND_MIN_WINDOWS windows.
+    Other platforms keep their kernels' own window (attention_kernels.choose)."""
+    if window is None or platform != "cpu" or not isinstance(seq_len, (int, np.integer)):
+        return None
+    return BAND_BLOCK_WINDOWS * window if seq_len >= BAND_MIN_WINDOWS * window else None
 
 
 def _batch_shards() -> int:
@@ -128,9 +158,10 @@ def attention(query: Array, key: Array, value: Array, instance_ids: Array, rate:
         return attention_kernels.fused_context(implementation, query, key, value, instance_ids,
                                                max_instances, rate, kernel_seed, window)
     chunks = chunk_count(batch_size, seq_len, precision.attention_chunk_rows, platform)
+    band = band_block(seq_len, window, platform)
     if chunks == 1:
         return _core(query, key, value, instance_ids, rate, dropout_key, precision.dtype,
-                     window)
+                     window, band)
 
     # Chunk i holds rows i, i + chunks, i + 2 chunks, ...: the batch axis stays split over
     # devices in the same contiguous blocks, so each device loops over its own rows.
@@ -142,7 +173,7 @@ def attention(query: Array, key: Array, value: Array, instance_ids: Array, rate:
     def one_chunk(inputs):
         *tensors, index = inputs
         chunk_key = None if dropout_key is None else jax.random.fold_in(dropout_key, index)
-        return _core(*tensors, rate, chunk_key, precision.dtype, window)
+        return _core(*tensors, rate, chunk_key, precision.dtype, window, band)
 
     context = jax.lax.map(one_chunk, (split(query), split(key), split(value),
                                       split(instance_ids), jnp.arange(chunks)))

@@ -17,10 +17,16 @@ def visible_keys(instance_ids: Array, window: int | None = None) -> Array:
     sliding-window layer, `window` (keys at most that many tokens away on either side)."""
     query_ids = instance_ids[:, None, :, None]  # (B, 1, T, 1)
     key_ids = instance_ids[:, None, None, :]  # (B, 1, 1, T)
-    visible = (key_ids > 0) & ((query_ids == key_ids) | (query_ids == 0))
+    visible = visible_by_instance(query_ids, key_ids)
     if window is None:
         return visible
     return visible & within_window(instance_ids.shape[1], window)
+
+
+def visible_by_instance(query_ids: Array, key_ids: Array) -> Array:
+    """The instance rule alone, on query and key ids that broadcast against each other
+    (e.g. (..., Tq, 1) and (..., 1, Tk)): bool of their broadcast shape."""
+    return (key_ids > 0) & ((query_ids == key_ids) | (query_ids == 0))
 
 
 def within_window(seq_len: int, window: int) -> Array:

@@ -1,0 +1,410 @@
+"""ModernBERT on the CPU, bert-jax against transformers' `ModernBertForMaskedLM`: the forward
+pass and the train step, like for like, timed in one process.
+
+Both sides hold the same weights (transformers' random initialisation, read into bert-jax
+through its Hugging Face reader) and see the same batch: the same rows, the same masked
+positions (30% of each sequence's tokens, ModernBERT's rate; token values do not change the
+work, so the ids are random and a masked token keeps its id), float32, dropout off
+(ModernBERT's defaults). Before timing, each side's masked-LM loss on the batch is printed:
+equal weights and equal inputs give equal losses, which is what makes the times comparable.
+
+  bert-jax      the project's jitted steps (`bert_jax.training.train_step.build_train_step`
+                with the masked-LM task, `tasks/masked_lm.py`): `eval_step` (forward and
+                loss) and `train_step` (forward, backward, StableAdamW: `optimizer.name=
+                stable_adamw`, lr 8e-4, betas 0.9/0.98, eps 1e-6, weight decay 1e-5 scaled
+                by lr/peak (`decouple_learning_rate`), none on norms and biases, no global
+                clip: StableAdamW clips each tensor's step itself). Its MLM head scores the
+                task's ceil(0.3 T) gathered slots a row (unused slots weigh 0). Attention:
+                `precision.attention=auto`, which on a CPU is the reference path, chunked.
+  transformers  `ModernBertForMaskedLM` with `sparse_prediction=True` (logits only at the
+                masked positions, as ours), the loss of `labels` (-100 elsewhere); forward
+                under `torch.no_grad()`; train step: backward and torch-optimi's
+                `StableAdamW` (foreach) with the same hyper-parameters and decay groups.
+                Its attention as `attn_implementation` "sdpa" and "eager", each timed: the
+                faster is the peer. `--compile` adds `torch.compile` (sdpa), as information.
+
+Layouts (`--layouts`), each at every `--seq-lens`:
+  padded  `--rows` rows, one sequence each: one shorter than ModernBERT's 128-token window,
+          one the full length, the rest between; padded to the row length. Both sides run
+          the same (rows, T) batch with its attention mask.
+  packed  sequences of the same mix packed first-fit into `--rows` rows (a sequence that
+          fits nowhere is cut to the largest room left, as a document's end is); bert-jax
+          gets instance ids and position ids restarting at each sequence. transformers runs
+          the same packed rows through its own `attention_mask` argument given as a dict of
+          4-D masks per layer type (each sequence sees only itself, sliding layers only
+          their window) and the same restarting `position_ids`: the computation of
+          bert-jax's packed rows. `--unpacked` adds transformers on the same sequences
+          unpacked, one a row padded to the longest (what its data collator feeds), sdpa
+          only (eager would keep every layer's (rows, heads, T, T) probabilities).
+Throughput is in real (not padding) tokens a second, the same work on every side.
+
+The sides alternate in `--rounds` rounds of `--steps` calls each, so a change in machine
+load hits them all; a ratio is the median over rounds of the per-round ratio, with the
+range. The load average is printed before and after each layout: the machine is shared.
+
+Usage: python bench/modernbert_step.py [--layers 22] [--seq-lens 512,1024] [--rows 4]
+       [--layouts padded,packed] [--modes forward,train] [--rounds 3] [--steps 1]
+       [--unpacked] [--compile]
+"""
+
+import argparse
+import dataclasses
+import os
+import statistics
+import sys
+import tempfile
+
+import numpy as np
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")  # no TPU probing on a CPU host
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as bench/model_step.py, for torch
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench.model_step import JaxStep, time_rounds  # noqa: E402
+
+PRESET = "modernbert-base"
+MASK_RATE = 0.3  # ModernBERT's masking rate
+SHORTEST = 16  # tokens: the shortest sequence, and the least room worth filling in a row
+# ModernBERT's StableAdamW recipe (torch-optimi's names).
+LEARNING_RATE, BETAS, EPSILON, WEIGHT_DECAY = 8e-4, (0.9, 0.98), 1e-6, 1e-5
+
+
+@dataclasses.dataclass
+class Rows:
+    """One layout's batch: per row, its sequences as (start, length); token ids (R, T); and
+    per sequence the masked positions within it."""
+    ids: np.ndarray  # (R, T) int32, 0 at padding
+    sequences: list  # per row: [(start, length), ...]
+    masked: list  # per row: per sequence, sorted positions within the sequence
+
+    @property
+    def real_tokens(self) -> int:
+        return sum(length for row in self.sequences for _, length in row)
+
+    @property
+    def num_masked(self) -> int:
+        return sum(len(positions) for row in self.masked for positions in row)
+
+
+def sequence_length(rng, seq_len: int, window: int) -> int:
+    """A quarter of the sequences shorter than the `window` (its tokens, both sides), the
+    rest between it and T."""
+    if rng.random() < 0.25:
+        return int(rng.integers(SHORTEST, window))
+    return int(rng.integers(window, seq_len + 1))
+
+
+def layout_lengths(layout: str, rows: int, seq_len: int, window: int, rng) -> list:
+    """Per row, the lengths of its sequences (see the module docstring)."""
+    if layout == "padded":
+        middle = [int(rng.integers(window, seq_len)) for _ in range(rows - 2)]
+        return [[seq_len], *[[n] for n in middle], [int(rng.integers(SHORTEST, window))]][:rows]
+    packed = [[] for _ in range(rows)]
+    while True:
+        rooms = [seq_len - sum(row) for row in packed]
+        if max(rooms) < SHORTEST:
+            return packed
+        length = sequence_length(rng, seq_len, window)
+        fitting = [index for index, room in enumerate(rooms) if room >= length]
+        index = fitting[0] if fitting else int(np.argmax(rooms))
+        packed[index].append(min(length, rooms[index]))
+
+
+def make_rows(layout: str, rows: int, seq_len: int, window: int, vocab_size: int,
+              seed: int = 0) -> Rows:
+    rng = np.random.default_rng(seed)
+    ids = np.zeros((rows, seq_len), np.int32)
+    sequences, masked = [], []
+    for row, lengths in enumerate(layout_lengths(layout, rows, seq_len, window, rng)):
+        starts = np.cumsum([0, *lengths[:-1]])
+        ids[row, :sum(lengths)] = rng.integers(5, vocab_size, sum(lengths))
+        sequences.append(list(zip(starts.tolist(), lengths)))
+        masked.append([np.sort(rng.choice(length, int(MASK_RATE * length), replace=False))
+                       for length in lengths])
+    return Rows(ids, sequences, masked)
+
+
+def instances(rows: Rows) -> tuple[np.ndarray, np.ndarray]:
+    """(instance ids, position ids), each (R, T): 1, 2, ... per sequence of a row (0 at
+    padding), and positions restarting at 0 at each sequence."""
+    instance_ids = np.zeros(rows.ids.shape, np.int32)
+    position_ids = np.zeros(rows.ids.shape, np.int32)
+    for row, spans in enumerate(rows.sequences):
+        for instance, (start, length) in enumerate(spans, 1):
+            instance_ids[row, start:start + length] = instance
+            position_ids[row, start:start + length] = np.arange(length)
+    return instance_ids, position_ids
+
+
+def jax_batch(rows: Rows, max_predictions: int) -> dict:
+    """The masked-LM task's batch (tasks/masked_lm.py's schema) of `rows`."""
+    instance_ids, position_ids = instances(rows)
+    positions = np.zeros((len(rows.ids), max_predictions), np.int32)
+    weights = np.zeros((len(rows.ids), max_predictions), np.float32)
+    for row, (spans, masked) in enumerate(zip(rows.sequences, rows.masked)):
+        row_positions = np.concatenate([start + m for (start, _), m in zip(spans, masked)])
+        positions[row, :len(row_positions)] = row_positions
+        weights[row, :len(row_positions)] = 1.0
+    return dict(input_ids=rows.ids, segment_ids=np.zeros_like(rows.ids),
+                input_mask=(instance_ids > 0).astype(np.int32), instance_ids=instance_ids,
+                position_ids=position_ids, masked_lm_positions=positions,
+                masked_lm_ids=np.take_along_axis(rows.ids, positions, axis=1),
+                masked_lm_weights=weights)
+
+
+def torch_labels(rows: Rows):
+    """(R, T) labels: the token at each masked position, -100 elsewhere."""
+    import torch
+    labels = np.full(rows.ids.shape, -100, np.int64)
+    for row, (spans, masked) in enumerate(zip(rows.sequences, rows.masked)):
+        for (start, _), positions in zip(spans, masked):
+            labels[row, start + positions] = rows.ids[row, start + positions]
+    return torch.from_numpy(labels)
+
+
+def packed_masks(rows: Rows, window: int) -> dict:
+    """transformers' per-layer-type attention masks of packed rows, (R, 1, T, T) bool: a
+    sequence's tokens see only its tokens (sliding layers: within `window` on each side);
+    a padding query sees every key, so that no row of sdpa's softmax is empty (NaN)."""
+    import torch
+    instance_ids, _ = instances(rows)
+    query, key = instance_ids[:, None, :, None], instance_ids[:, None, None, :]
+    full = ((query == key) & (key > 0)) | (query == 0)  # (R, 1, T, T)
+    positions = np.arange(rows.ids.shape[1])
+    near = np.abs(positions[:, None] - positions[None, :]) <= window  # (T, T)
+    return {"full_attention": torch.from_numpy(full),
+            "sliding_attention": torch.from_numpy(full & near)}
+
+
+def unpacked(rows: Rows) -> Rows:
+    """The same sequences one a row, padded to the longest."""
+    spans = [(row, start, length) for row, row_spans in enumerate(rows.sequences)
+             for start, length in row_spans]
+    masked = [m for row in rows.masked for m in row]
+    longest = max(length for _, _, length in spans)
+    ids = np.zeros((len(spans), longest), np.int32)
+    for index, (row, start, length) in enumerate(spans):
+        ids[index, :length] = rows.ids[row, start:start + length]
+    return Rows(ids, [[(0, length)] for _, _, length in spans], [[m] for m in masked])
+
+
+class TorchModernBert:
+    """transformers' ModernBertForMaskedLM (sparse prediction) and torch-optimi's StableAdamW;
+    `inputs` per side name, each run with its attention implementation."""
+
+    def __init__(self, directory: str):
+        import torch
+        import transformers
+        from optimi import StableAdamW
+        self.model = transformers.ModernBertForMaskedLM.from_pretrained(directory)
+        self.model.train()  # dropout rates are 0: train mode changes nothing but autograd use
+        named = list(self.model.named_parameters())
+        no_decay = [p for n, p in named if "norm" in n or n.endswith("bias")]
+        decay = [p for n, p in named if not ("norm" in n or n.endswith("bias"))]
+        self.optimizer = StableAdamW(
+            [{"params": decay}, {"params": no_decay, "weight_decay": 0.0}], lr=LEARNING_RATE,
+            betas=BETAS, eps=EPSILON, weight_decay=WEIGHT_DECAY, decouple_lr=True,
+            foreach=True, triton=False)
+        self.compiled = None
+        self.no_grad = torch.no_grad
+
+    def loss(self, inputs: dict, attention: str, compiled: bool = False):
+        self.model.set_attn_implementation(attention)
+        model = self.compiled if compiled else self.model
+        return model(**inputs).loss
+
+    def forward(self, inputs: dict, attention: str, compiled: bool = False) -> float:
+        with self.no_grad():
+            return float(self.loss(inputs, attention, compiled))
+
+    def train_step(self, inputs: dict, attention: str, compiled: bool = False) -> float:
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.loss(inputs, attention, compiled)
+        loss.backward()
+        self.optimizer.step()
+        return float(loss.detach())
+
+
+def hf_model_config(layers: int):
+    import transformers
+    from bert_jax.models.config import preset
+    ours = preset(PRESET, num_layers=layers)
+    config = transformers.ModernBertConfig(
+        vocab_size=ours.vocab_size, hidden_size=ours.hidden_dim,
+        intermediate_size=ours.mlp_dim, num_hidden_layers=ours.num_layers,
+        num_attention_heads=ours.num_heads, sparse_prediction=True)
+    # The masked-LM task's layers and windows must be the ones transformers runs.
+    assert config.local_attention == ours.local_attention and config.layer_types == [
+        "full_attention" if ours.is_global(layer) else "sliding_attention"
+        for layer in range(layers)]
+    return config
+
+
+def save_initial_weights(layers: int, directory: str):
+    """transformers' random ModernBertForMaskedLM saved in `directory`, whose weights both
+    sides read for each layout (kept on disk, not in memory: a base step at 4 x 1,024
+    tokens takes 10 GB a side); returns its config."""
+    import torch
+    import transformers
+    torch.manual_seed(0)
+    model = transformers.ModernBertForMaskedLM(hf_model_config(layers))
+    model.save_pretrained(directory)
+    return model.config
+
+
+def torch_sides(rows: Rows, window: int, args) -> dict:
+    """Side name -> (inputs, attention implementation, compiled) of transformers' sides."""
+    import torch
+    inputs = dict(input_ids=torch.from_numpy(rows.ids).long(), labels=torch_labels(rows))
+    instance_ids, position_ids = instances(rows)
+    if any(len(row) > 1 for row in rows.sequences):
+        masks = packed_masks(rows, window)
+        position_ids = torch.from_numpy(position_ids).long()
+        attention = {"sdpa": masks, "eager": {
+            name: torch.where(mask, 0.0, torch.finfo(torch.float32).min)
+            for name, mask in masks.items()}}  # eager adds its mask to the scores
+        sides = {f"transformers {name}": (dict(inputs, attention_mask=mask,
+                                                position_ids=position_ids), name, False)
+                 for name, mask in attention.items()}
+        if args.unpacked:
+            alone = unpacked(rows)
+            sides["transformers sdpa, unpacked"] = (dict(
+                input_ids=torch.from_numpy(alone.ids).long(), labels=torch_labels(alone),
+                attention_mask=torch.from_numpy(alone.ids > 0).long()), "sdpa", False)
+    else:
+        inputs["attention_mask"] = torch.from_numpy(instance_ids > 0).long()
+        sides = {f"transformers {name}": (inputs, name, False) for name in ("sdpa", "eager")}
+    if args.compile:
+        sides["torch.compile sdpa"] = (sides["transformers sdpa"][0], "sdpa", True)
+    return sides
+
+
+def modernbert_jax_step(rows: Rows, layers: int, precision_overrides: dict | None = None
+                        ) -> JaxStep:
+    """bert-jax's masked-LM steps of ModernBERT-base with `layers` layers on `rows`, with
+    ModernBERT's StableAdamW (the module docstring)."""
+    from bert_jax.models.config import preset
+    from bert_jax.tasks.masked_lm import MaskedLMTask
+    task = MaskedLMTask(rows.ids.shape[1], MASK_RATE)
+    return JaxStep(PRESET, jax_batch(rows, task.max_predictions), task=task,
+                   model_overrides=dict(num_layers=layers,
+                                        vocab_size=preset(PRESET).vocab_size),
+                   precision_overrides=precision_overrides,
+                   optimizer_overrides=dict(
+                       name="stable_adamw", learning_rate=LEARNING_RATE, beta1=BETAS[0],
+                       beta2=BETAS[1], epsilon=EPSILON, weight_decay=WEIGHT_DECAY,
+                       decouple_learning_rate=True, clip_norm=0.0))
+
+
+def jax_attention(rows: int, seq_len: int, window: int) -> str:
+    """What bert-jax's attention does on this batch (precision.attention=auto, a CPU)."""
+    from bert_jax.models.layers import attention, attention_kernels
+    implementation = attention_kernels.choose("auto", "cpu", 0.0, seq_len, "float32")
+    chunks = attention.chunk_count(rows, seq_len, -1, "cpu")
+    block = attention.band_block(seq_len, window, "cpu")
+    return (f"{implementation}, {chunks} chunk(s) of {rows // chunks} row(s), sliding layers "
+            + (f"in bands ({block} queries x {block + 2 * window} keys)" if block else
+               "on the full T x T scores"))
+
+
+def summary_lines(mode: str, times: dict, real_tokens: int) -> list[str]:
+    """Each side's median time and real tokens/s, and bert-jax's ratio to each transformers
+    side per round (the faster of sdpa and eager is the peer)."""
+    medians = {name: [statistics.median(r) for r in rounds] for name, rounds in times.items()}
+    lines = []
+    for name, values in medians.items():
+        median = statistics.median(values)
+        lines.append(f"  {mode:7s} {name:30s} {median * 1e3:9.1f} ms/step "
+                     f"(rounds {min(values) * 1e3:.0f}-{max(values) * 1e3:.0f}) "
+                     f"{real_tokens / median:8.0f} real tokens/s")
+    peer = min(("transformers sdpa", "transformers eager"),
+               key=lambda name: statistics.median(medians[name]))
+    for name in medians:
+        if name == "bert-jax":
+            continue
+        ratios = [theirs / ours for theirs, ours in zip(medians[name], medians["bert-jax"])]
+        lines.append(f"  {mode:7s} bert-jax / {name}{' (the peer)' if name == peer else ''}: "
+                     f"{statistics.median(ratios):.2f}x real tokens/s "
+                     f"(rounds {min(ratios):.2f}-{max(ratios):.2f})")
+    return lines
+
+
+def compare(layout: str, seq_len: int, hf_config, directory: str, args) -> list[str]:
+    """One layout at one length: losses at equal weights (those saved in `directory`), then
+    each mode's timed rounds."""
+    import functools
+
+    import torch
+    from bert_jax.interop import model_source
+    window = hf_config.local_attention // 2
+    rows = make_rows(layout, args.rows, seq_len, hf_config.local_attention,
+                     hf_config.vocab_size, args.seed)
+    jax_step = modernbert_jax_step(rows, hf_config.num_hidden_layers)
+    jax_step.load_params(model_source.in_directory(directory).load().params)
+    reference = TorchModernBert(directory)
+    if args.compile:
+        reference.compiled = torch.compile(reference.model)
+    sides = torch_sides(rows, window, args)
+    count = sum(len(row) for row in rows.sequences)
+    lines = [f"{seq_len} tokens, {layout}: {args.rows} rows x {seq_len}, {count} sequences, "
+             f"{rows.real_tokens} real tokens ({100 * rows.real_tokens / rows.ids.size:.1f}%), "
+             f"{rows.num_masked} masked; bert-jax attention {jax_attention(args.rows, seq_len, window)};"
+             f" load average {os.getloadavg()[0]:.1f}"]
+    losses = {"bert-jax": jax_step.forward(),
+              **{name: reference.forward(*side) for name, side in sides.items()}}
+    worst = max(abs(loss - losses["bert-jax"]) for loss in losses.values())
+    lines.append("  masked-LM loss at equal weights: " + ", ".join(
+        f"{name} {loss:.5f}" for name, loss in losses.items()) + f"; largest difference "
+        f"{worst:.1e}")
+    print(*lines, sep="\n", flush=True)
+    for mode in args.modes.split(","):
+        run = {"forward": reference.forward, "train": reference.train_step}[mode]
+        calls = {"bert-jax": jax_step.forward if mode == "forward" else jax_step,
+                 **{name: functools.partial(run, *side) for name, side in sides.items()}}
+        for call in calls.values():
+            for _ in range(args.warmup):
+                call()
+        times = time_rounds(calls, args.rounds, {name: args.steps for name in calls})
+        mode_lines = summary_lines(mode, times, rows.real_tokens)
+        print(*mode_lines, sep="\n", flush=True)
+        lines += mode_lines
+    tail = f"  load average after: {os.getloadavg()[0]:.1f}"
+    print(tail, flush=True)
+    return lines + [tail]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, default=22, help="encoder layers (base: 22)")
+    parser.add_argument("--seq-lens", default="512,1024", help="comma-separated row lengths")
+    parser.add_argument("--rows", type=int, default=4, help="rows per batch")
+    parser.add_argument("--layouts", default="padded,packed", help="padded and/or packed")
+    parser.add_argument("--modes", default="forward,train", help="forward and/or train")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds")
+    parser.add_argument("--steps", type=int, default=1, help="timed calls per round and side")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed calls (compilation)")
+    parser.add_argument("--seed", type=int, default=0, help="the batch's lengths, ids, masks")
+    parser.add_argument("--unpacked", action="store_true",
+                        help="packed layout: also transformers on the sequences unpacked")
+    parser.add_argument("--compile", action="store_true", help="also torch.compile (sdpa)")
+    args = parser.parse_args()
+    import jax
+    import torch
+    import transformers
+    torch.set_num_threads(os.cpu_count())
+    print(f"ModernBERT ({args.layers} layers, hidden 768, MLP 1152, 12 heads, vocabulary "
+          f"50,368), float32, dropout off, {MASK_RATE:.0%} masked; {args.rounds} rounds x "
+          f"{args.steps} call(s) a side; threads: torch {torch.get_num_threads()} "
+          f"(OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}), XLA {os.cpu_count()}; "
+          f"jax {jax.__version__}, torch {torch.__version__}, transformers "
+          f"{transformers.__version__}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="modernbert-bench-") as directory:
+        hf_config = save_initial_weights(args.layers, directory)
+        for seq_len in (int(n) for n in args.seq_lens.split(",")):
+            for layout in args.layouts.split(","):
+                compare(layout, seq_len, hf_config, directory, args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+"""A sliding-window layer's attention in bands: each block of queries scored against only the
+keys its window can reach.
+
+In a sliding layer query q sees keys with |q - k| <= window (visibility.py). The reference
+core scores all T x T pairs and hides the far ones: at T = 1,024 with ModernBERT's 64 tokens
+a side, 7/8 of that work (scores, softmax and context products, and their gradients) is
+hidden. Here a row's queries are cut into blocks of `block` tokens, and block i is scored
+against the keys from `window` before its first query to `window` after its last:
+block + 2 window keys, which are whole blocks when `block` divides 2 window. Each block and
+its keys become a row of their own (B x blocks rows of `block` queries), so the reference's
+softmax, dropout and context products run on them unchanged; the band within a block's keys
+is one static (block, block + 2 window) mask, and keys beyond either end of the row are
+padding (id 0), hidden as all padding is.
+
+What differs from the full form is only a query that sees no key at all (a padding token
+farther than the window from every real token): its softmax is uniform over the keys
+computed, a different set, so its output (which nothing reads: no real query sees a padding
+key and no loss reads a padding position) is a different mean. With attention dropout each
+visible (query, key) pair still gets one independent draw, but from blocks' masks, not the
+full form's: the same distribution, other masks for the same key (ModernBERT's rate is 0).
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from bert_jax.models.layers.visibility import visible_by_instance
+
+Array = jax.Array
+
+
+def _query_blocks(x: Array, block: int, num_blocks: int) -> Array:
+    """(B, T, ...) -> (B x num_blocks, block, ...), zeros after the row's end."""
+    padding = [(0, 0), (0, num_blocks * block - x.shape[1])] + [(0, 0)] * (x.ndim - 2)
+    return jnp.pad(x, padding).reshape(-1, block, *x.shape[2:])
+
+
+def _key_spans(x: Array, window: int, block: int, num_blocks: int) -> Array:
+    """(B, T, ...) -> (B x num_blocks, block + 2 window, ...): query block i's keys, positions
+    i block - window .. (i + 1) block + window - 1, zeros outside the row."""
+    span_blocks = 2 * window // block + 1  # key blocks a query block's window touches
+    length = (num_blocks + span_blocks - 1) * block
+    padding = [(0, 0), (window, length - window - x.shape[1])] + [(0, 0)] * (x.ndim - 2)
+    blocks = jnp.pad(x, padding).reshape(x.shape[0], -1, block, *x.shape[2:])  # (B, n + s - 1, b, ...)
+    spans = jnp.concatenate([blocks[:, first:first + num_blocks]
+                             for first in range(span_blocks)], axis=2)  # (B, n, s b, ...)
+    return spans.reshape(-1, span_blocks * block, *x.shape[2:])
+
+
+def band(window: int, block: int) -> np.ndarray:
+    """(block, block + 2 window) bool: query a of a block sees key c of its span iff
+    |(a + window) - c| <= window (the key sits `window` tokens before the block's start)."""
+    distance = np.arange(block)[:, None] + window - np.arange(block + 2 * window)[None, :]
+    return np.abs(distance) <= window
+
+
+def banded_rows(query: Array, key: Array, value: Array, instance_ids: Array, window: int,
+                block: int) -> tuple[Array, Array, Array, Array]:
+    """(B, T, nh, hd) queries, keys, values and (B, T) ids as blocks of `block` queries with
+    their keys: (queries (B n, block, nh, hd), keys and values (B n, span, nh, hd), visible
+    (B n, 1, block, span) bool), n = ceil(T / block), span = block + 2 window."""
+    if (2 * window) % block:
+        raise ValueError(f"a band's block ({block}) must divide 2 x window ({2 * window})")
+    num_blocks = -(-query.shape[1] // block)
+    query_ids = _query_blocks(instance_ids, block, num_blocks)  # (B n, block)
+    key_ids = _key_spans(instance_ids, window, block, num_blocks)  # (B n, span)
+    visible = band(window, block) & visible_by_instance(query_ids[:, :, None],
+                                                        key_ids[:, None, :])
+    return (_query_blocks(query, block, num_blocks),
+            _key_spans(key, window, block, num_blocks),
+            _key_spans(value, window, block, num_blocks), visible[:, None])
+
+
+def unband(context: Array, batch_size: int, seq_len: int) -> Array:
+    """(B n, block, nh, hd) -> (B, T, nh, hd): the blocks back in their rows."""
+    return context.reshape(batch_size, -1, *context.shape[2:])[:, :seq_len]
