@@ -10,14 +10,11 @@ DEV := $(VENV)/.dev-installed
 $(PYTHON):
 	python3 -m venv $(VENV)
 
-# seqeval ships only an sdist built with --no-build-isolation (see requirements.txt), so the
-# venv needs setuptools' bdist_wheel command first: a new venv has no `wheel` package, and a
-# machine whose pip cache holds a built seqeval wheel hides that (.ci/run bypasses the cache).
+# The pinned set, then the package as a user installs it (its ranges must accept the pins, so
+# the second line installs nothing more). Nothing here that `pip install .` does not do.
 $(RUNTIME): requirements.txt pyproject.toml | $(PYTHON)
-	$(PIP) wheel==0.45.1 setuptools_scm==8.3.1
-	$(PIP) --no-build-isolation seqeval==1.2.2
 	$(PIP) -r requirements.txt
-	$(PIP) --no-deps -e .
+	$(PIP) -e .
 	touch $@
 
 # requirements-gpu-compile.txt: jax's CUDA plugin and ptxas (257 MB, 15 s) for the GPU kernel

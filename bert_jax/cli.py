@@ -4,7 +4,9 @@ Each command module defines `HELP` (one line), `add_arguments(parser)` and `run(
 imports its heavy dependencies (JAX, TensorFlow, torch) inside `run`. A command's
 arguments are added only when that command is parsed or its help shown (`LazyParser`), so
 `--help` imports no JAX and `bert-jax launch` never does (tests/test_cli_help.py checks
-every command). A module that sets `TAKES_OVERRIDES = True` receives unparsed
+every command). A command that writes defines `outputs(args)`, the paths it will write,
+checked before it runs (`bert_jax/storage/outputs.py`). A module that sets
+`TAKES_OVERRIDES = True` receives unparsed
 `--config.key=value` arguments in `args.overrides`; for every other command an unknown
 argument is an error that prints that command's usage.
 """
@@ -122,6 +124,10 @@ def main(argv: list[str] | None = None) -> int:
     args.overrides = extra
     compilation_cache.enable()
     try:
+        if hasattr(module, "outputs"):  # every path it writes, checked before any work
+            from bert_jax.storage.outputs import check_outputs
+
+            check_outputs(module.outputs(args))
         status = module.run(args)
     except UserError as error:
         print(f"bert-jax {args.command}: error: {error}", file=sys.stderr)

@@ -30,6 +30,7 @@ Wikipedia (google-research/bert#117, #1270, #89). Here the corpus streams throug
 
 import collections
 import contextlib
+import itertools
 import multiprocessing
 import os
 import re
@@ -70,6 +71,15 @@ def work_units(documents, unit_bytes: int, stats: sources.ReadStats):
             unit, size, index = [], 0, index + 1
     if unit:
         yield index, unit, stats.bytes_read
+
+
+def _first_unit_read(units):
+    """`units` with the first one already read: an empty, undecodable or cut-short input
+    (all of a small one) fails here, in a fraction of a second, as `vocab` does, rather
+    than after TensorFlow is imported and the workers have started (4-9 s)."""
+    units = iter(units)
+    first = next(units, None)
+    return itertools.chain([] if first is None else [first], units)
 
 
 def _results_in_order(units, workers: int, initargs: tuple):
@@ -219,14 +229,14 @@ def create_pretraining_data(input_patterns: list[str], vocab_path: str, output_d
     validate_settings(settings, num_shards, workers)
     tokenizer = load_tokenizer(vocab_path, lowercase)  # checks the vocabulary up front
     inputs = sources.expand_inputs(input_patterns)
-    created_output_dir = not files.exists(output_dir)
-    with _storage_faults(output_dir):
-        files.makedirs(output_dir)
     stats = sources.ReadStats()
     documents = sources.read_documents(inputs, input_format, encoding_errors, tfds_data_dir,
                                        tfds_feature, stats)
-    results = _results_in_order(work_units(documents, unit_bytes, stats), workers,
-                                (vocab_path, tokenizer.lowercase, settings))
+    units = _first_unit_read(work_units(documents, unit_bytes, stats))
+    created_output_dir = not files.exists(output_dir)
+    with _storage_faults(output_dir):
+        files.makedirs(output_dir)
+    results = _results_in_order(units, workers, (vocab_path, tokenizer.lowercase, settings))
     # Progress counts (decompressed) bytes read; a total is known for plain files only.
     plain = all(not path.startswith("tfds:") and not path.endswith(".gz") for path in inputs)
     total_bytes = sum(files.size(path) for path in inputs) if plain else None

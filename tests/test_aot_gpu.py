@@ -8,7 +8,7 @@ which adds passes over the activations fails here, on a CPU.
 
 BERT-Base at 32 x 512 compiles in about a minute on the 2-core machine; the suite compiles
 its first 2 layers (all of the step but 10 identical layers, 15-30 s). Per added layer the
-step gains the same kernels and bytes: bench/gpu_census.py compiles 2, 3 and 12 layers and
+step gains the same kernels and bytes: bench/gpu/gpu_census.py compiles 2, 3 and 12 layers and
 checks that 2 layers + 10 x (3 - 2) gives the 12-layer census within 1% (it is within
 3 kernels and 4 MB: the first and last layers differ a little).
 """
@@ -21,7 +21,7 @@ from bert_jax.compiler import gpu_census, gpu_targets
 from bert_jax.errors import UserError
 
 # BERT-Base (2 of its 12 layers), bf16, batch 32 x 512, 20 predictions, attention dropout 0
-# (cuDNN's attention, as bench/gpu_step.py measures it on a GPU), for the H100.
+# (cuDNN's attention, as bench/gpu/gpu_step.py measures it on a GPU), for the H100.
 BASE_TWO_LAYERS = run_config_text("base", {
     "model.num_layers": 2, "model.vocab_size": 30522, "model.attention_dropout_rate": 0.0,
     "precision.dtype": "bfloat16", "batch_size": 32, "data.seq_len": 512,
@@ -29,7 +29,7 @@ BASE_TWO_LAYERS = run_config_text("base", {
 # The budget, as last recorded (issue 43): each change that cuts passes lowers it and says
 # by how much in its commit message.
 # Main at 2f5215b: 360 kernels, 8.66 GB; now 292, 6.75 GB (BERT-Base whole:
-# 1,495 kernels and 37.47 GB before, 1,155 and 26.60 GB now: bench/gpu_census.py).
+# 1,495 kernels and 37.47 GB before, 1,155 and 26.60 GB now: bench/gpu/gpu_census.py).
 BUDGET_KERNELS = 292
 # 6,750,313,398 bytes recorded; 0.1% over it is under 9 MB, a third of the smallest pass the
 # budget is there to catch (one (32, 512, 768) bf16 tensor read once: 25.2 MB).

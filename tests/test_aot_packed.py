@@ -25,6 +25,7 @@ def test_packed_days_divide_each_phases_steps_by_its_instances_per_row():
     unpacked = [report(128, 0.1), report(512, 0.4)]
     packed = [report(128, 0.1), report(512, 0.4)]
     days = (900_000 * 0.1 + 100_000 * 0.4) / 86400
+    # float64 arithmetic on both sides (tolerances.py).
     assert aot_report.recipe_days(unpacked, 0.5) == pytest.approx(days)
     assert aot_report.recipe_days(unpacked, None) == pytest.approx(days)
     packed_days = (900_000 * 0.1 / 1.1 + 100_000 * 0.4 / 2.0) / 86400

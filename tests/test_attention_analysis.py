@@ -27,8 +27,9 @@ def test_word_attention_sums_to_and_averages_from_the_pieces():
         [((0.3 + 0.1) + (0.2 + 0.2)) / 2, (0.3 + 0.4) / 2],
         [0.1 + 0.3, 0.1],
     ])
-    np.testing.assert_allclose(words, expected)
+    np.testing.assert_allclose(words, expected)  # float64 sums of 2: default 1e-7 relative
     # Attention to [CLS]/[SEP] is dropped, not renormalised: rows sum to less than 1.
+    # float64 sums of at most 1 (1e-12 is 4500 float64 steps of 1).
     assert (words.sum(axis=1) <= 1 + 1e-12).all() and words.sum(axis=1)[1] == pytest.approx(0.5)
 
 
@@ -42,6 +43,7 @@ def test_word_attention_of_random_maps_against_a_loop():
         for target in range(len(pieces)):
             rows, columns = np.flatnonzero(word_ids == source), np.flatnonzero(word_ids == target)
             expected = attention[..., rows, :][..., columns].sum(-1).mean(-1)
+            # float64 on both sides, summed in another order: the default 1e-7 relative.
             np.testing.assert_allclose(words[..., source, target], expected)
 
 
@@ -89,7 +91,7 @@ def test_probe_scores_gold_attention_perfectly_and_a_shift_as_its_offset():
         shifted = accuracy[0, 0, 1]
         assert shifted == result.offset_accuracy[result.index(relation), OFFSETS.index(1)]
     # 7 of the 9 words are not roots; the gold head gets all of them.
-    assert result.head_accuracy[-1, 0, 0, 0] == pytest.approx(7 / 9)
+    assert result.head_accuracy[-1, 0, 0, 0] == pytest.approx(7 / 9)  # float64 ratios
     best = result.best_head("det")
     assert (best["layer"], best["head"], best["direction"], best["accuracy"]) == (
         1, 1, DIRECTIONS[0], 1.0)
@@ -99,7 +101,7 @@ def test_probe_scores_gold_attention_perfectly_and_a_shift_as_its_offset():
     assert result.best_offset("root") == dict(offset=-3, accuracy=0.0)
     rows = {row["relation"]: row for row in result.rows(min_count=2)}
     assert set(rows) == {"nsubj", "det", "all"}  # root: no head can predict it
-    assert rows["det"]["margin"] == pytest.approx(0.5)
+    assert rows["det"]["margin"] == pytest.approx(0.5)  # float64 on both sides (tolerances.py)
 
 
 def test_possessor_is_scored_by_the_clitic_prediction():
@@ -122,6 +124,7 @@ def test_head_statistics_of_a_hand_made_map():
     attention = np.array([[[[1, 0, 0, 0], [0.5, 0.5, 0, 0], [0, 0, 0.5, 0.5],
                             [0.25, 0.25, 0.25, 0.25]]]])  # (1, 1, 4, 4)
     statistics = attention_statistics(attention, tokens)
+    # float64 means of exact fractions, and logs, on both sides (tolerances.py).
     assert statistics["to_cls"][0, 0] == pytest.approx((1 + 0.5 + 0 + 0.25) / 4)
     assert statistics["to_sep"][0, 0] == pytest.approx((0.5 + 0.25) / 4)
     assert statistics["to_punctuation"][0, 0] == pytest.approx((0.5 + 0.25) / 4)
@@ -192,5 +195,6 @@ def test_head_view_page_round_trips_its_data_even_with_markup_in_tokens():
     assert html.count("</script>") == 2  # the data's and the code's, none from a token
     data = read_page_data(html)
     assert data["tokens"] == tokens and data["layers"] == [1, 2] and data["num_heads"] == 3
+    # The page keeps each probability in steps of 1/255: half of one off at most.
     np.testing.assert_allclose(data["attention"], attention, atol=0.5 / 255 + 1e-9)
     assert "&lt;i&gt;title&lt;/i&gt;" in html

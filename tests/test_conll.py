@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from tolerances import assert_close
 
 from bert_jax.models.config import preset
 from bert_jax.errors import UserError
@@ -158,6 +159,7 @@ def test_entity_scores_on_a_hand_made_example():
     # Strict IOB2: the lone I-ORG opens no entity. Predicted: PER (right), ORG at word 3
     # (wrong); gold: PER, LOC, ORG. P = 1/2, R = 1/3, F1 = 2PR/(P+R) = 0.4; words 4/6 right.
     scores = entity_scores(gold, predicted)
+    # Ratios of counts in float64 (tolerances.py: approx's default).
     assert scores["precision"] == pytest.approx(0.5)
     assert scores["recall"] == pytest.approx(1 / 3)
     assert scores["f1"] == pytest.approx(0.4)
@@ -170,18 +172,22 @@ def test_entity_scores_on_a_hand_made_example():
 def test_layer_combinations_against_numpy():
     hidden = np.random.default_rng(0).normal(size=(3, 2, 4, 5)).astype(np.float32)  # (L,B,T,H)
     concat = LayerCombination("concat").apply({}, hidden)
-    np.testing.assert_allclose(concat, np.concatenate(list(hidden), axis=-1))
-    np.testing.assert_allclose(LayerCombination("sum").apply({}, hidden), hidden.sum(0),
-                               rtol=1e-6)
+    np.testing.assert_allclose(concat, np.concatenate(list(hidden), axis=-1))  # copies: exact
+    # A sum of 3 float32 layers, in any order: 2 roundings of a partial sum no larger than
+    # 3 times the largest value, on each side.
+    largest = 3 * np.abs(hidden).max()
+    assert_close(LayerCombination("sum").apply({}, hidden), hidden.sum(0), 4, scale=largest)
     logits, scale = np.array([0.3, -1.2, 2.0], np.float32), np.float32(1.7)
     weights = np.exp(logits) / np.exp(logits).sum()
     expected = scale * np.tensordot(weights, hidden, axes=1)  # (B, T, H)
     mixed = LayerCombination("scalar-mix").apply(
         {"params": {"layer_weights": logits, "scale": scale}}, hidden)
-    np.testing.assert_allclose(mixed, expected, rtol=1e-5, atol=1e-6)
+    # A softmax of 3 logits (3 exponentials, a sum, a division), 3 weighted terms summed and
+    # a scale: about 9 roundings of the largest term on each side.
+    assert_close(mixed, expected, 18, scale=scale * largest)
     initial = LayerCombination("scalar-mix").init(jax.random.key(0), hidden)
-    np.testing.assert_allclose(LayerCombination("scalar-mix").apply(initial, hidden),
-                               hidden.mean(0), rtol=1e-5, atol=1e-6)  # starts as the mean
+    assert_close(LayerCombination("scalar-mix").apply(initial, hidden), hidden.mean(0), 18,
+                 scale=largest)  # starts as the mean
 
 
 def test_feature_head_trains_the_mix_but_not_the_encoder():

@@ -106,7 +106,7 @@ def test_the_manifest_records_packing_and_the_real_token_fraction(made):
         assert manifest["num_records"] == len(rows["input_ids"])
         assert sum(manifest_lib.records_in_shard(shard) for shard in manifest["shards"]) == \
             manifest["num_records"]
-        assert manifest["real_token_fraction"] == pytest.approx(
+        assert manifest["real_token_fraction"] == pytest.approx(  # rounded to 6 decimals
             rows["input_mask"].mean(), abs=1e-6)
     assert made["packed"]["manifest"]["num_instances"] == \
         made["unpacked"]["manifest"]["num_instances"]

@@ -7,6 +7,7 @@ import os
 import numpy as np
 import pytest
 from interop_helpers import WORDS, minilm_directory, random_pretraining_params, write_vocab
+from tolerances import ENCODER_STEPS, assert_close, float32_steps
 
 from bert_jax.interop import model_writers
 from bert_jax.cli import main
@@ -49,15 +50,20 @@ def test_pooling_modes_match_numpy():
     hidden[:, 5:] = 100.0  # padding values that would dominate max or mean if used
     mask = np.array([[1] * 7, [1] * 5 + [0] * 2, [1, 1] + [0] * 5, [1] + [0] * 6], np.int32)
     hidden[0, 5:] = rng.normal(size=(2, 5))  # row 0 has no padding
+    # A mean (or root-length sum) of at most 7 float32 values, on each side in its own order:
+    # 7 roundings of a sum no larger than 7 times the largest real value, twice.
+    real_sum = 7 * np.abs(hidden[mask.astype(bool)]).max()
     for mode in pooling.POOLING_MODES:
-        np.testing.assert_allclose(pooling.pool(hidden, mask, (mode,)),
-                                   naive_pool(hidden, mask, mode), rtol=1e-6, atol=1e-6)
+        assert_close(pooling.pool(hidden, mask, (mode,)), naive_pool(hidden, mask, mode), 14,
+                     scale=real_sum, err_msg=mode)
     both = np.asarray(pooling.pool(hidden, mask, ("cls", "mean")))
-    np.testing.assert_allclose(both, np.concatenate(
-        [naive_pool(hidden, mask, "cls"), naive_pool(hidden, mask, "mean")], 1), atol=1e-6)
+    assert_close(both, np.concatenate(
+        [naive_pool(hidden, mask, "cls"), naive_pool(hidden, mask, "mean")], 1), 14,
+        scale=real_sum)
     unit = np.asarray(pooling.normalize(both))
-    np.testing.assert_allclose(unit, both / np.linalg.norm(both, axis=1, keepdims=True),
-                               rtol=1e-6)
+    # A unit vector: 10 squares summed, a square root and a division, each side: 2 x 12
+    # roundings of magnitude 1.
+    assert_close(unit, both / np.linalg.norm(both, axis=1, keepdims=True), 24, scale=1.0)
     assert np.all(np.asarray(pooling.normalize(np.zeros((1, 3), np.float32))) == 0)
 
 
@@ -72,7 +78,8 @@ def test_embed_on_minilm_equals_sentence_transformers(tmp_path):
     ours = np.load(output)
     expected = reference.encode(SENTENCES, batch_size=3, convert_to_numpy=True)
     assert ours.shape == expected.shape == (len(SENTENCES), 384)
-    np.testing.assert_allclose(ours, expected, atol=1e-5, rtol=0)
+    # Unit vectors from two implementations of MiniLM: ENCODER_STEPS steps of their norm, 1.
+    assert_close(ours, expected, ENCODER_STEPS, scale=1.0)
     model = load_embedding_model(directory)
     assert model.settings == EmbeddingSettings(("mean",), True, 256)
     ids = model.tokenizer.encode_for_model(SENTENCES, 256)
@@ -92,9 +99,13 @@ def test_convert_minilm_to_bert_jax_keeps_its_pooling_and_normalisation(tmp_path
     assert model.settings == EmbeddingSettings(("mean",), True, 256)
     texts = ["Natasha laughed.", "hello", "[MASK] and [SEP] inside"]  # one length bucket
     ours = embed_texts(model, texts, progress=False)
-    np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1, rtol=1e-5)
-    np.testing.assert_allclose(
-        ours, embed_texts(load_embedding_model(directory), texts, progress=False), atol=1e-6)
+    # A float32 norm of 384 squares: at most ~384 roundings of a sum of 1 (pairwise sums
+    # make it ~9); 64 steps of 1 (7.6e-6) tells normalised from not (norms near 6).
+    assert_close(np.linalg.norm(ours, axis=1), 1.0, 64)
+    # The same weights, read from two directories, through the same code: bit-equal up to
+    # XLA's choices between two compiles.
+    assert_close(ours, embed_texts(load_embedding_model(directory), texts, progress=False),
+                 ENCODER_STEPS, scale=1.0)
     assert main(["convert", directory, exported, "--to", "hf"]) == 0
     assert capsys.readouterr().err.strip() == (
         f"note: hf has no place for {directory}'s sentence embedding (pooling mean, "
@@ -124,10 +135,11 @@ def test_embed_keeps_input_order_and_empty_lines(tiny_model):
     assert model.settings == EmbeddingSettings(("cls", "max"), True, 24)
     together = embed_texts(model, CORPUS, batch_size=3, progress=False)
     assert together.shape == (len(CORPUS), 64)
-    np.testing.assert_allclose(np.linalg.norm(together, axis=1), 1.0, rtol=1e-5)
+    assert_close(np.linalg.norm(together, axis=1), 1.0, 64)  # 64 squares' sum: <= 64 steps
     for index, text in enumerate(CORPUS):  # one at a time: no batching or sorting effects
         alone = embed_texts(model, [text], batch_size=1, progress=False)[0]
-        np.testing.assert_allclose(together[index], alone, atol=1e-5)
+        # Another batch size and padding: another blocking of the same float32 sums.
+        assert_close(together[index], alone, ENCODER_STEPS, scale=1.0)
 
 
 def test_python_api_embed_equals_the_embed_command(tiny_model, tmp_path):
@@ -145,9 +157,10 @@ def test_python_api_embed_equals_the_embed_command(tiny_model, tmp_path):
         assert embeddings.dtype == np.float32
         np.testing.assert_array_equal(embeddings, np.load(output))
     assert embeddings.shape == (len(CORPUS), 32)
-    np.testing.assert_allclose(np.linalg.norm(model.embed(CORPUS), axis=1), 1.0, rtol=1e-5)
+    assert_close(np.linalg.norm(model.embed(CORPUS), axis=1), 1.0, 64)  # 32 squares summed
     single = model.embed(CORPUS[0])  # (D,): no N axis
-    np.testing.assert_allclose(single, model.embed(CORPUS)[0], atol=1e-6)
+    # One text alone against it in a batch: another blocking of the same float32 sums.
+    assert_close(single, model.embed(CORPUS)[0], ENCODER_STEPS, scale=1.0)
     with pytest.raises(UserError, match="not a fine-tuned task model"):
         model.predict("the cat sat on the mat")
 
@@ -163,8 +176,9 @@ def test_sentence_transformers_round_trip(tiny_model, tmp_path):
     for model in (tiny_model, exported):  # the source and its export embed alike
         assert main(["embed", "--model", model, "--input", str(input_path), "--output",
                      str(output), "--batch-size", "4"]) == 0
-        np.testing.assert_allclose(np.load(output), reference.encode(CORPUS, batch_size=4),
-                                   atol=1e-5, rtol=0)
+        # Unit vectors from two implementations: ENCODER_STEPS steps of their norm, 1.
+        assert_close(np.load(output), reference.encode(CORPUS, batch_size=4), ENCODER_STEPS,
+                     scale=1.0)
     assert read_settings(exported)[1] == EmbeddingSettings(("cls", "max"), True, 24)
     # evaluate sts: the correlations of sentence-transformers' own cosines on an STS file.
     from scipy import stats
@@ -178,8 +192,16 @@ def test_sentence_transformers_round_trip(tiny_model, tmp_path):
     cosines = (left * right).sum(1) / np.linalg.norm(left, axis=1) / np.linalg.norm(right, axis=1)
     metrics = evaluate_sts(exported, str(sts))
     gold = [score for *_, score in pairs]
-    assert metrics["spearman"] == pytest.approx(stats.spearmanr(cosines, gold).statistic, abs=1e-6)
-    assert metrics["pearson"] == pytest.approx(stats.pearsonr(cosines, gold).statistic, abs=1e-5)
+    # Our cosines and these differ as the embeddings do: each of 32 coordinates of two unit
+    # vectors by ENCODER_STEPS steps of 1 moves a cosine by at most `shift`. Spearman reads
+    # only the cosines' order, the same on both sides when no two lie within 2 x shift;
+    # pearson moves by at most 2 x shift over the cosines' spread.
+    shift = 2 * np.sqrt(32) * float32_steps(ENCODER_STEPS, 1.0)
+    assert np.diff(np.sort(cosines)).min() > 2 * shift
+    assert metrics["spearman"] == pytest.approx(stats.spearmanr(cosines, gold).statistic,
+                                                abs=1e-12)
+    assert metrics["pearson"] == pytest.approx(stats.pearsonr(cosines, gold).statistic,
+                                               abs=2 * shift / np.std(cosines))
 
 
 def test_read_settings_formats_and_errors(tmp_path):
@@ -217,12 +239,15 @@ def test_top_k_and_pairs_match_brute_force():
     cosine = (queries / np.linalg.norm(queries, axis=1, keepdims=True)) @ unit.T  # (Q, N)
     scores, rows = search.top_k(corpus, queries, 5, chunk_rows=7)
     np.testing.assert_array_equal(rows, np.argsort(-cosine, axis=1, kind="stable")[:, :5])
-    np.testing.assert_allclose(scores, np.sort(cosine, axis=1)[:, ::-1][:, :5], atol=1e-6)
+    # Cosines of unit rows (6 products summed, a norm each side), 1 in magnitude, computed
+    # by chunks in one order and here in another: a few float32 steps of 1.
+    assert_close(scores, np.sort(cosine, axis=1)[:, ::-1][:, :5], 16, scale=1.0)
     assert list(rows[-1, :2]) == [3, 7]
     assert search.top_k(corpus[:2], queries, 5)[1].shape == (5, 2)  # k capped by the corpus
     all_pairs = unit @ unit.T
     expected = [(i, j) for i in range(50) for j in range(i + 1, 50) if all_pairs[i, j] >= 0.6]
     found = search.similar_pairs(corpus, 0.6, chunk_rows=8)
+    # Row 7 is row 3 doubled: cosine 1 to float32 steps (approx's 1e-6 is 8 steps of 1).
     assert [(i, j) for i, j, _ in found] == expected and (3, 7, pytest.approx(1.0)) in found
 
 
@@ -235,6 +260,7 @@ def test_search_command_reuses_and_rebuilds_its_index(tiny_model, tmp_path, caps
     first = capsys.readouterr()
     assert index.exists() and "stale" not in first.err
     rank, score, line, text = first.out.splitlines()[0].split("\t")
+    # A text's cosine with itself, printed with 4 decimals: 1 to the printed 5e-5.
     assert (rank, line, text, float(score)) == ("1", "5", CORPUS[4], pytest.approx(1.0, 1e-4))
     built = os.path.getmtime(index)
     assert main([*command, "--query", CORPUS[4]]) == 0

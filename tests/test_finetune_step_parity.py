@@ -29,6 +29,15 @@ from input_pipeline.tokenization import load_tokenizer
 CONFIG = preset("tiny", vocab_size=37, hidden_dim=32, num_layers=2, num_heads=2, mlp_dim=64,
                 max_positions=32)
 BATCH, STEPS, WARMUP, LEARNING_RATE = 8, 4, 1, 1e-3
+# Training compounds float32 differences: each step's loss and gradients differ by a
+# forward and backward pass's (tolerances.ENCODER_STEPS each), and AdamW divides each
+# gradient by the root of its second moment, so an entry near zero that the two sides round
+# a step apart moves its parameter by up to the learning rate in another direction: STEPS
+# updates may part a parameter by up to STEPS x LEARNING_RATE (4e-3). The bounds take 1/20
+# of that for the logits, 1/40 for the loss's relative difference and 1e-3 for the
+# gradient norm's; measured here (5 tasks, 4 steps): logits 1.8e-5 apart (qa, logits up to
+# 2.8), losses 1.6e-6 relative, gradient norms 1.8e-6 relative.
+TRAINING_DRIFT = STEPS * LEARNING_RATE / 20  # 2e-4: 1/20 of the moves the updates allow
 
 
 def _batches(num_labels: int, task_name: str, tokenizer=None, directory=None):
@@ -177,8 +186,9 @@ def test_fine_tuning_steps_equal_pytorch_adamw_on_hf_model(tmp_path, task_name, 
         optimizer.step()
         scheduler.step()
         assert float(metrics["finite"]) == 1.0
-        np.testing.assert_allclose(float(metrics["loss"]), loss.item(), rtol=1e-4,
-                                   err_msg=f"step {step}")
+        # See TRAINING_DRIFT: the loss to half of it relative, the gradient norm to 1e-3.
+        np.testing.assert_allclose(float(metrics["loss"]), loss.item(),
+                                   rtol=TRAINING_DRIFT / 2, err_msg=f"step {step}")
         np.testing.assert_allclose(float(metrics["grad_norm"]), float(norm), rtol=1e-3)
         norms.append(float(norm))
 
@@ -197,7 +207,7 @@ def test_fine_tuning_steps_equal_pytorch_adamw_on_hf_model(tmp_path, task_name, 
     before = _logits(task.apply(bundle.model, params, check, False))
     moved = np.abs(theirs[real] - before[real]).max()
     assert moved > 1e-2  # training changed the model, so agreement below means something
-    np.testing.assert_allclose(ours[real], theirs[real], atol=2e-4, rtol=0)
+    np.testing.assert_allclose(ours[real], theirs[real], atol=TRAINING_DRIFT, rtol=0)
 
 
 

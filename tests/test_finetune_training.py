@@ -6,6 +6,7 @@ import signal
 import jax
 import numpy as np
 from finetune_helpers import made_up_sentences, tiny_model_directory, write_tsv
+from tolerances import ENCODER_STEPS, assert_close
 
 from bert_jax import sharding
 from bert_jax.tasks.classification import ClassificationTask
@@ -85,5 +86,7 @@ def test_fine_tuning_steps_do_not_depend_on_the_mesh():
     reference = _losses(sharding.make_mesh(1, 1, 1, devices=jax.devices()[:1]), batches, config)
     assert reference[-1] != reference[0]
     for sizes in [(8, 1, 1), (2, 2, 2)]:
-        np.testing.assert_allclose(_losses(sharding.make_mesh(*sizes), batches, config),
-                                   reference, rtol=1e-5, err_msg=str(sizes))
+        # Another layout splits the same float32 sums between devices (ENCODER_STEPS of the
+        # loss's scale a step), and five updates carry that on: 5 x ENCODER_STEPS.
+        assert_close(_losses(sharding.make_mesh(*sizes), batches, config), reference,
+                     5 * ENCODER_STEPS, err_msg=str(sizes))

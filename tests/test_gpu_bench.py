@@ -1,9 +1,9 @@
 """The GPU bench's decisions, on a CPU: `gpu_step.py --check`'s verdict and the dropout
-check's mask reading (bench/gpu_step.py, bench/cudnn_dropout_check.py)."""
+check's mask reading (bench/gpu/gpu_step.py, bench/gpu/cudnn_dropout_check.py)."""
 
 import pytest
 
-from bench import cudnn_dropout_check, gpu_step
+from bench.gpu import cudnn_dropout_check, gpu_step
 
 
 def _result(label, jax_seconds, torch_seconds, compiled_seconds=None):
@@ -50,7 +50,7 @@ def test_configs_are_refused_by_name(argument):
 
 
 def test_kernel_table_groups_a_step_by_kind_per_step():
-    from bench import gpu_kernels
+    from bench.gpu import gpu_kernels
 
     # Two steps of a made-up trace, named like the H100's kernels (call6_prof2 log).
     events = [("cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16", 2_400_000),
@@ -71,7 +71,7 @@ def test_the_gpu_session_lists_steps_that_exist():
     import subprocess
 
     root = pathlib.Path(__file__).resolve().parent.parent
-    listing = subprocess.run(["bash", str(root / "bench" / "gpu_session.sh"), "--list"],
+    listing = subprocess.run(["bash", str(root / "bench" / "gpu" / "gpu_session.sh"), "--list"],
                              capture_output=True, text=True, check=True).stdout.splitlines()
     for line in listing[:-1]:
         script = next(word for word in line.split() if word.endswith(".py"))

@@ -5,6 +5,7 @@ import jax
 import numpy as np
 import pytest
 from interop_helpers import random_pretraining_params, torch_inputs, write_vocab
+from tolerances import ENCODER_STEPS, assert_close
 
 from bert_jax import losses
 from bert_jax.interop import model_source, model_writers
@@ -41,22 +42,31 @@ def _inputs(batch):
     return batch["input_ids"], batch["segment_ids"], batch["input_mask"]
 
 
+def _assert_dense(logits, features, kernel, bias) -> None:
+    """`logits` == features @ kernel + bias, each a float32 sum of hidden_dim products and a
+    bias, in XLA's order and numpy's: hidden_dim + 1 roundings of a partial sum no larger
+    than the sum of the terms' magnitudes, on each side."""
+    features = np.asarray(features)
+    largest = np.abs(features) @ np.abs(kernel) + np.abs(bias)
+    assert_close(logits, features @ kernel + bias, 2 * (CONFIG.hidden_dim + 1), scale=largest)
+
+
 def test_heads_are_a_dense_layer_on_pooled_cls_and_on_every_token():
     batch = _batch()
     params = _head_params(3)
     sequence, pooled = BertModel(CONFIG).apply({"params": params["bert"]}, *_inputs(batch))
     kernel, bias = params["classifier"]["kernel"], params["classifier"]["bias"]
     logits = BertForSequenceClassification(CONFIG, 3).apply({"params": params}, *_inputs(batch))
-    np.testing.assert_allclose(logits, np.asarray(pooled) @ kernel + bias, atol=1e-5)
+    _assert_dense(logits, pooled, kernel, bias)
     token_params = _head_params(3, with_pooler=False)
     token_logits = BertForTokenClassification(CONFIG, 3).apply({"params": token_params},
                                                                *_inputs(batch))
     assert token_logits.shape == (3, 9, 3)
-    np.testing.assert_allclose(token_logits, np.asarray(sequence) @ kernel + bias, atol=1e-5)
+    _assert_dense(token_logits, sequence, kernel, bias)
     # Dropout acts in training only.
     trained = BertForSequenceClassification(CONFIG, 3).apply(
         {"params": params}, *_inputs(batch), train=True, rngs={"dropout": jax.random.key(0)})
-    assert not np.allclose(trained, logits)
+    assert not np.allclose(trained, logits)  # dropout moves logits by O(0.1), not by steps
 
 
 def test_classification_and_regression_sums_match_numpy():
@@ -69,13 +79,17 @@ def test_classification_and_regression_sums_match_numpy():
     log_probabilities = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     safe = np.where(weights > 0, labels, 0)
     nll = -log_probabilities[np.arange(6), safe]
-    np.testing.assert_allclose(sums["loss"], np.sum(nll * weights), rtol=1e-6)
-    np.testing.assert_allclose(sums["accuracy"],
-                               np.sum((logits.argmax(-1) == safe) * weights), rtol=1e-6)
+    # Each term a log-softmax over 4 logits (about 6 roundings), 6 terms summed: about 12
+    # roundings of a partial sum no larger than the terms' total, on each side.
+    assert_close(sums["loss"], np.sum(nll * weights), 24, scale=np.sum(nll * weights))
+    np.testing.assert_array_equal(sums["accuracy"],  # counts weighted by 1 and 0.5: exact
+                                  np.sum((logits.argmax(-1) == safe) * weights))
     predictions, targets = rng.normal(size=(6, 1)), rng.normal(size=6)
-    np.testing.assert_allclose(
-        losses.regression_sums(predictions, targets, weights)["loss"],
-        np.sum((predictions[:, 0] - targets) ** 2 * weights), rtol=1e-5)
+    # float64 inputs rounded to float32 (a step each), a difference, a square and 6 terms
+    # summed: about 10 roundings of a bound on every partial sum.
+    largest = np.sum((np.abs(predictions[:, 0]) + np.abs(targets)) ** 2 * weights)
+    assert_close(losses.regression_sums(predictions, targets, weights)["loss"],
+                 np.sum((predictions[:, 0] - targets) ** 2 * weights), 20, scale=largest)
 
 
 @pytest.mark.parametrize("architecture, labels, problem", [
@@ -111,12 +125,13 @@ def test_hf_export_and_import_of_heads(tmp_path, architecture, labels, problem):
         theirs = model.eval()(**torch_inputs(batch)).logits.numpy()
     if token:  # padding positions are not predictions
         ours, theirs = ours[batch["input_mask"] > 0], theirs[batch["input_mask"] > 0]
-    np.testing.assert_allclose(theirs, ours, atol=1e-5, rtol=0)
+    assert_close(ours, theirs, ENCODER_STEPS)  # two implementations (tolerances.py)
     # Back again: the same parameters, and the head with its labels.
     imported = model_source.resolve(exported).load().params
     flat = flax.traverse_util.flatten_dict
     assert set(flat(imported)) == set(flat(params))
     for path, value in flat(params).items():
+        # float32 written and read back: equal to the bit (1e-7 is under a step of 1).
         np.testing.assert_allclose(flat(imported)[path], value, atol=1e-7, err_msg=str(path))
     info = model_source.resolve(exported).task_info()
     assert info["head"]["label_names"] == labels

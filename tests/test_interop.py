@@ -10,6 +10,7 @@ import os
 import numpy as np
 import pytest
 from interop_helpers import minilm_directory, tiny_random_model, torch_inputs, write_vocab
+from tolerances import ENCODER_STEPS, assert_close, float32_steps
 
 from bert_jax import inference
 from bert_jax.interop import model_source, model_writers
@@ -84,14 +85,20 @@ def test_minilm_every_layer_matches_transformers(minilm):
               for i, theirs in enumerate(reference.hidden_states)]
     pooled_error = np.abs(pooled - reference.pooler_output.numpy()).max()
     print(f"max abs difference to transformers per layer {errors}, pooled {pooled_error:.2e}")
-    assert max(errors) <= 1e-5 and pooled_error <= 1e-5
+    # Two float32 implementations of the same layers: ENCODER_STEPS steps of each output's
+    # scale (tolerances.py).
+    for i, theirs in enumerate(reference.hidden_states):
+        assert_close(hidden[i][real], theirs.numpy()[real], ENCODER_STEPS, err_msg=f"layer {i}")
+    assert_close(pooled, reference.pooler_output.numpy(), ENCODER_STEPS, err_msg="pooled")
     # Padding positions are ill-conditioned in float32 (transformers' own eager and sdpa
     # attention differ there by ~2e-5), so they are checked against a float64 run instead:
-    # our float32 error there must be no worse than transformers' float32 error.
+    # our float32 error there must be no worse than transformers' float32 error (or, where
+    # theirs is small, than ENCODER_STEPS steps of the layer's scale).
     for i, (theirs, truth) in enumerate(zip(reference.hidden_states, exact.hidden_states)):
         our_error = np.abs(hidden[i] - truth.numpy()).max()
         their_error = np.abs(theirs.numpy() - truth.numpy()).max()
-        assert our_error <= max(2 * their_error, 1e-5), (i, our_error, their_error)
+        assert our_error <= max(2 * their_error, float32_steps(ENCODER_STEPS, truth.numpy())), (
+            i, our_error, their_error)
 
 
 def test_export_matches_transformers_pretraining_heads(random_model):
@@ -115,7 +122,10 @@ def test_export_matches_transformers_pretraining_heads(random_model):
     mlm_error = np.abs(np.asarray(mlm_logits) - reference_mlm).max()
     nsp_error = np.abs(np.asarray(nsp_logits) - output.seq_relationship_logits.numpy()).max()
     print(f"max abs difference: MLM logits {mlm_error:.2e}, NSP logits {nsp_error:.2e}")
-    assert mlm_error <= 1e-5 and nsp_error <= 1e-5
+    # Two float32 implementations: ENCODER_STEPS steps of each logit's scale (tolerances.py).
+    assert_close(mlm_logits, reference_mlm, ENCODER_STEPS, err_msg="MLM logits")
+    assert_close(nsp_logits, output.seq_relationship_logits.numpy(), ENCODER_STEPS,
+                 err_msg="NSP logits")
     assert np.abs(reference_mlm).max() > 1 and np.abs(nsp_logits).max() > 0.1  # not trivial
 
 

@@ -195,3 +195,50 @@ def test_finetune_flags_reach_the_task_json(model, tmp_path, capsys):
         settings = json.load(file)["settings"]
     assert settings["label_names"] == ["1.0", "Neg", "Pos", "neg", "pos"]
     assert settings["columns"]["text_columns"] == ["sentence"]
+
+
+# Issue 42: labels the rule still missed. Before: a file of one label trained a one-class
+# model (every text that label at probability 1.0); JSONL true/false mixed with 1/0 trained
+# four classes; `--text-columns label` trained on the label itself.
+
+def test_a_file_of_one_label_is_refused(tmp_path):
+    path = _write(tmp_path / "one.tsv", "sentence\tlabel\na\tpos\nb\tpos \nc\tpos\n")
+    with pytest.raises(UserError, match=rf"^{path}:2: every row has the label 'pos' \(3 rows\); "
+                                        "a classifier needs at least two labels"):
+        ClassificationTask.from_arguments(_flags(path), None)
+    nli = _write(tmp_path / "nli.jsonl", "".join(json.dumps(dict(
+        premise=f"p{index}", hypothesis=f"h{index}", label="entailment")) + "\n"
+        for index in range(3)))
+    flags = argparse.Namespace(train=nli, loss="softmax", pooling="mean", hard_negatives=False,
+                               score_max=5.0, skip_bad_rows=False, labels_as_written=False)
+    with pytest.raises(UserError, match=rf"^{nli}:1: every row has the label 'entailment'"):
+        SentenceEmbeddingTask.from_arguments(flags, None)
+
+
+def test_json_truth_values_and_numbers_are_one_label_spelled_two_ways(tmp_path):
+    path = _write(tmp_path / "mixed.jsonl", "".join(
+        json.dumps(dict(sentence=f"s{index}", label=label)) + "\n"
+        for index, label in enumerate([False, True, 0, 1, 1.0, True])))
+    with pytest.raises(UserError) as caught:
+        ClassificationTask.from_arguments(_flags(path), None)
+    assert f"  'false' at {path}:1, '0' at {path}:3\n" in str(caught.value)
+    assert f"  'true' at {path}:2, '1' at {path}:4, '1.0' at {path}:5\n" in str(caught.value)
+    assert ClassificationTask.from_arguments(_flags(path, labels_as_written=True),
+                                             None).label_names == ["0", "1", "1.0", "false",
+                                                                   "true"]
+
+
+@pytest.mark.parametrize("name, content, flags, line, column", [
+    ("named.tsv", "sentence\tlabel\na\tpos\nb\tneg\n", dict(text_columns="label"), 1, "label"),
+    ("indexed.tsv", "pos\ta\nneg\tb\n", dict(text_columns="0", label_column="0",
+                                             header=False), 1, "column_0"),
+    ("pairs.csv", "a,b,label\nx,y,pos\nz,w,neg\n", dict(text_columns="a,label"), 1, "label"),
+    ("keys.jsonl", '{"sentence": "a", "label": "pos"}\n{"sentence": "b", "label": "neg"}\n',
+     dict(text_columns="label"), 1, "label"),
+])
+def test_a_text_column_that_is_the_label_column_is_refused(tmp_path, name, content, flags,
+                                                           line, column):
+    path = _write(tmp_path / name, content)
+    with pytest.raises(UserError, match=rf"^{path}:{line}: column '{column}' is both a text "
+                                        "column and the label column"):
+        ClassificationTask.from_arguments(_flags(path, **flags), None)

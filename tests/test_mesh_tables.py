@@ -43,6 +43,7 @@ def _report(mesh: dict, sent: dict, compute=1e-3, memory=2e-3, interconnect=4e-3
 def test_collectives_over_every_device_grow_by_n_minus_one_over_n(layout, mesh, pod_chips, scale):
     report = _report(mesh, {"all-reduce": 100.0, "all-gather": 300.0})
     terms = aot_pod.pod_terms(report, pod_chips)
+    # float64 products and quotients on both sides (tolerances.py): approx's default.
     assert terms["interconnect"] == pytest.approx(4e-3 * scale)
     assert terms["compute"] == pytest.approx(1e-3)
     assert terms["memory"] == pytest.approx(2e-3)
@@ -55,7 +56,7 @@ def test_mixed_widens_only_its_data_axis():
                      {"all-reduce": 100.0, "all-gather": 300.0})
     terms = aot_pod.pod_terms(report, 32)
     expected = (100.0 * (7 / 8) / (1 / 2) + 300.0) / 400.0
-    assert terms["interconnect"] == pytest.approx(4e-3 * expected)
+    assert terms["interconnect"] == pytest.approx(4e-3 * expected)  # float64 arithmetic
 
 
 @pytest.mark.parametrize("layout, mesh, share", [
@@ -67,7 +68,7 @@ def test_only_fsdp_updates_a_smaller_share_of_the_parameters_on_the_pod(layout, 
     update = 0.5e-3 * HBM  # half a millisecond of the 2 ms memory term is the update
     report = _report(mesh, {"all-reduce": 1.0}, update_bytes=update)
     terms = aot_pod.pod_terms(report, 32)
-    assert terms["memory"] == pytest.approx(2e-3 - 0.5e-3 * (1 - share))
+    assert terms["memory"] == pytest.approx(2e-3 - 0.5e-3 * (1 - share))  # float64
 
 
 def test_the_table_marks_the_fastest_layout_that_fits(tmp_path):

@@ -10,6 +10,7 @@ safetensors file and sentence-transformers' own encode.
 import numpy as np
 import pytest
 from interop_helpers import minilm_directory, torch_inputs
+from tolerances import ENCODER_STEPS, assert_close
 
 from bert_jax.interop import model_source
 from bert_jax.cli import main
@@ -66,7 +67,11 @@ def test_minilm_saved_model_equals_transformers(minilm, saved_model):
         print(f"MiniLM SavedModel vs transformers BertModel, batch {batch_size} x {seq_len}: "
               f"max abs difference sequence_output {sequence_error:.2e}, pooled_output "
               f"{pooled_error:.2e}")
-        assert sequence_error < 2e-5 and pooled_error < 2e-5
+        # Two implementations of MiniLM (tolerances.ENCODER_STEPS of each output's scale).
+        assert_close(outputs["sequence_output"].numpy()[real],
+                     expected.last_hidden_state.numpy()[real], ENCODER_STEPS)
+        assert_close(outputs["pooled_output"].numpy(), expected.pooler_output.numpy(),
+                     ENCODER_STEPS)
 
 
 def test_minilm_tf_checkpoint_reads_back_bit_identical(minilm, tmp_path):
@@ -93,4 +98,6 @@ def test_minilm_sentence_transformers_export_encodes_as_the_original(minilm, tmp
     original, written = (sentence_transformers.SentenceTransformer(path, device="cpu")
                          for path in (minilm, exported))
     assert written.max_seq_length == original.max_seq_length == 256
-    np.testing.assert_allclose(written.encode(texts), original.encode(texts), atol=1e-6, rtol=0)
+    # The same float32 weights through the same torch code: equal, unless torch picks other
+    # kernels for the two models; 8 float32 steps of the unit vectors' norm.
+    assert_close(written.encode(texts), original.encode(texts), 8, scale=1.0)

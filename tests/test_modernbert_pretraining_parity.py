@@ -134,3 +134,50 @@ def test_pretraining_steps_equal_transformers_with_torch_optimi_stable_adamw(tmp
     assert np.abs(ours - np.asarray(params["modernbert"]["layer_1"]["mlp"]["input"]["kernel"])
                   ).max() > 1e-4  # moved
     np.testing.assert_allclose(ours, theirs, atol=1e-6)
+
+
+def test_continued_pretraining_from_a_transformers_directory_exports_what_it_trained(tmp_path):
+    """`pretrain --config modernbert_demo --config.init_from=HF_DIR` on MLM-only shards made
+    with the directory's own tokenizer.json starts from its weights, its pre-trained head
+    included, and `convert --to hf` gives a ModernBertForMaskedLM whose logits are
+    bert-jax's."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from modernbert_helpers import modernbert_directory
+    from pipeline_helpers import mlm_shards
+
+    from bert_jax.cli import main
+    from bert_jax.models.families import family_of
+
+    _, directory = modernbert_directory(tmp_path / "hf", max_position_embeddings=64)
+    corpus = tmp_path / "corpus.txt"
+    sentences = ["The quick brown fox jumps over the lazy dog.",
+                 "Paris is the capital of France, and Berlin is the capital of Germany."]
+    corpus.write_text("".join(f"{sentences[d % 2]} {sentences[(d + 1) % 2]}\n\n"
+                              for d in range(40)), encoding="utf-8")
+    shards = mlm_shards(tmp_path, "shards", str(corpus), directory, seq_len=32)
+    workdir = tmp_path / "run"
+    assert main(["pretrain", "--config", "modernbert_demo", "--workdir", str(workdir),
+                 f"--config.init_from={directory}", "--config.data.demo_dir=",
+                 f"--config.data.train_files={shards}", "--config.data.seq_len=32",
+                 "--config.num_train_steps=2", "--config.batch_size=8",
+                 "--config.optimizer.warmup_steps=1", "--config.optimizer.decay_steps=1",
+                 "--config.checkpoint.every_steps=2", "--no-progress"]) == 0
+    exported = tmp_path / "exported"
+    assert main(["convert", str(workdir), str(exported), "--to", "hf"]) == 0
+    model, info = transformers.ModernBertForMaskedLM.from_pretrained(
+        str(exported), output_loading_info=True, attn_implementation="eager")
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    source = model_source.in_directory(str(workdir))
+    config, params = source.config(), source.load().params
+    original = model_source.in_directory(directory).load().params
+    assert np.abs(params["head"]["dense"]["kernel"]
+                  - original["head"]["dense"]["kernel"]).max() > 0  # trained, from the source
+    ids = np.array([[604, 40, 41, 42, 43, 605]], np.int32)  # [CLS] ... [SEP] of the fixture
+    positions = np.arange(6, dtype=np.int32)[None]
+    ours = family_of(config).masked_lm_model(config).apply(
+        {"params": params}, ids, np.zeros_like(ids), np.ones_like(ids), positions)
+    with torch.no_grad():
+        theirs = model.eval()(input_ids=torch.tensor(ids, dtype=torch.long)).logits.numpy()
+    # The same weights, two frameworks: 5e-5 as tests/test_modernbert.py's bound.
+    assert np.abs(np.asarray(ours) - theirs).max() < 5e-5

@@ -69,6 +69,7 @@ def test_run_writes_the_official_files_and_metrics(run):
     assert set(predictions) == {question.question_id for question in dev.questions}
     with open(os.path.join(workdir, "nbest_predictions.json")) as file:
         nbest = json.load(file)
+    # A float64 softmax over at most 20 candidates: 1 to float64 steps (1e-6 is far off).
     assert all(abs(sum(entry["probability"] for entry in entries) - 1) < 1e-6
                for entries in nbest.values())
     null_odds = None
@@ -80,6 +81,7 @@ def test_run_writes_the_official_files_and_metrics(run):
     final = results["final"]["metrics"]
     # The metrics are the official ones of the files written beside them.
     expected = squad_metrics.evaluate(dev.questions, predictions, run["version_2"], null_odds)
+    # The same answers scored by the same float64 arithmetic (tolerances.py).
     assert {key: final[key] for key in expected} == pytest.approx(expected)
     names = ({"exact", "f1", "HasAns_exact", "NoAns_exact", "best_f1", "best_f1_thresh"}
              if run["version_2"] else {"exact_match", "f1"})
@@ -123,6 +125,7 @@ def test_predict_and_evaluate_reproduce_the_run(run, tmp_path):
         answers = _predict(run, tmp_path, "zero", *at_zero)
     metrics = squad_metrics.evaluate(dev_questions, answers, run["version_2"])
     results = _results(run)
+    # The same answers scored by the same float64 arithmetic (tolerances.py), here and below.
     assert metrics["f1"] == pytest.approx(results["best"]["metrics"]["f1"])
     metrics_path = tmp_path / "metrics.json"
     assert main(["evaluate", "qa", "--model", best, "--data", run["dev"],

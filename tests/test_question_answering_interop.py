@@ -7,6 +7,7 @@ import shutil
 import numpy as np
 import pytest
 from interop_helpers import minilm_directory
+from tolerances import ENCODER_STEPS, assert_close
 
 from bert_jax.interop import model_source, model_writers
 from bert_jax.cli import main
@@ -61,15 +62,18 @@ def test_export_loads_in_transformers_with_equal_logits(qa_model):
                               attention_mask=torch.tensor(batch["input_mask"], dtype=torch.long))
     start, end = _our_logits(directory, batch)
     real = batch["input_mask"] > 0
-    assert np.abs(start - output.start_logits.numpy())[real].max() < 1e-5
-    assert np.abs(end - output.end_logits.numpy())[real].max() < 1e-5
+    # Two implementations of MiniLM's 6 layers: ENCODER_STEPS float32 steps of the logits'
+    # scale (a fixed 1e-5 failed by 1.19e-5 on another x86 CPU, logits up to 8.3).
+    assert_close(start[real], output.start_logits.numpy()[real], ENCODER_STEPS)
+    assert_close(end[real], output.end_logits.numpy()[real], ENCODER_STEPS)
     assert np.abs(start).max() > 0.5  # the head is not a near-zero one that hides a mix-up
-    # And back: the HF directory imports as a qa model with the same logits.
+    # And back: the HF directory imports as a qa model with the same logits: the same
+    # float32 weights through the same code, so only XLA's choices between two compiles.
     info = model_source.resolve(exported).task_info()
     assert info["task"] == "qa"
     back_start, back_end = _our_logits(exported, batch)
-    np.testing.assert_allclose(back_start, start, atol=1e-5)
-    np.testing.assert_allclose(back_end, end, atol=1e-5)
+    assert_close(back_start, start, ENCODER_STEPS)
+    assert_close(back_end, end, ENCODER_STEPS)
 
 
 def test_transformers_qa_directory_imports_and_predicts(tmp_path):

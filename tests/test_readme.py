@@ -127,6 +127,13 @@ PLANS = {
     "Your own language: a byte-level BPE `tokenizer.json`": [Plan(
         "slow", "a byte-level BPE and whole-word-masked shards of War and Peace, then two "
                 "pre-training steps", substitutions=SMALL_PRETRAINING)],
+    "Pre-training ModernBERT": [
+        Plan("slow", "builds the demo's BPE and MLM-only shards, pre-trains 8 steps, exports",
+             substitutions=(("--workdir runs/modernbert_demo",
+                             "--workdir runs/modernbert_demo --config.num_train_steps=8 "
+                             "--config.optimizer.warmup_steps=2 --config.optimizer.decay_steps=2 "
+                             "--config.checkpoint.every_steps=8 --config.eval.every_steps=8"),)),
+        _skip("three phases of a pod run on gs:// (the configs load in tests/test_configs.py)")],
     "ModernBERT": [Plan(
         "slow", "a random tiny ModernBERT (the Hub is out of reach) fine-tuned for 3 epochs on "
                 "four rows, predicted, exported and read by transformers' pipeline",
@@ -212,7 +219,7 @@ PLANS = {
     "8. Phase 2, cost control, clean-up": [_skip("a TPU slice")],
     "9. Export the weights": [_skip("a gs:// bucket")],
     "Tests and benchmarks": [_skip("the test suite and benchmarks themselves: hours")],
-    "On a GPU": [_skip("needs an NVIDIA GPU and its driver (bench/gpu_session.sh --smoke "
+    "On a GPU": [_skip("needs an NVIDIA GPU and its driver (bench/gpu/gpu_session.sh --smoke "
                        "runs the scripts on a CPU)")],
     "A GPU's step, compiled on a CPU: `bert-jax aot --topology h100`": [Plan(
         "slow", "compiles BERT-Base and BERT-Large for an H100 (minutes; needs "

@@ -102,6 +102,8 @@ def test_exports_keep_the_recorded_columns(run, tmp_path):
         assert json.load(file)["bert_jax_columns"]["text_columns"] == ["sentence"]
     info = model_source.resolve(hf).task_info()
     assert info["settings"]["columns"]["text_columns"] == ["sentence"]
+    # The same float32 weights, the same texts in the same batches, the same compiled step:
+    # equal to the bit (1e-6 is 8 float32 steps of the loss, below 1).
     assert _metrics(hf, run["with_id"]) == pytest.approx(_metrics(run["best"], run["plain"]),
                                                          abs=1e-6)
     again = str(tmp_path / "bert_jax")  # and back: HF -> bert-jax writes them in task.json

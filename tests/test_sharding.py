@@ -4,6 +4,7 @@ import jax
 import numpy as np
 import pytest
 from jax.sharding import PartitionSpec
+from tolerances import ENCODER_STEPS, assert_close
 
 from bert_jax import sharding
 from bert_jax.tasks.pretraining import task_from_run_config
@@ -78,4 +79,7 @@ def test_losses_do_not_depend_on_the_layout():
     assert reference[-1] != reference[0]  # the parameters did move
     for sizes in [(8, 1, 1), (1, 8, 1), (2, 2, 2)]:
         losses = _losses(sharding.make_mesh(*sizes))
-        np.testing.assert_allclose(losses, reference, rtol=1e-5, err_msg=str(sizes))
+        # Another layout splits the same float32 sums between devices in another order
+        # (ENCODER_STEPS of the loss's scale, per step), and five updates carry the
+        # difference on through the parameters: 5 x ENCODER_STEPS.
+        assert_close(losses, reference, 5 * ENCODER_STEPS, err_msg=str(sizes))

@@ -178,11 +178,13 @@ def test_v1_equals_the_official_script_with_a_missing_prediction():
     del predictions["wrong"], predictions["partial"]  # missing: they score 0
     expected = official_v1(data, predictions)
     ours = evaluate(questions_of(data, False), predictions, version_2=False)
+    # Percentages of counts in float64, summed in another order than the official script's:
+    # float64 steps of 100 (1.4e-14); 1e-9 is far above them (tolerances.py).
     assert ours == pytest.approx(expected, abs=1e-9)
     assert set(ours) == {"exact_match", "f1"}
     # 5 exact of 9: articles, punctuation, several_golds ("year 1066" = "the year 1066"
     # without articles), only_article_gold ("an" and "the" both normalise to ""), whitespace.
-    assert ours["exact_match"] == pytest.approx(100 * 5 / 9)
+    assert ours["exact_match"] == pytest.approx(100 * 5 / 9)  # float64 arithmetic
 
 
 def test_v2_equals_the_official_script_with_null_odds():
@@ -196,7 +198,7 @@ def test_v2_equals_the_official_script_with_null_odds():
     assert ours == pytest.approx(expected, abs=1e-9)
     assert {"exact", "f1", "HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1",
             "best_exact", "best_exact_thresh", "best_f1", "best_f1_thresh"} <= set(ours)
-    assert ours["NoAns_total"] == 3 and ours["NoAns_exact"] == pytest.approx(200 / 3)
+    assert ours["NoAns_total"] == 3 and ours["NoAns_exact"] == pytest.approx(200 / 3)  # float64
     assert ours["best_f1"] >= ours["f1"] and ours["best_exact"] >= ours["exact"]
     # Without null odds: the official script run without --na-prob-file.
     expected = official_v2(data, predictions)
@@ -215,6 +217,7 @@ def test_v2_missing_prediction_scores_zero_where_the_official_script_stops():
     ours = evaluate(questions_of(data, True), predictions, version_2=True,
                     null_odds={name: 0.0 for name in predictions})
     assert ours["total"] == len(CASES)
+    # Percentages in float64 on both sides (tolerances.py), here and below.
     assert ours["exact"] == pytest.approx(complete["exact"] - 100 / len(CASES))
     assert ours["NoAns_exact"] == pytest.approx(complete["NoAns_exact"] - 100 / 3)
     # The missing question is never right at any threshold: the official best over the

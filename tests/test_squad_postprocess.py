@@ -60,6 +60,7 @@ def test_best_spans_by_hand():
     texts = [entry["text"] for entry in nbest["q0"]]
     assert texts == ["gamma delta epsilon", "alpha beta gamma", "alpha beta"]
     expected = np.exp([6.5, 5.2, 5.0]) / np.exp([6.5, 5.2, 5.0]).sum()
+    # float64 logits (`logits` above): the same softmax to float64 steps (default 1e-7).
     np.testing.assert_allclose([entry["probability"] for entry in nbest["q0"]], expected)
     assert nbest["q0"][1]["start_logit"] == 2.0 and nbest["q0"][1]["end_logit"] == 3.2
     # Every candidate in score order: gamma delta (4.0), delta epsilon (3.5), gamma (3.0),
@@ -81,7 +82,7 @@ def test_version_2_null_score_and_threshold():
     """Null score = min over windows of start[CLS] + end[CLS] = min(2.5, 0.3) = 0.3."""
     predictions, nbest, null_odds = postprocess(QUESTIONS, WINDOWS, START, END, True,
                                                 n_best=3)
-    assert null_odds["q0"] == pytest.approx(0.3 - 6.5)
+    assert null_odds["q0"] == pytest.approx(0.3 - 6.5)  # float64 sums: approx's default
     assert predictions["q0"] == "gamma delta epsilon"
     # The null entry ranks below the top three and is appended with window 1's [CLS] logits.
     assert nbest["q0"][-1] == dict(text="", probability=pytest.approx(
@@ -109,6 +110,7 @@ def test_outputs_are_the_official_inputs(tmp_path):
     predictions, nbest, null_odds = postprocess(QUESTIONS, WINDOWS, START, END, True)
     write_predictions(str(tmp_path), predictions, nbest, null_odds)
     assert json.loads((tmp_path / "predictions.json").read_text()) == predictions
+    # JSON carries float64 exactly (approx's default only for the form).
     assert json.loads((tmp_path / "null_odds.json").read_text()) == pytest.approx(null_odds)
     assert set(json.loads((tmp_path / "nbest_predictions.json").read_text())) == {
         "q0", "no_windows"}

@@ -41,6 +41,8 @@ def test_schedule_warms_up_then_decays_as_the_original():
     # By hand: step/10 * peak during warm-up, then peak * (1 - step/100), 0 from step 100.
     expected = {0: 0.0, 5: 5e-4, 9: 9e-4, 10: 9e-4, 50: 5e-4, 99: 1e-5, 100: 0.0, 150: 0.0}
     for step, value in expected.items():
+        # float32: a quotient and a product, half a step each; 1e-6 relative is 8 steps
+        # (atol for the zeros).
         np.testing.assert_allclose(float(schedule(step)), value, rtol=1e-6, atol=1e-12,
                                    err_msg=f"step {step}")
 
@@ -109,6 +111,9 @@ def test_lamb_first_step_matches_a_numpy_reference():
         update = m_hat / (np.sqrt(v_hat) + 1e-6) + (0.1 * p if decays else 0.0)
         trust_ratio = np.linalg.norm(p) / np.linalg.norm(update)
         expected = p - 0.01 * trust_ratio * update
+        # float32 against float64: the new value rounds once at |p| (half a step) and
+        # carries the update's ~20 roundings (norms of 12 terms, a root, quotients) at 1% of
+        # |p|; 1e-5 relative is 84 steps.
         np.testing.assert_allclose(new_params["dense"][name], expected, rtol=1e-5, atol=1e-7)
 
 
@@ -131,6 +136,11 @@ def test_gradient_accumulation_equals_one_big_batch():
     params_one, metrics_one = _one_step(config, mesh, batch)
     config.grad_accum_steps = 4
     params_four, metrics_four = _one_step(config, mesh, batch)
+    # Four micro-batches split the same float32 sums otherwise: tolerances.ENCODER_STEPS (64)
+    # of each value, inside 1e-5 relative (84 steps). One update then moves the parameters
+    # by the learning rate's size, the two runs' by float32 steps of it apart, and each
+    # rounds once at the parameter: 1e-6 is 8 steps of a parameter near 1, rtol 1e-4 the
+    # room for those near 0.
     for name in ("loss", "mlm_loss", "nsp_loss", "mlm_accuracy", "grad_norm"):
         np.testing.assert_allclose(metrics_four[name], metrics_one[name], rtol=1e-5,
                                    err_msg=name)

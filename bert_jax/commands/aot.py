@@ -121,6 +121,13 @@ def _write_json(path: str, reports: list, mfu: float, extra: dict) -> None:
         json.dump({"reports": [report_to_json(r, mfu) for r in reports], **extra}, file, indent=2)
 
 
+def outputs(args) -> list:
+    """The --json file if asked for, checked before compiling (bert_jax/storage/outputs.py)."""
+    from bert_jax.storage.outputs import Output
+
+    return [Output("--json", args.json)] if args.json else []
+
+
 def run(args: argparse.Namespace) -> int:
     from bert_jax.compiler import gpu_targets
 

@@ -89,6 +89,13 @@ def add_arguments(parser) -> None:
                         help="replace DST if it exists and is not empty")
 
 
+def outputs(args) -> list:
+    """DST, checked before the source is read (bert_jax/storage/outputs.py)."""
+    from bert_jax.storage.outputs import PUBLISHED, Output
+
+    return [Output("DST", args.destination, PUBLISHED)]
+
+
 def run(args) -> int:
     from bert_jax.interop import model_source, model_writers
 

@@ -159,6 +159,13 @@ def sequences_per_row(args) -> int:
     return args.max_sequences_per_row if args.pack else 1
 
 
+def outputs(args) -> list:
+    """The shard directory, checked before any input is read (bert_jax/storage/outputs.py)."""
+    from bert_jax.storage.outputs import DIRECTORY, Output
+
+    return [Output("--output-dir", args.output_dir, DIRECTORY)]
+
+
 def run(args) -> int:
     per_row = sequences_per_row(args)
     settings = mask_and_pair_settings(args)

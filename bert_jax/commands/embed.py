@@ -62,6 +62,13 @@ def write_npy(path: str, array) -> None:
         np.save(file, array)
 
 
+def outputs(args) -> list:
+    """The .npy file, checked before the model is loaded (bert_jax/storage/outputs.py)."""
+    from bert_jax.storage.outputs import Output
+
+    return [Output("--output", args.output)]
+
+
 def run(args) -> int:
     from bert_jax.embeddings.encoder import embed_texts, load_embedding_model, read_lines
     from bert_jax.errors import UserError

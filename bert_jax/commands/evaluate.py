@@ -107,6 +107,13 @@ def reading_flags(args) -> dict:
                 text_columns=args.text_columns, label_column=args.label_column)
 
 
+def outputs(args) -> list:
+    """The metrics file if asked for, checked first (bert_jax/storage/outputs.py)."""
+    from bert_jax.storage.outputs import Output
+
+    return [Output("--output", args.output)] if args.output else []
+
+
 def run(args) -> int:
     from bert_jax.storage import files, json_values
     from bert_jax.interop import model_source

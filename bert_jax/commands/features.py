@@ -76,6 +76,13 @@ def write_npz(path: str, arrays: dict) -> None:
         np.savez(file, **arrays)
 
 
+def outputs(args) -> list:
+    """The .npz file, checked before the model is loaded (bert_jax/storage/outputs.py)."""
+    from bert_jax.storage.outputs import Output
+
+    return [Output("--output", args.output)]
+
+
 def run(args) -> int:
     from bert_jax import inference
     from bert_jax.errors import UserError

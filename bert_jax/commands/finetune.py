@@ -91,6 +91,13 @@ def _task_arguments(name: str):
     return populate
 
 
+def outputs(args) -> list:
+    """The work directory, checked before anything is read (bert_jax/storage/outputs.py)."""
+    from bert_jax.storage.outputs import DIRECTORY, Output
+
+    return [] if args.print_config else [Output("--workdir", args.workdir, DIRECTORY)]
+
+
 def run(args) -> int:
     from bert_jax.interop import model_source
     from bert_jax.tasks import task_module

@@ -2,10 +2,11 @@
 
 HELP = "predict with a fine-tuned model (finetune's WORKDIR/best, or an HF task model)"
 DESCRIPTION = """\
-Reads --input (plain text: one text per line, `A<TAB>B` for a pair; or a file in the
-format the model was trained on, labels not needed) and writes one prediction per input,
-in input order, to --output: `.jsonl` -> one object per input with `label` (and
-`probabilities` for classification, and the input row's `columns` when it has some);
+Reads --input (plain text: one text per line, `A<TAB>B` for a pair, an empty line the empty
+text; or a file in the format the model was trained on, labels not needed) and writes one
+prediction per input (per line of a text file), in input order, to --output: `.jsonl` ->
+one object per input with `label` (and `probabilities` for classification, and the input
+row's `columns` when it has some);
 `.tsv` -> the input's columns (or texts) and a `label` column. Label names are the
 training file's. A TSV/CSV/JSONL input is read by the columns the model recorded (extra
 columns ignored, kept in the output; a missing one is an error naming it;
@@ -40,6 +41,13 @@ def add_arguments(parser) -> None:
     add_progress_argument(parser)
 
 
+def outputs(args) -> list:
+    """The prediction file, checked before the model is loaded (bert_jax/storage/outputs.py)."""
+    from bert_jax.storage.outputs import Output
+
+    return [Output("--output", args.output)]
+
+
 def run(args) -> int:
     from bert_jax.interop import model_source
     from bert_jax.tasks import task_from_info
@@ -47,8 +55,12 @@ def run(args) -> int:
     from bert_jax.training import prediction
     from bert_jax.training.finetune import load_finetuned
 
-    finetuned = load_finetuned(model_source.resolve(args.model), args.batch_size,
-                               task_from_info, max_seq_len=args.max_seq_len)
+    source = model_source.resolve(args.model)
+    info = source.task_info()  # task.json: no weights read yet
+    if info is not None:  # an output it cannot write is said before any work
+        task_from_info(info).check_prediction_path(args.output)
+    finetuned = load_finetuned(source, args.batch_size, task_from_info,
+                               max_seq_len=args.max_seq_len)
     finetuned = (task_as_told(finetuned[0], args.model, args.header, args.null_threshold,
                               **reading_flags(args)), *finetuned[1:])
     task, examples, predictions = prediction.predict_inputs(
@@ -57,5 +69,6 @@ def run(args) -> int:
             args.input, tokenizer, max_seq_len, with_labels=False),
         args.batch_size, args.max_seq_len, progress=not args.no_progress)
     task.write_predictions(args.output, examples, predictions)
-    print(f"wrote {len(examples.rows)} predictions to {args.output}")
+    # One per input the user gave (a question, not each of its windows).
+    print(f"wrote {task.num_inputs(examples)} predictions to {args.output}")
     return 0

@@ -99,6 +99,14 @@ def warmup_warning(run_config) -> str | None:
             f"--config.optimizer.warmup_steps={max(1, steps // 10)} (10% of it) as well")
 
 
+def outputs(args) -> list:
+    """The work directory, checked before anything is read (bert_jax/storage/outputs.py)."""
+    from bert_jax.storage.outputs import DIRECTORY, Output
+
+    workdir = args.workdir or default_workdir(args.config)
+    return [] if args.print_config else [Output("--workdir", workdir, DIRECTORY)]
+
+
 def run(args: argparse.Namespace) -> int:
     if args.print_config:
         print_config(args.config, args.overrides)

@@ -48,6 +48,13 @@ def add_arguments(parser) -> None:
                         help="replace --output if it exists and is not empty")
 
 
+def outputs(args) -> list:
+    """The output directory, checked before the model is loaded (bert_jax/storage/outputs.py)."""
+    from bert_jax.storage.outputs import PUBLISHED, Output
+
+    return [Output("--output", args.output, PUBLISHED)]
+
+
 def run(args) -> int:
     import os
 

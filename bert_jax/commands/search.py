@@ -50,6 +50,18 @@ def _clean(text: str) -> str:
     return text.replace("\t", " ")  # keeps the output's columns
 
 
+def outputs(args) -> list:
+    """The corpus index, checked before the model is loaded (bert_jax/storage/outputs.py),
+    unless one is there already: it may be reused, and a stale one that cannot be replaced
+    is one line when written."""
+    from bert_jax.embeddings.search import default_index_path
+    from bert_jax.storage import files
+    from bert_jax.storage.outputs import Output
+
+    index = args.index or default_index_path(args.corpus)
+    return [] if files.isfile(index) else [Output("--index", index)]
+
+
 def run(args) -> int:
     from bert_jax.embeddings import search
     from bert_jax.embeddings.encoder import embed_texts, load_embedding_model, read_lines

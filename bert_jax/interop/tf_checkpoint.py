@@ -118,10 +118,25 @@ def read_directory(directory: str, config: BertConfig) -> dict:
         reader = tf.train.load_checkpoint(prefix)
     except (tf.errors.OpError, ValueError) as error:
         raise UserError(f"{prefix}: cannot read TensorFlow checkpoint ({error})") from None
-    tensors = {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+    tensors = {name: _read_tensor(reader, name, prefix)
+               for name in reader.get_variable_to_shape_map()
                if name not in _TRAINING_STATE_NAMES and not name.endswith(_TRAINING_STATE_SUFFIXES)}
     return tensor_map.tensors_to_params(
         tensors, name_table(config), tensor_map.parameter_shapes(config), prefix)
+
+
+def _read_tensor(reader, name: str, prefix: str):
+    """One variable; a data file cut short (TensorFlow's IndexError) or damaged is one line
+    naming it."""
+    import tensorflow as tf
+
+    try:
+        return reader.get_tensor(name)
+    except (IndexError, ValueError, tf.errors.OpError) as error:
+        data = ", ".join(os.path.basename(path) for path in sorted(glob.glob(prefix + ".data-*")))
+        raise UserError(f"{prefix}: cannot read variable {name} from {data or 'its data file'} "
+                        f"({error}): the file is cut short or damaged; copy the checkpoint "
+                        "again") from None
 
 
 def config_from_original(values: dict, source: str) -> BertConfig:

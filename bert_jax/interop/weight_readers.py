@@ -8,10 +8,12 @@ source's weights are refused when they hold NaN or infinity.
 """
 
 import os
+import warnings
 
 import numpy as np
 
 from bert_jax.storage import files
+from bert_jax.storage.checkpoint_damage import damage, quiet_failed_restore
 from bert_jax.errors import UserError
 from bert_jax.interop.source_kinds import PARAMS, latest_step_directory
 from bert_jax.models.config import BertConfig
@@ -51,14 +53,23 @@ def _restore_params(directory: str) -> dict:
     # orbax reads an empty metadata tree from a relative path; an absolute one is safe.
     directory = files.absolute(directory)
     try:
-        with ocp.PyTreeCheckpointer() as checkpointer:
-            structure = checkpointer.metadata(directory).item_metadata.tree
-            restore_args = jax.tree.map(
-                lambda _: ocp.RestoreArgs(restore_type=np.ndarray), structure)
-            params = checkpointer.restore(directory, args=ocp.args.PyTreeRestore(
-                restore_args=restore_args))
-    except (FileNotFoundError, ValueError) as error:
-        raise UserError(f"{directory}: cannot restore parameters ({error})") from None
+        with quiet_failed_restore(), ocp.PyTreeCheckpointer() as checkpointer:
+            metadata = checkpointer.metadata(directory).item_metadata
+            if metadata is None:  # orbax read no tree: a restore as saved says what is wrong
+                with warnings.catch_warnings():  # "sharding info not provided": none is
+                    warnings.simplefilter("ignore")
+                    params = checkpointer.restore(directory)
+            else:
+                restore_args = jax.tree.map(
+                    lambda _: ocp.RestoreArgs(restore_type=np.ndarray), metadata.tree)
+                params = checkpointer.restore(directory, args=ocp.args.PyTreeRestore(
+                    restore_args=restore_args))
+    except Exception as error:  # orbax wraps tensorstore's errors in plain Exception
+        reason = damage(error, directory)
+        if reason is None and not isinstance(error, (FileNotFoundError, ValueError)):
+            raise
+        detail = reason or str(error).splitlines()[0][:300]  # tensorstore's run to pages
+        raise UserError(f"{directory}: cannot restore parameters ({detail})") from None
     return jax.tree.map(np.asarray, params)
 
 

@@ -30,7 +30,7 @@ class Precision:
     # (bert_jax/models/layers/attention_kernels.py; the README says what each was measured at).
     attention: str = "auto"
     # GPU, opt-in: attention dropout inside cuDNN's fused kernel, its masks from cuDNN's own
-    # generator (not yet checked on a GPU: bench/cudnn_dropout_check.py checks it).
+    # generator (not yet checked on a GPU: bench/gpu/cudnn_dropout_check.py checks it).
     fused_attention_dropout: bool = False
 
     def __post_init__(self):

@@ -51,7 +51,7 @@ def base_config(model_preset: str = "base") -> ml_collections.ConfigDict:
     # unpacked rows and XLA's for packed ones, when model.attention_dropout_rate is 0;
     # reference, xla, cudnn or splash force one (README: which was measured at what).
     config.precision.attention = "auto"  # attention kernel: auto, reference, xla, cudnn, splash
-    # GPU opt-in: cuDNN's own masks, not yet checked on a GPU (bench/cudnn_dropout_check.py).
+    # GPU opt-in: cuDNN's own masks, not yet checked on a GPU (bench/gpu/cudnn_dropout_check.py).
     config.precision.fused_attention_dropout = False  # attention dropout inside cuDNN's kernel
     config.init_from = ""  # model dir or training workdir to start from; brings its model.* sizes
     config.batch_size = 256  # global sequences per optimizer step, over all processes

@@ -19,7 +19,7 @@ RANGES = {
     "grad_accum_steps": _AT_LEAST_ONE,
     "num_train_steps": _AT_LEAST_ONE,
     "schedule_steps": (0, None),
-    "data.seq_len": (2, None),  # [CLS] and [SEP] at least
+    "data.seq_len": (3, None),  # [CLS], one token of text and [SEP] at least
     "data.max_predictions": _AT_LEAST_ONE,
     "data.max_sequences_per_row": _AT_LEAST_ONE,
     "data.shuffle_buffer": _AT_LEAST_ONE,

@@ -34,6 +34,7 @@ import shutil
 import tempfile
 
 from bert_jax.errors import UserError
+from bert_jax.storage.storage_errors import reported
 from bert_jax.storage.temporaries import temporary_name
 
 # Must be set before orbax's epath first resolves a gs:// path (it caches the choice).
@@ -233,6 +234,14 @@ def remove(path: str) -> None:
         os.remove(path)
 
 
+def move(source: str, destination: str) -> None:
+    """Renames a file or directory tree (on object storage: copies, then deletes)."""
+    if is_remote(source):
+        _filesystem(source).mv(source, destination, recursive=True)
+    else:
+        os.rename(source, destination)
+
+
 def rmtree(path: str) -> None:
     """Removes a directory tree if it exists."""
     if is_remote(path):
@@ -250,25 +259,27 @@ def atomic_write(path: str, mode: str = "w", encoding: str | None = None):
     Locally: a temporary sibling renamed over `path`. Remotely: a local temporary file
     uploaded in one piece when complete.
     """
-    if is_remote(path):
-        with tempfile.TemporaryDirectory(prefix="bert-jax-upload-") as directory:
-            local = os.path.join(directory, basename(path))
-            with atomic_write(local, mode, encoding) as file:
+    # A full disk, a file-size limit or a read-only directory met while writing: one line.
+    with reported(path, "writing", "nothing half-written was left"):
+        if is_remote(path):
+            with tempfile.TemporaryDirectory(prefix="bert-jax-upload-") as directory:
+                local = os.path.join(directory, basename(path))
+                with atomic_write(local, mode, encoding) as file:
+                    yield file
+                _filesystem(path).put_file(local, path)
+            return
+        makedirs(os.path.dirname(os.path.abspath(path)))
+        temporary = temporary_name(path)
+        if "b" not in mode and encoding is None:
+            encoding = "utf-8"
+        try:
+            with open(temporary, mode.replace("w", "x"), encoding=encoding) as file:
                 yield file
-            _filesystem(path).put_file(local, path)
-        return
-    makedirs(os.path.dirname(os.path.abspath(path)))
-    temporary = temporary_name(path)
-    if "b" not in mode and encoding is None:
-        encoding = "utf-8"
-    try:
-        with open(temporary, mode.replace("w", "x"), encoding=encoding) as file:
-            yield file
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.remove(temporary)
-        raise
+            os.replace(temporary, path)
+        except BaseException:
+            if os.path.exists(temporary):
+                os.remove(temporary)
+            raise
 
 
 def write_text(path: str, text: str) -> None:

@@ -159,14 +159,18 @@ class SentenceTask(FineTuningTask):
         """The records `write_predictions` writes beside each input's texts."""
         return self.prediction_records(predictions)
 
+    def check_prediction_path(self, path):
+        kind = os.path.splitext(path)[1].lower()
+        if kind not in (".jsonl", ".tsv"):
+            raise UserError(f"{path}: unknown output type {kind!r}; expected .jsonl or .tsv")
+
     def write_predictions(self, path, examples, predictions):
         """.jsonl: one object per input; .tsv: the input's own columns (every one, by its
         name; the texts for plain text) and a `label` column (`predicted_label` when the input
         has a `label`); in input order."""
         records = self.prediction_records(predictions)
+        self.check_prediction_path(path)
         kind = os.path.splitext(path)[1].lower()
-        if kind not in (".jsonl", ".tsv"):
-            raise UserError(f"{path}: unknown output type {kind!r}; expected .jsonl or .tsv")
         with files.atomic_write(path) as file:
             if kind == ".jsonl":
                 for row, record in zip(examples.rows, records):
@@ -212,8 +216,9 @@ class ClassificationTask(SentenceTask):
     @classmethod
     def from_arguments(cls, args, tokenizer):
         rows, spec = columns.read_table(args.train, cls.spec_from_arguments(args))
-        label_rules.check_spellings([(row.label, row.line) for row in rows], args.train,
-                                    as_written=args.labels_as_written)
+        labels = [(row.label, row.line) for row in rows]
+        label_rules.check_spellings(labels, args.train, as_written=args.labels_as_written)
+        label_rules.check_label_count(labels, args.train)
         warn_single_labels(rows, args.train)
         return cls(sorted_labels([row.label for row in rows]), spec)
 

@@ -93,6 +93,8 @@ class QuestionAnsweringTask(FineTuningTask):
         return squad_metrics.evaluate(gold.questions, answers, gold.version_2,
                                       null_odds if gold.version_2 else None)
 
+    tuned_setting_names = ("null_threshold",)
+
     def tuned_settings(self, metrics):
         """v2.0: the null threshold the official script finds best for F1 on the evaluation
         file (`best_f1_thresh`), which `predict` and `evaluate` then use."""
@@ -163,6 +165,9 @@ class QuestionAnsweringTask(FineTuningTask):
         return squad_postprocess.postprocess(
             gold.questions, gold.windows, start, end, gold.version_2, options.n_best,
             options.max_answer_len, options.null_threshold)
+
+    def num_inputs(self, examples):
+        return len(examples.gold.questions)  # examples.rows are the questions' windows
 
     def prediction_values(self, examples, predictions):
         """The answer text per question ("" for no answer), as predictions.json has it."""

@@ -150,12 +150,14 @@ class SentenceEmbeddingTask(FineTuningTask):
     def from_arguments(cls, args, tokenizer):
         """Class labels (an NLI file) follow `label_rules` whatever the loss: mnrl reads
         `entailment` and `contradiction` by name."""
-        from input_pipeline.tasks.label_rules import check_spellings
+        from input_pipeline.tasks.label_rules import check_label_count, check_spellings
 
         records = read_pair_records(args.train, args.skip_bad_rows)
         if scores_of(records) is None:
-            check_spellings([(label, line) for line, *_, label in records], args.train,
-                            as_written=args.labels_as_written)
+            labels = [(label, line) for line, *_, label in records]
+            check_spellings(labels, args.train, as_written=args.labels_as_written)
+            if args.loss == "softmax":  # its classifier tells the labels apart
+                check_label_count(labels, args.train)
         labels = (tuple(sorted({label for *_, label in records}))
                   if args.loss == "softmax" else ())
         task = cls(args.loss, (args.pooling,), labels, args.hard_negatives, args.score_max)

@@ -52,8 +52,10 @@ class NerSettings:
 
 @dataclasses.dataclass
 class NerExamples(Examples):
-    """Examples are windows (`rows`); `sentences` are the file's, for words and columns."""
+    """Examples are windows (`rows`); `sentences` are the file's, for words and columns, and
+    `documents` its -DOCSTART- lines (`conll.CoNLLFile.documents`), written back in place."""
     sentences: list = dataclasses.field(default_factory=list)
+    documents: tuple = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,7 +177,9 @@ class TokenClassificationTask(FineTuningTask):
         tags = [sentence.tags for sentence in data.sentences] if with_labels else None
         if with_labels:
             check_known_tags(data, self.ner.label_names)
-        return self._examples(path, data.sentences, tags, tokenizer, max_seq_len)
+        examples = self._examples(path, data.sentences, tags, tokenizer, max_seq_len)
+        examples.documents = data.documents
+        return examples
 
     def examples_from_inputs(self, inputs, tokenizer, max_seq_len) -> NerExamples:
         """Each input a sentence: a string (words split at white space) or a list of words."""
@@ -201,6 +205,9 @@ class TokenClassificationTask(FineTuningTask):
         features[LOSS_COUNT] = features["label_weights"].sum(axis=1).astype(np.float32)
         gold = NerGold(windows, tags) if tags is not None else None
         return NerExamples(path, features, gold, windows, sentences)
+
+    def num_inputs(self, examples: NerExamples) -> int:
+        return len(examples.sentences)  # examples.rows are the sentences' windows
 
     def prediction_values(self, examples: NerExamples, predictions) -> list[dict]:
         """{"words", "tags"} per sentence: the `.jsonl` lines `write_predictions` writes."""
@@ -234,7 +241,8 @@ class TokenClassificationTask(FineTuningTask):
 
         values = self.prediction_values(examples, predictions)
         if not path.endswith(".jsonl"):
-            write_conll(path, examples.sentences, [value["tags"] for value in values])
+            write_conll(path, examples.sentences, [value["tags"] for value in values],
+                        examples.documents)
             return
         with files.atomic_write(path) as file:
             for value in values:

@@ -6,6 +6,12 @@ plain orbax PyTree checkpoint (restorable alone with `ocp.StandardCheckpointer`)
 (step, rng, data position per process, the data it was read from). Orbax writes each
 step to a temporary name and renames it when complete, so a kill -9 at any moment leaves
 only whole checkpoints; saves run in the background while training goes on.
+
+A checkpoint damaged afterwards (a file deleted or cut short by a copy, a full disk on
+another machine) is named with the file and what is wrong with it
+(`bert_jax/storage/checkpoint_damage.py`); a resume sets it aside as `<step>.damaged` and
+continues from the newest intact one (`restore_newest_intact`), or stops in one line where
+none is intact.
 """
 
 import contextlib
@@ -20,6 +26,7 @@ from etils import epath
 
 from bert_jax.storage import files  # also routes orbax's epath through the one file layer
 from bert_jax.errors import UserError
+from bert_jax.storage.checkpoint_damage import damage, quiet_failed_restore
 from bert_jax.storage.storage_errors import storage_failure
 
 ITEMS = ("params", "opt_state", "meta")
@@ -94,6 +101,53 @@ class Checkpoints:
             opt_state=ocp.args.StandardRestore(abstract_opt_state),
             meta=ocp.args.JsonRestore()))
         return restored["params"], restored["opt_state"], restored["meta"]
+
+    def restore_newest_intact(self, abstract_params: Any, abstract_opt_state: Any, log
+                              ) -> tuple[int, tuple[Any, Any, dict]]:
+        """(step, `restore(step)`) of the newest checkpoint that restores. Each damaged newer
+        one is named (`damage`) and set aside as `<step>.damaged`, so that the run saves
+        that step anew; where none is intact, a UserError naming each."""
+        damaged = []
+        for step in sorted(self.all_steps(), reverse=True):
+            try:
+                with quiet_failed_restore():
+                    restored = self.restore(step, abstract_params, abstract_opt_state)
+            except Exception as error:  # orbax wraps tensorstore's errors in plain Exception
+                reason = damage(error, f"{self.directory}/{step}")
+                if reason is None:
+                    raise
+                damaged.append((step, reason))
+                continue
+            for damaged_step, reason in damaged:
+                log(f"checkpoint {damaged_step} in {self.directory} is damaged: {reason}")
+            if damaged:
+                names = self._set_aside([damaged_step for damaged_step, _ in damaged])
+                log(f"set aside as {names}; step {step} is the newest intact checkpoint")
+            return step, restored
+        raise UserError(
+            f"{self.directory}: no intact checkpoint to resume from (" + "; ".join(
+                f"{step}: {reason}" for step, reason in damaged) + "); put the damaged files "
+            "back from a copy, or give another --workdir to start a new run")
+
+    def _set_aside(self, steps: list[int]) -> str:
+        """Renames damaged step directories out of orbax's view (to names that are not
+        steps); returns their new names."""
+        names = []
+        for step in steps:
+            source = f"{self.directory}/{step}"
+            target, number = f"{source}.damaged", 1
+            while files.exists(target):
+                number += 1
+                target = f"{source}.damaged-{number}"
+            if jax.process_index() == 0:
+                files.move(source, target)
+            names.append(files.basename(target))
+        if jax.process_count() > 1:
+            from bert_jax.training.distributed import gather_json
+
+            gather_json(None)  # every process waits for the rename before it looks again
+        self._manager.reload()
+        return ", ".join(names)
 
     def wait(self) -> None:
         """Blocks until every pending background save is on disk."""

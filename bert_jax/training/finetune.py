@@ -27,7 +27,7 @@ from bert_jax.interop import model_source, model_writers
 from bert_jax.interop.source_kinds import TASK_INFO
 from bert_jax.run_config import apply_overrides, base_config, flatten, parse_overrides
 from bert_jax.run_config.ranges import check_ranges, check_sections
-from bert_jax.training import batching, prediction, trainer
+from bert_jax.training import batching, prediction, trainer, workdir as workdir_lib
 from bert_jax.training.finetune_settings import Settings  # with the flags `finetune` shares
 
 EVAL_RESULTS = "eval_results.json"
@@ -172,7 +172,9 @@ def finetune(task, model, train_path: str, eval_path: str | None, workdir: str,
     source = model_source.resolve(model)
     tokenizer = source.tokenizer()
     run_config = run_config_for(source.config(), settings, overrides)
-    run_config.init_from = source.name  # recorded in run_config.json; the weights come below
+    # Recorded in run_config.json (the weights come below), as one name wherever the command
+    # is run from: a rerun in the same work directory must start from the same model.
+    run_config.init_from = workdir_lib.model_name(source.name)
     run_config.data.vocab_path = source.vocab_path
     run_config.data.train_files = os.path.abspath(train_path)
     train = task.read_examples(train_path, tokenizer, run_config.data.seq_len)
@@ -205,6 +207,10 @@ def finetune(task, model, train_path: str, eval_path: str | None, workdir: str,
 
 def _write_results(task, run_config, workdir, settings, evaluator, evaluation, result,
                    inputs, info) -> dict:
+    # A preempted run writes its results when it finishes; a finished one has written them
+    # (unless it was stopped between its last checkpoint and them).
+    writes = jax.process_index() == 0 and not result["preempted"] and not (
+        result["already_finished"] and files.exists(files.join(workdir, EVAL_RESULTS)))
     results = dict(task=task.name, step=result["step"], stopped_early=result["stopped"],
                    settings=dict(dataclasses.asdict(settings), **inputs,
                                  run_config=run_config.to_dict()))
@@ -215,14 +221,14 @@ def _write_results(task, run_config, workdir, settings, evaluator, evaluation, r
                  for name, entry in (("best", evaluator.best), ("final", results["final"]))}
         if any(tuned.values()):  # the run's own task.json: its final weights' choice
             results["tuned_settings"] = tuned
-            if jax.process_index() == 0 and not result["preempted"]:
+            if writes:
                 model_writers.write_task_info(
                     workdir, tuned_info(task, info, evaluator.history[-1]["metrics"]))
         if hasattr(task, "summary"):  # a task's own top-level names (mlm: perplexity_before)
             results.update(task.summary(evaluator.history))
     if result["preempted"]:  # not written: the run goes on when the command is run again
         results["exit_status"] = result["exit_status"]
-    if jax.process_index() == 0 and not result["preempted"]:
+    if writes:
         with files.atomic_write(files.join(workdir, EVAL_RESULTS)) as file:
             json_values.dump(results, file, indent=2)
         if evaluator is not None and evaluator.last_predictions is not None:
@@ -261,10 +267,20 @@ def load_finetuned(model, batch_size: int, task_from_info, task_name: str | None
     mesh = sharding.mesh_from_config(run_config.mesh)
     bundle = train_step.build_train_step(run_config, mesh, task=task)
     expected = bundle.abstract_state.params
+    placed = jax.tree.map(lambda value, spec: jax.device_put(
+        np.asarray(value, spec.dtype), spec.sharding),
+        _fitted(params, expected, f"parameters for task {task.name!r}", source.name), expected)
+    return task, bundle, placed, tokenizer, dict(info, max_seq_len=max_seq_len)
+
+
+def _fitted(params: dict, expected: dict, what: str, name: str, path: tuple = ()) -> dict:
+    """`params` with exactly the keys of the model's `expected` tree: a model directory may
+    hold parameters the task's model does not read (a pooler beside a token head); one it
+    lacks is a UserError naming it."""
+    if not isinstance(expected, dict):
+        return params
     missing = sorted(set(expected) - set(params))
     if missing:
-        raise UserError(f"{source.name}: has no {missing} parameters for task {task.name!r}")
-    placed = jax.tree.map(lambda value, spec: jax.device_put(
-        np.asarray(value, spec.dtype), spec.sharding), {key: params[key] for key in expected},
-        expected)
-    return task, bundle, placed, tokenizer, dict(info, max_seq_len=max_seq_len)
+        raise UserError(f"{name}: has no {['/'.join((*path, key)) for key in missing]} {what}")
+    return {key: _fitted(params[key], value, what, name, (*path, key))
+            for key, value in expected.items()}

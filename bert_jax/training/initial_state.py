@@ -3,6 +3,7 @@
 In this order:
   1. resume: the work directory has a checkpoint -> parameters, optimizer state, step, RNG
      and data position are restored, so the run continues bit-identically (with its seed);
+     from the newest intact checkpoint, a damaged newer one named and set aside;
   2. `init_weights`: a model's parameters (continued pre-training, fine-tuning), loaded by
      the caller, who resolved the model -> those parameters, a fresh optimizer at step 0;
   3. from scratch: parameters drawn from `seed`.
@@ -67,10 +68,10 @@ def load_init_weights(init_weights: Callable | None, init_from: str, model_confi
 
 def initial_state(bundle, checkpoints, seed: int, log, weights=None):
     """(state, meta or None): resume > `weights` (`load_init_weights`'s) > from `seed`."""
-    step = checkpoints.latest_step()
-    if step is not None:
+    if checkpoints.latest_step() is not None:
         abstract = bundle.abstract_state
-        params, opt_state, meta = checkpoints.restore(step, abstract.params, abstract.opt_state)
+        step, (params, opt_state, meta) = checkpoints.restore_newest_intact(
+            abstract.params, abstract.opt_state, log)
         _check_seed(meta, seed, checkpoints.directory, step)
         log(f"resuming from step {step} in {checkpoints.directory}")
         state = train_step_lib.TrainState(

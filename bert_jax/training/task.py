@@ -147,6 +147,9 @@ class FineTuningTask(Task):
     # The metric `DIR/best/` and early stopping follow, and whether greater is better.
     best_metric: str = "loss"
     greater_is_better: bool = False
+    # The settings `tuned_settings` may choose: a rerun in the same work directory may
+    # differ in these (the run chose them), and in no other (`workdir.check_run`).
+    tuned_setting_names: tuple[str, ...] = ()
 
     @classmethod
     def add_arguments(cls, parser) -> None:
@@ -171,11 +174,20 @@ class FineTuningTask(Task):
     def write_predictions(self, path: str, examples: Examples, predictions: dict) -> None:
         """Predictions in input order, the format chosen by the extension of `path`."""
 
+    def check_prediction_path(self, path: str) -> None:
+        """Refuses (UserError) a prediction file name `write_predictions` has no format for,
+        so that `predict` says so before any work; every name is fine by default."""
+
     def tuned_settings(self, metrics: dict) -> dict:
         """Settings chosen on the evaluation file from its `metrics` (SQuAD v2.0's null
         threshold), recorded in the task.json of the model they were measured on so that
         `predict` and `evaluate` use them; {} for a task that tunes nothing."""
         return {}
+
+    def num_inputs(self, examples: Examples) -> int:
+        """How many inputs the user gave (rows, sentences, questions), not the windows they
+        became: what `predict` says it wrote predictions for."""
+        return len(examples.rows)
 
     def examples_from_inputs(self, inputs: list, tokenizer, max_seq_len: int) -> Examples:
         """Python values to predict (as the API's `Model.predict` takes them) as Examples,

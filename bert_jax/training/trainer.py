@@ -12,7 +12,8 @@ beginning (`data_position.py`).
 SIGTERM (spot / preemptible VMs) and a first Ctrl-C make the loop save the current step and
 return (`interrupts.py`); a non-finite loss, gradient or parameter stops it with an error,
 leaving the last good checkpoint. Before anything is written, the work directory is checked
-(same model, `init_from` of the right size) and locked against a second run (`run_lock.py`).
+(the same run: model, starting model, task and labels; `init_from` of the right size) and
+locked against a second run (`run_lock.py`); a run with nothing left to train writes nothing.
 """
 
 import contextlib
@@ -61,9 +62,10 @@ def train(run_config, workdir: str, *, task, dataset_factory: Callable,
           log=print, task_files: dict[str, str] | None = None) -> dict:
     """Runs (or resumes) `task` to run_config.num_train_steps in `workdir`.
 
-    Returns {'step', 'preempted', 'stopped', 'evaluations': [(step, metrics)],
-    'losses': [(step, loss)]}, and when preempted 'exit_status' (130 after Ctrl-C, 143 after
-    SIGTERM). `dataset_factory(split, batch_size, process_index, process_count)` gives the
+    Returns {'step', 'preempted', 'stopped', 'already_finished' (nothing was left to train,
+    so nothing was written), 'evaluations': [(step, metrics)], 'losses': [(step, loss)]},
+    and when preempted 'exit_status' (130 after Ctrl-C, 143 after SIGTERM).
+    `dataset_factory(split, batch_size, process_index, process_count)` gives the
     batches of split "train" (and "eval" for the default evaluator). `init_weights()` gives
     the weights of run_config.init_from's model (an object with .name, .config, .params:
     `initial_state.LoadedWeights`); it is called once, before anything is written, and
@@ -76,40 +78,46 @@ def train(run_config, workdir: str, *, task, dataset_factory: Callable,
     bundle = _bundle_for(run_config, sharding.mesh_from_config(run_config.mesh), task)
     is_chief = jax.process_index() == 0
     # Everything that can refuse the run is checked before anything is written.
-    workdir_lib.check_model_config(workdir, bundle.model_config)
+    workdir_lib.check_run(workdir, bundle.model_config, run_config.init_from, task_files,
+                          getattr(task, "tuned_setting_names", ()))
     weights = None
     if not workdir_lib.has_checkpoint(workdir):
         weights = initial_state.load_init_weights(init_weights, run_config.init_from,
                                                   bundle.model_config)
     with RunLock(workdir) if is_chief else contextlib.nullcontext():
-        if is_chief:
-            workdir_lib.write_run_files(run_config, workdir, bundle.model_config, task_files)
         checkpoints = checkpointing.Checkpoints(
             files.join(workdir, workdir_lib.CHECKPOINTS), keep=run_config.checkpoint.keep,
             async_save=run_config.checkpoint.async_save)
-        writer = MetricsWriter(files.join(workdir, "tensorboard"), enabled=is_chief)
         try:
             state, meta = initial_state.initial_state(bundle, checkpoints, run_config.seed, log,
                                                       weights)
             if meta is not None and evaluator is not None and meta.get("evaluator") is not None:
                 evaluator.restore(meta["evaluator"])
-            loop = _Loop(run_config, bundle, checkpoints, writer, evaluator,
+            loop = _Loop(run_config, bundle, checkpoints, evaluator,
                          show_progress and is_chief, log)
-            return loop.run(state, meta, dataset_factory)
+            if loop.finished(state):  # a finished run is left exactly as it is
+                return loop.result
+            if is_chief:
+                workdir_lib.write_run_files(run_config, workdir, bundle.model_config, task_files)
+            writer = MetricsWriter(files.join(workdir, "tensorboard"), enabled=is_chief)
+            try:
+                return loop.run(state, meta, dataset_factory, writer)
+            finally:
+                writer.close()
         finally:
             checkpoints.close()
-            writer.close()
 
 
 class _Loop:
     """One run's steps and, at the steps that ask for it, logging, evaluation, checkpoints
     and stopping (preemption, early stopping)."""
 
-    def __init__(self, run_config, bundle, checkpoints, writer, evaluator, show_progress, log):
+    def __init__(self, run_config, bundle, checkpoints, evaluator, show_progress, log):
         self.run_config, self.bundle, self.checkpoints = run_config, bundle, checkpoints
-        self.writer, self.evaluator, self.show_progress, self.log = (writer, evaluator,
-                                                                     show_progress, log)
-        self.result = dict(step=0, preempted=False, stopped=False, evaluations=[], losses=[])
+        self.evaluator, self.show_progress, self.log = evaluator, show_progress, log
+        self.result = dict(step=0, preempted=False, stopped=False, evaluations=[], losses=[],
+                           already_finished=False)
+        self.writer = None  # the run's MetricsWriter, from `run`
         # With a batch-size warm-up the reader gives micro-batches, a step reads several.
         self.warmup = bundle.batch_warmup
         self.read_size = self.warmup.micro_batch_size if self.warmup else run_config.batch_size
@@ -120,20 +128,28 @@ class _Loop:
             bundle.model_config, batch_size, seq_len) / batch_size if peak else 0, peak)
         self.dataset = None
 
-    def run(self, state, meta, dataset_factory) -> dict:
+    def finished(self, state) -> bool:
+        """Whether the run has no step left to train (it says so, and `result` says
+        `already_finished`): then nothing is written, not even the run's own files."""
+        step = self.result["step"] = int(jax.device_get(state.step))
+        total, evaluator = self.run_config.num_train_steps, self.evaluator
+        if step < total and not (evaluator is not None and evaluator.stop):
+            return False
+        self.log(f"the run is complete: step {step} of {total} is saved in "
+                 f"{self.checkpoints.directory}; raise --config.num_train_steps to train further")
+        self.result.update(already_finished=True, stopped=step < total)
+        return True
+
+    def run(self, state, meta, dataset_factory, writer) -> dict:
         from bert_jax.progress import StepProgress
 
+        self.writer = writer
         processes, index = jax.process_count(), jax.process_index()
         self.dataset = dataset_factory("train", self.read_size // processes, index, processes)
         restore_position(self.dataset, meta, self.data_source, self.log)
-        step = self.result["step"] = int(jax.device_get(state.step))
+        step, evaluator = self.result["step"], self.evaluator
         seek_step(self.dataset, step, self.warmup)
-        total, evaluator = self.run_config.num_train_steps, self.evaluator
-        if step >= total or (evaluator is not None and evaluator.stop):
-            self.log(f"the run is complete: step {step} of {total} is saved in "
-                     f"{self.checkpoints.directory}; raise --config.num_train_steps to train "
-                     "further")
-            return self.result
+        total = self.run_config.num_train_steps
         if evaluator is not None:
             evaluator.show_progress = self.show_progress  # evaluations show their own bar
             if evaluator.baseline and step == 0:  # the untrained baseline

@@ -259,6 +259,7 @@ def _table_rows(path: str, records: list, spec: ColumnSpec, with_labels: bool,
                 numeric_labels: bool) -> tuple[list[Row], tuple, list[int]]:
     """(rows, the text columns as `read_table` records them, lines repeating the header)."""
     label_index = spec.label_column if isinstance(spec.label_column, int) else None
+    first_line = records[0][0] if records else 1  # the header's, when there is one
     header = _split_header(path, records, spec, label_index, numeric_labels)
     header_repeats = [number for number, cells in records
                       if header is not None and _same_cells(cells, header)]
@@ -273,8 +274,10 @@ def _table_rows(path: str, records: list, spec: ColumnSpec, with_labels: bool,
     text_columns = tuple(_resolve(column, header, path) for column in spec.text_columns) or \
         tuple(index for index in range(width) if index != label_index)
     _check_text_count(path, text_columns)
-    _check_width(path, records, header, fixed_width=not spec.text_columns)
     names = header or [f"column_{index}" for index in range(width)]
+    _check_label_not_text(path, first_line, [names[index] if index < len(names) else index
+                                             for index in text_columns if index == label_index])
+    _check_width(path, records, header, fixed_width=not spec.text_columns)
     rows = [Row(tuple(_cell(cells, column, path, number, "text") for column in text_columns),
                 _label_cell(cells, label_index, path, number)
                 if label_index is not None else None, number,
@@ -296,6 +299,9 @@ def _jsonl_rows(path: str, records: list, spec: ColumnSpec, with_labels: bool
                                               if key != label_column)
     _check_text_count(path, text_columns)
     reading_labels = with_labels or has_label
+    if reading_labels:
+        _check_label_not_text(path, records[0][0], [column for column in text_columns
+                                                    if column == label_column])
     return [Row(tuple(_cell(record, column, path, number, "text") for column in text_columns),
                 _label_cell(record, label_column, path, number) if reading_labels else None,
                 number, tuple((key, value if isinstance(value, str) else json.dumps(value))
@@ -310,6 +316,15 @@ def _label_cell(record, column: Column, path: str, number: int) -> str:
     return label_rules.clean_label(_cell(record, column, path, number, "label"))
 
 
+def _check_label_not_text(path: str, line: int, both: list) -> None:
+    """Refuses a label column that is also a text column (`--text-columns label`): the
+    model would be trained to read its answer from its input."""
+    if both:
+        raise UserError(f"{path}:{line}: column {both[0]!r} is both a text column and the "
+                        "label column, so the model would read each answer in its input; "
+                        "choose other --text-columns or --label-column")
+
+
 def _check_text_count(path: str, text_columns: tuple) -> None:
     if not 1 <= len(text_columns) <= 2:
         raise UserError(f"{path}: found {len(text_columns)} text column(s) {list(text_columns)}; "
@@ -317,9 +332,13 @@ def _check_text_count(path: str, text_columns: tuple) -> None:
 
 
 def _text_row(path: str, number: int, cells: list[str], with_labels: bool) -> Row:
+    """One line of a plain-text file: a text, a pair, or (a blank line) the empty text,
+    kept so that predictions line up with the input's lines, as `embed`'s rows do."""
     if with_labels:
         raise UserError(f"{path}: a plain-text file has no labels; expected .tsv, .csv or "
                         ".jsonl with a label column")
+    if not "".join(cells).strip():
+        return Row(("",), None, number)
     if len(cells) > 2 or not all(cell.strip() for cell in cells):
         raise UserError(f"{path}:{number}: expected a non-empty text, or two separated by "
                         "one tab")
@@ -332,7 +351,16 @@ def _non_empty(rows: list[Row], path: str) -> list[Row]:
     return rows
 
 
+_PAIR_LEAST = 5  # [CLS], a token of the first text, [SEP], a token of the second, [SEP]
+
+
 def encode_rows(tokenizer, rows: Sequence[Row], max_seq_len: int) -> dict:
-    """Token ids of every row, (N, T) int32 each, T the longest row (truncated longest-first)."""
+    """Token ids of every row, (N, T) int32 each, T the longest row (truncated longest-first).
+
+    A pair needs room for a token of each text: truncated to less, one text would be gone
+    and the model would learn (or answer) from the other alone."""
+    if max_seq_len < _PAIR_LEAST and any(len(row.texts) == 2 for row in rows):
+        raise UserError(f"--max-seq-len {max_seq_len} leaves a pair of texts no room for "
+                        f"both: [CLS] A [SEP] B [SEP] needs at least {_PAIR_LEAST}")
     texts = [row.texts[0] if len(row.texts) == 1 else row.texts for row in rows]
     return tokenizer.encode_for_model(texts, max_seq_len)

@@ -2,7 +2,8 @@
 
 The format of the CoNLL-2002/2003 shared tasks: whitespace-separated fields, the token
 first and the entity tag in a chosen column (the last by default), `-DOCSTART-` lines
-between documents (skipped: they are not sentences). Every token line of a file has the
+between documents (not sentences: kept aside, and written back in their places when
+predictions are written, so the output lines up with the input). Every token line of a file has the
 same number of fields; a line that does not is an error naming the file and line.
 
 Tags follow IOB1 (the original CoNLL-2003 release: `I-X` opens an entity, `B-X` only
@@ -38,6 +39,8 @@ class CoNLLFile:
     path: str
     sentences: list[Sentence]
     scheme: str  # the scheme the file was written in ("iob1" or "iob2"; "none" if unlabelled)
+    # Each -DOCSTART- line's fields, with the index of the sentence it comes before.
+    documents: tuple[tuple[int, tuple[str, ...]], ...] = ()
 
 
 def _split_tag(tag: str) -> tuple[str, str]:
@@ -82,15 +85,20 @@ def _read_lines(path: str) -> list[str]:
     return files.split_lines(files.read_user_text(path, "CoNLL"))
 
 
-def _token_blocks(path: str, lines: list[str]) -> list[tuple[int, list[tuple[str, ...]]]]:
-    """(first line number, fields of each token line) per sentence; checks the field count."""
+def _token_blocks(path: str, lines: list[str]
+                  ) -> tuple[list[tuple[int, list[tuple[str, ...]]]], list]:
+    """((first line number, fields of each token line) per sentence, the -DOCSTART- lines as
+    (index of the next sentence, fields)); checks the field count."""
     blocks, current, start, num_fields, first_line = [], [], 0, None, 0
+    documents = []
     for number, line in enumerate(lines, start=1):
         fields = tuple(line.split())
         if not fields or fields[0] == DOCUMENT_START:
             if current:
                 blocks.append((start, current))
             current = []
+            if fields:
+                documents.append((len(blocks), fields))
             continue
         if num_fields is None:
             num_fields, first_line = len(fields), number
@@ -107,7 +115,7 @@ def _token_blocks(path: str, lines: list[str]) -> list[tuple[int, list[tuple[str
     if not blocks:
         raise UserError(f"{path}: no sentences; expected `token ... TAG` lines with a blank "
                         "line between sentences")
-    return blocks
+    return blocks, documents
 
 
 def read_conll(path: str, tag_column: int | None = -1, scheme: str = "auto") -> CoNLLFile:
@@ -119,10 +127,11 @@ def read_conll(path: str, tag_column: int | None = -1, scheme: str = "auto") -> 
     """
     if scheme not in SCHEMES:
         raise UserError(f"unknown tag scheme {scheme!r}; expected one of {SCHEMES}")
-    blocks = _token_blocks(path, _read_lines(path))
+    blocks, documents = _token_blocks(path, _read_lines(path))
+    documents = tuple(documents)
     if tag_column is None:
         return CoNLLFile(path, [Sentence(tuple(fields), None, start) for start, fields in blocks],
-                         "none")
+                         "none", documents)
     num_fields = len(blocks[0][1][0])
     column = tag_column + num_fields if tag_column < 0 else tag_column
     if not 1 <= column < num_fields:
@@ -142,7 +151,7 @@ def read_conll(path: str, tag_column: int | None = -1, scheme: str = "auto") -> 
         ) else "iob2"
     sentences = [Sentence(tuple(fields), tuple(iob1_to_iob2(tags) if scheme == "iob1" else tags),
                           start) for (start, fields), tags in zip(blocks, raw_tags)]
-    return CoNLLFile(path, sentences, scheme)
+    return CoNLLFile(path, sentences, scheme, documents)
 
 
 def label_names(sentences: Sequence[Sentence]) -> list[str]:
@@ -168,16 +177,28 @@ def check_known_tags(data: CoNLLFile, labels: Sequence[str]) -> None:
                     f"training; the model knows the entity types {types}")
 
 
-def write_conll(path: str, sentences: Sequence[Sentence], predicted: Sequence[Sequence[str]]
-                ) -> None:
-    """Each token line as read, plus the predicted tag as a last column (conlleval's layout).
+def write_conll(path: str, sentences: Sequence[Sentence], predicted: Sequence[Sequence[str]],
+                documents: Sequence[tuple[int, tuple[str, ...]]] = ()) -> None:
+    """Each token line as read, plus the predicted tag as a last column (conlleval's layout),
+    and each -DOCSTART- line of `documents` (`CoNLLFile.documents`) in its place, tagged O
+    so that every line has as many fields.
 
     Written through the file layer's atomic writer, so a failure leaves no half-written file.
     """
     from bert_jax.storage import files
 
+    before = {}
+    for index, fields in documents:
+        before.setdefault(index, []).append(fields)
+
+    def write_documents(file, index: int) -> None:
+        for fields in before.get(index, ()):
+            file.write(" ".join((*fields, OUTSIDE)) + "\n\n")
+
     with files.atomic_write(path) as file:
-        for sentence, tags in zip(sentences, predicted, strict=True):
+        for index, (sentence, tags) in enumerate(zip(sentences, predicted, strict=True)):
+            write_documents(file, index)
             for fields, tag in zip(sentence.fields, tags, strict=True):
                 file.write(" ".join((*fields, tag)) + "\n")
             file.write("\n")
+        write_documents(file, len(sentences))

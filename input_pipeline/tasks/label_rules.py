@@ -4,10 +4,13 @@ The rule, the same for every task that reads labels (classify and its pairs, reg
 tags from CoNLL, NLI for sentence embeddings) and at any file size:
   - a label cell is read with its surrounding white space stripped, as a text is
     (`pos ` is `pos`);
-  - labels that then differ only by letter case (`pos`/`Pos`), or numbers written two ways
-    (`1`/`1.0`), are refused with one error that lists each group and the line where each
-    spelling first occurs (`check_spellings`): a binary file with one stray `Pos` would
-    otherwise train a third class without a word. `--labels-as-written` keeps them apart;
+  - labels that then differ only by letter case (`pos`/`Pos`), or numbers or truth values
+    written two ways (`1`/`1.0`, `true`/`1`: JSON's true and 1, a spreadsheet's TRUE), are
+    refused with one error that lists each group and the line where each spelling first
+    occurs (`check_spellings`): a binary file with one stray `Pos` would otherwise train a
+    third class without a word. `--labels-as-written` keeps them apart;
+  - a file of classes must hold two at least (`check_label_count`): with one, every
+    prediction would be that label at probability 1;
   - an empty label cell, and a row that repeats the header (two exports concatenated), are
     errors naming the file and line; with `--skip-bad-rows` they are skipped and counted on
     stderr (`screen_rows`).
@@ -39,13 +42,17 @@ def clean_label(cell: str) -> str:
     return cell.strip()
 
 
+# Truth values as the numbers they are written as elsewhere (JSON's true and 1, a CSV's 1).
+_TRUTH_VALUES = {"true": 1.0, "false": 0.0}
+
+
 def _spelling_key(label: str) -> tuple:
-    """What two spellings of one class share: the number (`1` = `1.0` = `01`), else the
-    text without letter case. NaN and infinities are words here, not numbers."""
+    """What two spellings of one class share: the number (`1` = `1.0` = `01` = `true`), else
+    the text without letter case. NaN and infinities are words here, not numbers."""
     try:
         number = float(label)
     except ValueError:
-        number = math.nan
+        number = _TRUTH_VALUES.get(label.casefold(), math.nan)
     if math.isfinite(number):
         return ("number", number)
     return ("text", label.casefold())
@@ -80,6 +87,18 @@ def check_spellings(labels: Iterable[tuple[str, int]], path: str, what: str = "l
         f"{path}: {what}s that differ only by letter case or by how a number is written "
         f"would train as separate classes:\n{listed}\nwrite each class one way, or pass "
         f"{AS_WRITTEN_FLAG} to keep them as separate classes")
+
+
+def check_label_count(labels: Sequence[tuple[str, int]], path: str, what: str = "label",
+                      hint: str = "is the label column the one you meant?") -> None:
+    """Refuses a training file whose (label, line) pairs hold fewer than two classes: a
+    classifier of one class predicts it for everything, at probability 1."""
+    distinct = {label for label, _ in labels}
+    if len(distinct) >= 2 or not labels:
+        return
+    label, line = labels[0]
+    raise UserError(f"{path}:{line}: every row has the {what} {label!r} ({len(labels)} rows); "
+                    f"a classifier needs at least two {what}s to tell apart; {hint}")
 
 
 def _lines(numbers: Sequence[int]) -> str:

@@ -38,7 +38,8 @@ def file_format(path: str) -> str:
 
 def read_records(path: str, kind: str, delimiter: str | None = None
                  ) -> list[tuple[int, list[str] | dict]]:
-    """(first line number, cells or object) of every non-blank record.
+    """(first line number, cells or object) of every non-blank record (plain text: of every
+    line).
 
     TSV/CSV go to the csv module whole, so a quoted CSV field keeps its newline and the line
     numbers after it stay right; every format splits lines at newlines only (a U+2028 in a
@@ -49,10 +50,10 @@ def read_records(path: str, kind: str, delimiter: str | None = None
         return _parsed(path, text, dict(delimiter=delimiter, strict=True))
     if kind in ("tsv", "csv"):
         return _table_records(path, text, kind)
-    numbered = [(number, line) for number, line in enumerate(files.split_lines(text), start=1)
-                if line.strip()]
-    if kind == "text":
-        return [(number, line.split("\t")) for number, line in numbered]
+    lines = list(enumerate(files.split_lines(text), start=1))
+    if kind == "text":  # every line, a blank one too: one prediction per input line
+        return [(number, line.split("\t")) for number, line in lines]
+    numbered = [(number, line) for number, line in lines if line.strip()]
     records = []
     for number, line in numbered:
         try:

@@ -25,7 +25,7 @@ Implementations (`Precision.attention`):
 
 Attention dropout: splash has none. cuDNN's kernel has one whose seed is a compile-time
 constant; XLA advances a per-kernel random offset at every call, so the masks should change
-from step to step, but no GPU has checked it yet (bench/cudnn_dropout_check.py does). So it
+from step to step, but no GPU has checked it yet (bench/gpu/cudnn_dropout_check.py does). So it
 is opt-in (`Precision.fused_attention_dropout`): each layer's kernel gets its own seed (from
 the layer's name), and its masks come from cuDNN's counter, not from the run's dropout key:
 they do not follow `seed`, and a resumed run's counters start again from 0.

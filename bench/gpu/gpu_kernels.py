@@ -1,15 +1,15 @@
 """Where bert-jax's GPU train step spends its time: the kernel table, grouped by kind.
 
-Builds the step as bench/gpu_step.py does (real jitted `train_step`, donated state, the run
+Builds the step as bench/gpu/gpu_step.py does (real jitted `train_step`, donated state, the run
 config's precision), times --steps steps, then traces --profile-steps more with
 `jax.profiler` and reads the trace with `jax.profiler.ProfileData` (no TensorBoard): each GPU
 stream's kernel time per step, kernels per step, the --top kernels, and the time per kind
 (matmuls, cuDNN attention, reduce fusions, other fusions). Predict what a change moves, then
 compare this table before and after it (issue 32).
 
-Usage: python bench/gpu_kernels.py [--preset base] [--config bf16:32x512] [--attention auto]
+Usage: python bench/gpu/gpu_kernels.py [--preset base] [--config bf16:32x512] [--attention auto]
            [--attention-dropout 0] [--fused-attention-dropout] [--top 30]
-       python bench/gpu_kernels.py --smoke   # on the CPU: BERT-tiny; its trace has no GPU
+       python bench/gpu/gpu_kernels.py --smoke   # on the CPU: BERT-tiny; its trace has no GPU
 """
 
 import argparse
@@ -23,10 +23,11 @@ import time
 SMOKE = "--smoke" in sys.argv
 os.environ.setdefault("JAX_PLATFORMS", "cpu" if SMOKE else "cuda")
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, _REPOSITORY)
 
-from bench.gpu_frameworks import DTYPES, GpuJaxStep  # noqa: E402
-from bench.gpu_step import parse_configs  # noqa: E402
+from bench.gpu.gpu_frameworks import DTYPES, GpuJaxStep  # noqa: E402
+from bench.gpu.gpu_step import parse_configs  # noqa: E402
 from bench.model_step import make_batch  # noqa: E402
 from bert_jax.models.config import ATTENTION_IMPLEMENTATIONS  # noqa: E402
 

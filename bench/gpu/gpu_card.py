@@ -1,4 +1,4 @@
-"""The card under bench/gpu_step.py: its measured and datasheet peaks, matmul precision, memory.
+"""The card under bench/gpu/gpu_step.py: its measured and datasheet peaks, matmul precision, memory.
 
 MFU is reported against two peaks: each framework's own large matmul in the step's precision
 (measured between the rounds) and the card's datasheet dense peak (DATASHEET_PEAK). Float32

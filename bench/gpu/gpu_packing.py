@@ -12,9 +12,9 @@ synthetic, uniform in [16, seq_len] (seed 0): the packed/unpacked ratio then say
 packing gains on such lengths, not on a corpus. Token ids are random (they do not change
 the work). Goal (issue 32): packed / unpacked real tokens/s >= 1.25x at 512 tokens.
 
-Usage: python bench/gpu_packing.py [--preset base] [--seq-len 512] [--batch-size 32]
+Usage: python bench/gpu/gpu_packing.py [--preset base] [--seq-len 512] [--batch-size 32]
            [--lengths FILE] [--rounds 3] [--steps 10]
-       python bench/gpu_packing.py --smoke   # on the CPU: BERT-tiny, 4 x 128, xla for cudnn
+       python bench/gpu/gpu_packing.py --smoke   # on the CPU: BERT-tiny, 4 x 128, xla for cudnn
 """
 
 import argparse
@@ -27,9 +27,10 @@ import numpy as np
 SMOKE = "--smoke" in sys.argv
 os.environ.setdefault("JAX_PLATFORMS", "cpu" if SMOKE else "cuda")
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, _REPOSITORY)
 
-from bench.gpu_frameworks import GpuJaxStep  # noqa: E402
+from bench.gpu.gpu_frameworks import GpuJaxStep  # noqa: E402
 from bench.model_step import VOCAB_SIZE, time_rounds  # noqa: E402
 from input_pipeline import packing  # noqa: E402
 

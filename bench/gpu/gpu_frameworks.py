@@ -1,4 +1,4 @@
-"""The two sides of bench/gpu_step.py: bert-jax's real train step and PyTorch's peer on a GPU.
+"""The two sides of bench/gpu/gpu_step.py: bert-jax's real train step and PyTorch's GPU peer.
 
 Each step's `run(n)` runs n steps and then waits for the device once, as a training loop
 does (no host sync between steps). `build_steps` makes and warms up (compiles) the steps of

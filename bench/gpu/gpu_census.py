@@ -1,14 +1,14 @@
 """The GPU train step's kernel census on this CPU, and the check behind the suite's budget.
 
 Compiles the real BERT-Base bf16 train step at 32 x 512 (20 predictions, attention dropout
-0: cuDNN's attention, as bench/gpu_step.py runs it) for an H100 (`bert-jax aot`'s deviceless
+0: cuDNN's attention, as bench/gpu/gpu_step.py runs it) for an H100 (`bert-jax aot`'s deviceless
 compile, requirements-gpu-compile.txt) with 2, 3 and 12 layers, prints each census, and
 checks that the 2-layer census plus 10 x (3 layers - 2 layers) is the 12-layer one: the
 suite (tests/test_aot_gpu.py) compiles 2 layers and holds them to a budget, which says what
 it says of BERT-Base only if every added layer adds the same kernels and bytes (measured:
 within 3 kernels and 4 MB of the 12-layer census: the first and last layers differ a little).
 
-Usage: python bench/gpu_census.py [--layers 2,3,12] [--topology h100]   (minutes on 2 cores)
+Usage: python bench/gpu/gpu_census.py [--layers 2,3,12] [--topology h100]   (minutes on 2 cores)
 """
 
 import argparse
@@ -17,7 +17,8 @@ import sys
 import time
 
 os.environ["JAX_PLATFORMS"] = "cpu"  # compiled here, for a GPU that is not here
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, _REPOSITORY)
 
 
 def compile_base(layers: int, topology: str):

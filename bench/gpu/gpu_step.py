@@ -33,14 +33,14 @@ GPU catches a regression. --attention and --fused-attention-dropout set bert-jax
 `precision.attention` and `precision.fused_attention_dropout` (layers/attention_kernels.py).
 --smoke runs it all on the CPU in seconds.
 
-This file runs the comparison and writes the table; bench/gpu_frameworks.py holds the two
-sides' steps, bench/gpu_card.py the card's peaks, matmul precision and memory.
+This file runs the comparison and writes the table; bench/gpu/gpu_frameworks.py holds the two
+sides' steps, bench/gpu/gpu_card.py the card's peaks, matmul precision and memory.
 
-Usage: python bench/gpu_step.py [--presets base,large] [--configs fp32:128x128,bf16:128x128,
+Usage: python bench/gpu/gpu_step.py [--presets base,large] [--configs fp32:128x128,bf16:128x128,
            fp32:32x512,bf16:32x512] [--rounds 5] [--steps 10] [--compile all|none|CONFIGS]
            [--attention-dropout 0] [--attention auto] [--fused-attention-dropout]
            [--check] [--markdown-out PATH] [--json-out PATH]
-       python bench/gpu_step.py --smoke   # on the CPU, BERT-tiny, one round: checks the script
+       python bench/gpu/gpu_step.py --smoke   # on the CPU, BERT-tiny, one round: checks the script
 """
 
 import argparse
@@ -58,12 +58,13 @@ SMOKE = "--smoke" in sys.argv
 os.environ.setdefault("JAX_PLATFORMS", "cpu" if SMOKE else "cuda")
 # The two frameworks share the GPU: JAX must not take 75% of its memory up front.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, _REPOSITORY)
 
 from bench.model_step import make_batch, time_rounds  # noqa: E402
-from bench.gpu_card import (allow_tf32_in_torch, datasheet_peak, device_name,  # noqa: E402
+from bench.gpu.gpu_card import (allow_tf32_in_torch, datasheet_peak, device_name,  # noqa: E402
                             matmul_peaks, memory_report, print_environment, release)
-from bench.gpu_frameworks import DTYPES, attention_path, build_steps  # noqa: E402
+from bench.gpu.gpu_frameworks import DTYPES, attention_path, build_steps  # noqa: E402
 from bert_jax.models.config import ATTENTION_IMPLEMENTATIONS  # noqa: E402
 
 
@@ -178,7 +179,7 @@ def parse_arguments() -> argparse.Namespace:
                         help="bert-jax's precision.attention (auto: the README's choices)")
     parser.add_argument("--fused-attention-dropout", action="store_true",
                         help="bert-jax's precision.fused_attention_dropout: attention dropout "
-                             "inside cuDNN's kernel (opt-in; bench/cudnn_dropout_check.py)")
+                             "inside cuDNN's kernel (opt-in; bench/gpu/cudnn_dropout_check.py)")
     parser.add_argument("--check", action="store_true",
                         help="exit 1 if bert-jax is slower than PyTorch eager in any "
                              "configuration run")

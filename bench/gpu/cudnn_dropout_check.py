@@ -18,8 +18,8 @@ entry is 0 where the mask dropped it. Checks (each printed PASS or FAIL; exit 1 
 --smoke runs it on the CPU with the reference dropout drawn from a new key per call (what
 cuDNN should do): it checks the script, not cuDNN; `train` is printed, not enforced.
 
-Usage: python bench/cudnn_dropout_check.py [--rate 0.1]
-       python bench/cudnn_dropout_check.py --smoke
+Usage: python bench/gpu/cudnn_dropout_check.py [--rate 0.1]
+       python bench/gpu/cudnn_dropout_check.py --smoke
 """
 
 import argparse
@@ -30,7 +30,8 @@ import zlib
 SMOKE = "--smoke" in sys.argv
 os.environ.setdefault("JAX_PLATFORMS", "cpu" if SMOKE else "cuda")
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, _REPOSITORY)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

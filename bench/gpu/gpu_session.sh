@@ -6,7 +6,7 @@
 # and every step runs under the time that is left. JAX's persistent compilation cache is on,
 # so gpu_step.py's second compile of a step (to name its attention) is a cache hit. What did
 # not fit is printed at the end: run it in the next call with --only.
-#   dropout_check    bench/cudnn_dropout_check.py: does cuDNN's attention dropout draw a new
+#   dropout_check    bench/gpu/cudnn_dropout_check.py: does cuDNN's attention dropout draw a new
 #                    mask each step, row, head and layer, the backward the forward's?
 #   cudnn_tests      tests/test_attention_kernels.py on the GPU: cuDNN lengths and segments
 #                    (3 slots, packed rows) against the reference (needs pytest there)
@@ -22,14 +22,14 @@
 #   compiled         gpu_step.py base bf16 128x128 and 32x512 with torch.compile
 # Each step's log is OUT_DIR/NAME.log; gpu_step's tables also go to NAME.md and NAME.json.
 #
-# Usage: bash bench/gpu_session.sh [--out DIR] [--budget 540] [--only a,b] [--list]
-#        bash bench/gpu_session.sh --smoke   # on a CPU: every step on BERT-tiny (minutes)
-# On the lent H100 (the device tool; $OUT comes back): bash bench/gpu_session.sh --out "$OUT"
+# Usage: bash bench/gpu/gpu_session.sh [--out DIR] [--budget 540] [--only a,b] [--list]
+#        bash bench/gpu/gpu_session.sh --smoke   # on a CPU: every step on BERT-tiny (minutes)
+# On the lent H100 (the device tool; $OUT comes back): bash bench/gpu/gpu_session.sh --out "$OUT"
 # The GPU image lacks ml_collections: download its wheel into gpu_wheels/ here first
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 -d gpu_wheels ml_collections==1.1.0
 # and the script installs it there (pip --no-index --target).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 OUT_DIR="${OUT:-bench/out/gpu_session}"
 BUDGET=540
@@ -62,15 +62,15 @@ fi
 
 # name, estimate in seconds (H100), command
 STEPS=(
-  "dropout_check|60|bench/cudnn_dropout_check.py ${SMOKE:+--smoke}"
+  "dropout_check|60|bench/gpu/cudnn_dropout_check.py ${SMOKE:+--smoke}"
   "cudnn_tests|40|-m pytest -q -p no:cacheprovider tests/test_attention_kernels.py -k on_a_gpu"
-  "base|150|bench/gpu_step.py --presets base --configs bf16:128x128,bf16:32x512 $STEP_ARGS --check"
-  "kernels|70|bench/gpu_kernels.py --preset base --config bf16:32x512 ${SMOKE:+--smoke}"
-  "dropout|90|bench/gpu_step.py --presets base --configs bf16:32x512 --attention-dropout 0.1 $STEP_ARGS --check"
-  "dropout_fused|90|bench/gpu_step.py --presets base --configs bf16:32x512 --attention-dropout 0.1 --fused-attention-dropout $STEP_ARGS --check"
-  "packed|180|bench/gpu_packing.py ${SMOKE:+--smoke}"
-  "large|150|bench/gpu_step.py --presets large --configs bf16:32x512 $STEP_ARGS --check"
-  "compiled|300|bench/gpu_step.py --presets base --configs bf16:128x128,bf16:32x512 ${STEP_ARGS/--compile none/--compile all} --check"
+  "base|150|bench/gpu/gpu_step.py --presets base --configs bf16:128x128,bf16:32x512 $STEP_ARGS --check"
+  "kernels|70|bench/gpu/gpu_kernels.py --preset base --config bf16:32x512 ${SMOKE:+--smoke}"
+  "dropout|90|bench/gpu/gpu_step.py --presets base --configs bf16:32x512 --attention-dropout 0.1 $STEP_ARGS --check"
+  "dropout_fused|90|bench/gpu/gpu_step.py --presets base --configs bf16:32x512 --attention-dropout 0.1 --fused-attention-dropout $STEP_ARGS --check"
+  "packed|180|bench/gpu/gpu_packing.py ${SMOKE:+--smoke}"
+  "large|150|bench/gpu/gpu_step.py --presets large --configs bf16:32x512 $STEP_ARGS --check"
+  "compiled|300|bench/gpu/gpu_step.py --presets base --configs bf16:128x128,bf16:32x512 ${STEP_ARGS/--compile none/--compile all} --check"
 )
 
 if [ -n "$LIST" ]; then
@@ -106,7 +106,7 @@ for step in "${STEPS[@]}"; do
   fi
   echo "=== $name (~$estimate s; $left s left): $PYTHON $command"
   outputs=""
-  if [[ "$command" == bench/gpu_step.py* ]]; then
+  if [[ "$command" == bench/gpu/gpu_step.py* ]]; then
     outputs="--markdown-out $OUT_DIR/$name.md --json-out $OUT_DIR/$name.json"
   fi
   # shellcheck disable=SC2086  # the command's words are meant to split
