@@ -69,7 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "and chip-hours per phase beside the paper's 191 h on 8 H100s")
     parser.add_argument("--rows-per-chip", default=None, metavar="R1,R2",
                         help="with --recipe modernbert: rows a chip per micro-batch in phase 1 "
-                             "(dividing 72) and phase 2 (dividing 9); default: the most that "
+                             "(dividing 72) and phase 2 (dividing 9); default: counts that "
                              "fitted each pod when compiled (README)")
     parser.add_argument("--instances-per-row", default=None, metavar="P1,P2",
                         help="with --recipe: instances per packed row in phase 1 (128) and "

@@ -30,9 +30,9 @@ TARGETS = (("v4-128", "v4:2x2x2", "megacore"), ("v5e-64", "v5e:2x4", None),
            ("v5p-128", "v5p:2x2x2", None))
 # The paper (arXiv 2412.13663): ModernBERT-base in 191 hours on 8 H100s, ~2T tokens.
 PAPER_HOURS, PAPER_GPUS = 191.0, 8
-# Rows a chip per micro-batch, by (model size, pod), phase 1 then phase 2: the most of the
-# counts that divide a chip's rows a step (72 and 9) that fitted when compiled (README,
-# "ModernBERT before renting"; `--rows-per-chip` overrides them).
+# Rows a chip per micro-batch, by (model size, pod), phase 1 then phase 2: counts that divide
+# a chip's rows a step (72 and 9) and fitted when compiled (README, "ModernBERT before
+# renting", with the HBM they left; not searched for the most: `--rows-per-chip` tries others).
 DEFAULT_ROWS = {("base", "v4-128"): (12, 3), ("base", "v5e-64"): (6, 1),
                 ("base", "v5p-128"): (12, 9), ("large", "v4-128"): (6, 1),
                 ("large", "v5e-64"): (3, 1), ("large", "v5p-128"): (12, 3)}
@@ -104,15 +104,34 @@ def summary_rows(reports: dict[str, list[CompileReport]], mfu: float) -> list[di
     return rows
 
 
+def answer_line(model: str, rows: list[dict], mfu: float) -> str:
+    """"ModernBERT-base: fits v4-128, v5e-64, v5p-128; fastest v5p-128: ..." from the totals."""
+    totals = [row for row in rows if row["phase"] == "total"]
+    fitting = [row for row in totals if row["fits"]]
+    fits = ", ".join(row["pod"] for row in fitting) or "none of the pods"
+    missing = [row["pod"] for row in totals if not row["fits"]]
+    line = f"ModernBERT-{model}, 2.0T tokens: fits {fits}" + (
+        f" (NOT {', '.join(missing)})" if missing else "")
+    if not fitting:
+        return line
+    best = min(fitting, key=lambda row: row["seconds"]["bound"])
+    bound, at_mfu = best["seconds"]["bound"], best["seconds"]["mfu"]
+    return (f"{line}; fastest {best['pod']}: no sooner than {bound / 86400:.2f} days "
+            f"({bound / 3600 * POD_CHIPS:,.0f} chip-hours), {at_mfu / 86400:.2f} days at "
+            f"{mfu:.0%} MFU; the paper: {PAPER_HOURS / 24:.1f} days on {PAPER_GPUS} H100s")
+
+
 def format_summary(model: str, reports: dict[str, list[CompileReport]], mfu: float) -> str:
-    """The projection table, then the paper's figure beside it."""
-    lines = [f"ModernBERT-{model}, the paper's recipe on {POD_CHIPS}-chip pods (each compiled as "
+    """The answer line, the projection table, then the paper's figure beside it."""
+    rows = summary_rows(reports, mfu)
+    lines = [answer_line(model, rows, mfu),
+             f"ModernBERT-{model}, the paper's recipe on {POD_CHIPS}-chip pods (each compiled as "
              f"an {STAND_IN_CHIPS}-chip stand-in at the pod's rows a chip): days and chip-hours "
              f"at the roofline bound (no faster) and at {mfu:.0%} MFU",
              f"  {'pod':<9}{'phase':<7}{'tokens':>7}{'rows a chip':>16}{'peak HBM':>11}{'fits':>5}"
              f"{'bound ms/step (compute/memory/ICI)':>38}{'days':>7}{'chip-h':>9}"
              f"{'days@MFU':>9}{'chip-h':>9}"]
-    for row in summary_rows(reports, mfu):
+    for row in rows:
         bound, at_mfu = row["seconds"]["bound"], row["seconds"]["mfu"]
         hours = (bound / 3600 * POD_CHIPS, at_mfu / 3600 * POD_CHIPS)
         days = f"{bound / 86400:>7.2f}{hours[0]:>9,.0f}{at_mfu / 86400:>9.2f}{hours[1]:>9,.0f}"
