@@ -55,6 +55,19 @@ def topology_devices(topology: str, chip_config: str | None = None) -> list:
     # Without a metadata server libtpu puts a warning text in the worker list and logs an
     # INVALID_ARGUMENT error about it; no workers are contacted when only compiling.
     os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
+    # libtpu also asks the metadata for its host's accelerator type and, finding none, prints
+    # a warning at start; the compiled topology is the one named here, so name one host's.
+    generation = next(generation for generation in GENERATIONS.values()
+                      if generation.topology_name == match.group(1))
+    one_host = generation.chips_per_host * (
+        generation.cores_per_chip if generation.type_counts_cores else 1)
+    os.environ.setdefault("TPU_ACCELERATOR_TYPE", f"{generation.name}-{one_host}")
+    # A compile-only program cannot be loaded back from the persistent compilation cache
+    # (there is no TPU client to load it into: JAX warns on every later compile), and the
+    # compile is what `aot` measures: leave the cache off.
+    import jax
+
+    jax.config.update("jax_enable_compilation_cache", False)
     try:
         import libtpu  # noqa: F401  (only to give a clear error when it is missing)
     except ImportError:
