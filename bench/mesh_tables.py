@@ -23,13 +23,12 @@ skips the names already written, so the sweep can be stopped and resumed.
 """
 
 import argparse
-import dataclasses
 import json
 import os
 import subprocess
 import sys
 
-from bert_jax.compiler import aot_report
+from bert_jax.compiler import aot_pod, aot_report
 from bert_jax.compiler.aot import CompileReport
 
 GIB, MIB = 2**30, 2**20
@@ -61,37 +60,6 @@ def compile_one(out: str, model: str, phase: int, slice_name: str, layout: str) 
         subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=True)
 
 
-def _spread(group: int) -> float:
-    """Bytes a device sends per operand byte in a collective over `group` devices, relative to
-    (n - 1) / n: all-gather, reduce-scatter and permute rings; an all-reduce is twice that."""
-    return (group - 1) / group if group > 1 else 0.0
-
-
-def pod_terms(report: CompileReport, layout: str, pod_chips: int) -> dict:
-    """The 8-chip stand-in's roofline terms carried to the pod (module docstring). Mixed
-    keeps FSDP within a 4-chip host and widens only its data axis: its all-reduces grow from a
-    group of 2 to one of pod / 4, its gathers stay within the host. FSDP's update (the finite
-    check, gradient norm, clipping and AdamW, on each chip's share of the parameters) shrinks
-    from 1/8 of the parameters to 1/pod; the rest of its HBM traffic (activations, the
-    gathered weights, the whole gradients before their reduce-scatter) holds."""
-    sent = report.collective_bytes
-    if layout == "fsdp":
-        update = sum(report.bytes_by_purpose.get(purpose, {}).get("hbm", 0)
-                     for purpose in aot_report.STATE_PURPOSES)
-        report = dataclasses.replace(report, hbm_traffic_per_device=(
-            report.hbm_traffic_per_device - update * (1 - STAND_IN_CHIPS / pod_chips)))
-    terms = report.roofline_terms()
-    if layout == "mixed":
-        data_group = report.mesh_shape["data"]
-        scaled = sum(sent.values()) + sent.get("all-reduce", 0.0) * (
-            _spread(pod_chips // (STAND_IN_CHIPS // data_group)) / _spread(data_group) - 1)
-    else:
-        scaled = sum(sent.values()) * _spread(pod_chips) / _spread(STAND_IN_CHIPS)
-    if sum(sent.values()):
-        terms["interconnect"] *= scaled / sum(sent.values())
-    return terms
-
-
 def _bytes(value: float) -> str:
     return f"{value / GIB:.2f} GiB" if value >= GIB else f"{value / MIB:.1f} MiB"
 
@@ -111,7 +79,7 @@ def table(out: str, model: str, phase: int) -> list[str]:
             with open(path, encoding="utf-8") as file:
                 # derived again by the current bert_jax.compiler.aot, not read from the file
                 report = aot_report.report_from_json(json.load(file)["reports"][0])
-            bound = max(pod_terms(report, layout, pod_chips).values())
+            bound = max(aot_pod.pod_terms(report, pod_chips).values())
             rows.append((layout, report, bound))
             if report.fits and (best is None or bound < best[1]):
                 best = (layout, bound)

@@ -1,12 +1,12 @@
-"""bench/mesh_tables.py: an 8-chip stand-in's roofline terms carried to the pod, and the
-table naming the fastest layout that fits."""
+"""bench/mesh_tables.py: an 8-chip stand-in's roofline terms carried to the pod
+(bert_jax/compiler/aot_pod.py), and the table naming the fastest layout that fits."""
 
 import json
 
 import pytest
 
 from bench import mesh_tables
-from bert_jax.compiler import aot, aot_report
+from bert_jax.compiler import aot, aot_pod, aot_report
 from launch.tpu_types import generation_for_device_kind
 
 V4 = generation_for_device_kind("TPU v4")
@@ -42,7 +42,7 @@ def _report(mesh: dict, sent: dict, compute=1e-3, memory=2e-3, interconnect=4e-3
 ])
 def test_collectives_over_every_device_grow_by_n_minus_one_over_n(layout, mesh, pod_chips, scale):
     report = _report(mesh, {"all-reduce": 100.0, "all-gather": 300.0})
-    terms = mesh_tables.pod_terms(report, layout, pod_chips)
+    terms = aot_pod.pod_terms(report, pod_chips)
     # float64 products and quotients on both sides (tolerances.py): approx's default.
     assert terms["interconnect"] == pytest.approx(4e-3 * scale)
     assert terms["compute"] == pytest.approx(1e-3)
@@ -54,7 +54,7 @@ def test_mixed_widens_only_its_data_axis():
     of 2 to one of 8, its gathers stay within the 4-chip host."""
     report = _report({"data": 2, "fsdp": 4, "tensor": 1},
                      {"all-reduce": 100.0, "all-gather": 300.0})
-    terms = mesh_tables.pod_terms(report, "mixed", 32)
+    terms = aot_pod.pod_terms(report, 32)
     expected = (100.0 * (7 / 8) / (1 / 2) + 300.0) / 400.0
     assert terms["interconnect"] == pytest.approx(4e-3 * expected)  # float64 arithmetic
 
@@ -67,7 +67,7 @@ def test_mixed_widens_only_its_data_axis():
 def test_only_fsdp_updates_a_smaller_share_of_the_parameters_on_the_pod(layout, mesh, share):
     update = 0.5e-3 * HBM  # half a millisecond of the 2 ms memory term is the update
     report = _report(mesh, {"all-reduce": 1.0}, update_bytes=update)
-    terms = mesh_tables.pod_terms(report, layout, 32)
+    terms = aot_pod.pod_terms(report, 32)
     assert terms["memory"] == pytest.approx(2e-3 - 0.5e-3 * (1 - share))  # float64
 
 

@@ -226,6 +226,9 @@ PLANS_BY_FILE = {
                                  "--config.eval.every_steps=8"),)),
             _skip("three phases of a pod run on gs:// (the configs load in "
                   "tests/test_configs.py)")],
+        "ModernBERT before renting: `aot --recipe modernbert`": [Plan(
+            "slow", "six compiles of ModernBERT-base for TPU pods on libtpu's compile-only "
+                    "devices (about 17 minutes on 2 cores; needs libtpu)")],
         "ModernBERT": [Plan(
             "slow", "a random tiny ModernBERT (the Hub is out of reach) fine-tuned for 3 "
                     "epochs on four rows, predicted, exported and read by transformers' pipeline",

@@ -59,10 +59,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"(default: {DEFAULT_MFU})")
     parser.add_argument("--steps", type=int, default=None,
                         help="steps to project the time for (default: the config's num_train_steps)")
-    parser.add_argument("--recipe", choices=["original"], default=None,
+    parser.add_argument("--recipe", choices=["original", "modernbert"], default=None,
                         help="'original': BERT-Large's 1M steps x 256 sequences, 90%% at length "
                              "128 then 10%% at 512; compiles both phases on v3-64, v4-64 and "
-                             "v5e-256 (or on --topology) and prints projected days")
+                             "v5e-256 (or on --topology) and prints projected days. "
+                             "'modernbert' (with configs/modernbert_base.py or _large.py): "
+                             "1.7T tokens at 1,024 then 300B at 8,192; compiles phases 1 and 2 "
+                             "on 8-chip stand-ins of v4-128, v5e-64 and v5p-128 and prints days "
+                             "and chip-hours per phase beside the paper's 191 h on 8 H100s")
+    parser.add_argument("--rows-per-chip", default=None, metavar="R1,R2",
+                        help="with --recipe modernbert: rows a chip per micro-batch in phase 1 "
+                             "(dividing 72) and phase 2 (dividing 9); default: counts that "
+                             "fitted each pod when compiled (README)")
     parser.add_argument("--instances-per-row", default=None, metavar="P1,P2",
                         help="with --recipe: instances per packed row in phase 1 (128) and "
                              "phase 2 (512), num_instances / num_records of your packed "
@@ -79,14 +87,13 @@ def _compile(config_path: str, overrides: list[str], topology: str, chip_config,
     from bert_jax.run_config import load_run_config
 
     run_config = load_run_config(config_path, overrides)
-    if aot.resolve_shapes(run_config):
-        print(f"(data.seq_len and data.max_predictions are unset in {config_path} and there are "
-              f"no shards: compiling for {run_config.data.seq_len} and "
-              f"{run_config.data.max_predictions}, the original phase 1)", flush=True)
+    filled = aot.resolve_shapes(run_config)
+    if filled:
+        print(f"(unset in {config_path} and no shards to read them from: {filled})", flush=True)
     model_config, substituted = aot.resolved_model_config(run_config)
     if substituted:
         print(f"(model.vocab_size is 0 in {config_path}: compiling with "
-              f"{model_config.vocab_size}, the original English vocabulary)", flush=True)
+              f"{model_config.vocab_size}, the released model's vocabulary)", flush=True)
     from bert_jax.progress import interruptible
 
     name = topology + (f" ({chip_config})" if chip_config else "")
@@ -135,6 +142,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("give --topology (e.g. v4:4x4x2 --chip-config megacore) or --recipe original")
     if args.compare_meshes:
         return _compare_meshes(args)
+    if args.recipe == "modernbert":
+        return _modernbert_recipe(args)
     if args.recipe is None:
         devices = aot.topology_devices(args.topology, args.chip_config)
         run_config, report = _compile(args.config, args.overrides, args.topology,
@@ -211,3 +220,52 @@ def _compare_meshes(args: argparse.Namespace) -> int:
         _write_json(args.json, list(reports.values()), args.mfu,
                     {"layouts": list(reports), "fastest": aot_report.fastest(reports)})
     return 0
+
+
+def _modernbert_recipe(args: argparse.Namespace) -> int:
+    """Compiles phases 1 and 2 of a ModernBERT recipe config on each pod's stand-in, prints
+    every report, then the days and chip-hours of all three phases."""
+    from bert_jax.compiler import aot, aot_modernbert as projection
+    from bert_jax.errors import UserError
+
+    path = args.config.split(":")[0]
+    size = next((size for size in ("base", "large") if f"modernbert_{size}" in path), None)
+    if size is None or args.topology:
+        raise UserError("--recipe modernbert takes configs/modernbert_base.py or "
+                        "configs/modernbert_large.py, and no --topology (it compiles "
+                        + ", ".join(name for name, _, _ in projection.TARGETS) + ")")
+    reports, all_reports = {}, []
+    for name, topology, chip_config in projection.TARGETS:
+        rows = _rows_per_chip(args.rows_per_chip, projection.DEFAULT_ROWS[size, name])
+        devices = aot.topology_devices(topology, chip_config)
+        reports[name] = []
+        for phase, phase_rows in zip(projection.COMPILED_PHASES, rows):
+            print(f"== {name} ({topology} stands in), phase {phase.name}: {phase_rows} rows a "
+                  f"chip a micro-batch", flush=True)
+            overrides = [*args.overrides, *projection.phase_overrides(phase, phase_rows)]
+            _, report = _compile(f"{path}:{phase.name}", overrides, topology, chip_config,
+                                 devices)
+            print(_format(report, args.mfu, round(phase.steps)), flush=True)
+            reports[name].append(report)
+            all_reports.append(report)
+    print(projection.format_summary(size, reports, args.mfu))
+    if args.json:
+        _write_json(args.json, all_reports, args.mfu, {"pods": list(reports)})
+    return 0
+
+
+def _rows_per_chip(text: str | None, default: tuple[int, int]) -> tuple[int, int]:
+    from bert_jax.compiler.aot_modernbert import COMPILED_PHASES
+    from bert_jax.errors import UserError
+
+    if text is None:
+        return default
+    try:
+        values = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        values = ()
+    chips = [phase.rows_per_chip for phase in COMPILED_PHASES]
+    if len(values) != 2 or any(value < 1 or per % value for value, per in zip(values, chips)):
+        raise UserError(f"--rows-per-chip {text!r}: expected two counts, phase 1's dividing "
+                        f"{chips[0]} and phase 2's dividing {chips[1]}, e.g. 12,1")
+    return values

@@ -12,17 +12,15 @@ instead of a failed pod run.
 """
 
 import dataclasses
-import math
 import os
 import re
 import time
-from typing import Any
 
 from bert_jax import quiet
-from bert_jax.compiler import aot_collectives, aot_hlo, gpu_targets
+from bert_jax.compiler import aot_hlo, gpu_targets
 from bert_jax.compiler.aot_hlo import COLLECTIVES
-from bert_jax.models.config import BERT_VOCAB_SIZE, BertConfig
-from bert_jax.models.families import config_from_dict
+from bert_jax.models.config import BertConfig
+from bert_jax.models.families import FAMILIES, config_from_dict
 from bert_jax.errors import UserError
 from launch.tpu_types import GIB, TpuGeneration, generation_for_device_kind, GENERATIONS
 
@@ -58,6 +56,19 @@ def topology_devices(topology: str, chip_config: str | None = None) -> list:
     # Without a metadata server libtpu puts a warning text in the worker list and logs an
     # INVALID_ARGUMENT error about it; no workers are contacted when only compiling.
     os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
+    # libtpu also asks the metadata for its host's accelerator type and, finding none, prints
+    # a warning at start; the compiled topology is the one named here, so name one host's.
+    generation = next(generation for generation in GENERATIONS.values()
+                      if generation.topology_name == match.group(1))
+    one_host = generation.chips_per_host * (
+        generation.cores_per_chip if generation.type_counts_cores else 1)
+    os.environ.setdefault("TPU_ACCELERATOR_TYPE", f"{generation.name}-{one_host}")
+    # A compile-only program cannot be loaded back from the persistent compilation cache
+    # (there is no TPU client to load it into: JAX warns on every later compile), and the
+    # compile is what `aot` measures: leave the cache off.
+    import jax
+
+    jax.config.update("jax_enable_compilation_cache", False)
     try:
         import libtpu  # noqa: F401  (only to give a clear error when it is missing)
     except ImportError:
@@ -127,6 +138,16 @@ class CompileReport:
     kernels_by_kind: dict = dataclasses.field(default_factory=dict)
     kernels_by_purpose: dict = dataclasses.field(default_factory=dict)
     kernels_by_layer: dict = dataclasses.field(default_factory=dict)  # gpu_census.per_layer
+    # Gradient accumulation's micro-batches in a full step: its loop's body counts this many
+    # times in the bytes table, the collectives and the bound (XLA's own counts: once).
+    micro_batches: int = 1
+    # Splash kernels (bert_jax.compiler.aot_splash), from their compiled grids: layer ->
+    # {"key_blocks": visited per query block, "of": key blocks in a row}; the model's
+    # sliding window, tokens a side, to hold them to (0: none); the HBM bytes the grids
+    # stream beyond reading each operand once (in the memory term).
+    splash_masks: dict = dataclasses.field(default_factory=dict)
+    window: int = 0
+    kernel_bytes_per_device: float = 0.0
 
     @property
     def fits(self) -> bool:
@@ -160,12 +181,13 @@ class CompileReport:
 
     @property
     def memory_bytes_per_device(self) -> float:
-        """The roofline's bytes: the corrected HBM count where the program was read, never
-        below the state's compulsory traffic (every argument read and every output written
+        """The roofline's bytes: the corrected HBM count where the program was read (with
+        what splash kernels stream), never below the state's compulsory traffic (every argument read and every output written
         once, whatever stays on chip between), else XLA's count."""
         if not self.hbm_traffic_per_device:
             return self.bytes_accessed_per_device
-        return max(self.hbm_traffic_per_device, self.argument_bytes + self.output_bytes)
+        return max(self.hbm_traffic_per_device + self.kernel_bytes_per_device,
+                   self.argument_bytes + self.output_bytes)
 
     @property
     def compute_flops_per_device(self) -> float:
@@ -203,18 +225,15 @@ class CompileReport:
 
 
 def resolved_model_config(run_config) -> tuple[BertConfig, bool]:
-    """The run's model config; vocab_size 0 ("from the vocabulary file") becomes BERT's
-    30522, since AOT needs no data. Returns (config, whether it was substituted)."""
+    """The run's model config; vocab_size 0 ("from the vocabulary file") becomes the family's
+    released one (BERT's English 30,522, ModernBERT's 50,368), since AOT needs no data.
+    Returns (config, whether it was substituted)."""
     values = dict(run_config.model)
     substituted = values["vocab_size"] == 0
     if substituted:
-        values["vocab_size"] = BERT_VOCAB_SIZE
+        family = FAMILIES[values.get("family", "bert")]
+        values["vocab_size"] = family.config_class.__dataclass_fields__["vocab_size"].default
     return config_from_dict(values, source="run config 'model'"), substituted
-
-
-def _first(analysis: Any) -> dict:
-    """cost_analysis() is a dict, or a list of one dict per program in some jax versions."""
-    return analysis[0] if isinstance(analysis, (list, tuple)) else analysis
 
 
 def _compile(bundle):
@@ -233,27 +252,33 @@ def _compile(bundle):
         return None, message.splitlines()[0]
 
 
-def resolve_shapes(run_config) -> bool:
+def resolve_shapes(run_config) -> str:
     """Fills unset data.seq_len / data.max_predictions from the shards' manifest, or, with no
-    shards configured, the original phase-1 shapes (128, 20); True if the latter. Objective
-    mlm's max_predictions comes from its masking schedule either way."""
+    shards configured, the original phase-1 shapes (128, 20); objective mlm's
+    max_predictions comes from its masking schedule either way. Returns what was filled
+    without shards, for the user ("" if nothing was)."""
     from bert_jax.tasks import pretraining_data
 
     data, objective = run_config.data, run_config.get("objective", "mlm_nsp")
     if None not in (data.seq_len, data.max_predictions) or data.train_files or data.demo_dir:
         data.update(pretraining_data.shard_shapes(data, lambda message: None, objective))
-        return False
+        return ""
+    filled = []
     for key, value in pretraining_data.PHASE_ONE_SHAPES.items():
         if data[key] is None and (key, objective) != ("max_predictions", "mlm"):
             data[key] = value
-    if objective == "mlm":  # its max_predictions: the schedule's slots at that seq_len
+            filled.append(f"data.{key} {value}, the original phase 1's")
+    if objective == "mlm" and data.max_predictions is None:
+        # its max_predictions: the masking schedule's slots at that seq_len
         data.update(pretraining_data.shard_shapes(data, lambda message: None, objective))
-    return True
+        filled.append(f"data.max_predictions {data.max_predictions}, the masking schedule's "
+                      f"slots at {data.seq_len} tokens")
+    return "; ".join(filled)
 
 
 def compile_train_step(run_config, devices: list, topology: str = "") -> CompileReport:
     """Compiles the real train step (bert_jax.training.train_step) for `devices` and measures it."""
-    from bert_jax.compiler import flops
+    from bert_jax.compiler import aot_measure, flops
     from bert_jax import sharding
     from bert_jax.tasks.pretraining import task_from_run_config
     from bert_jax.training import train_step
@@ -277,7 +302,8 @@ def compile_train_step(run_config, devices: list, topology: str = "") -> Compile
                               "code_bytes", "compiled_flops_per_device"), 0)
     measured["collectives"] = dict.fromkeys(COLLECTIVES, 0)
     if compiled is not None:
-        measured = _measure(compiled, model_config, run_config, dict(mesh.shape), kernels)
+        measured = aot_measure.measure(compiled, model_config, run_config, dict(mesh.shape),
+                                       kernels)
     return CompileReport(
         topology=topology, device_kind=device.device_kind, num_devices=len(devices),
         devices_per_chip=generation.cores_per_chip // getattr(device, "num_cores", 1),
@@ -285,82 +311,8 @@ def compile_train_step(run_config, devices: list, topology: str = "") -> Compile
         max_predictions=data.max_predictions, **measured,
         model_flops_per_step=float(flops.train_step_flops(
             model_config, run_config.batch_size, data.seq_len, data.max_predictions)),
-        compile_seconds=compile_seconds, out_of_memory=out_of_memory or "")
-
-
-def _measure(compiled, model_config: BertConfig, run_config, mesh_shape: dict,
-             kernels: list | None = None) -> dict:
-    """The compiled program's memory, FLOPs, bytes, collectives and attention kernel.
-
-    FLOPs: XLA's cost analysis counts every op of the per-device program except what runs
-    inside a Pallas kernel (it reports a splash kernel's work as about nothing); those are
-    added from bert_jax.compiler.flops (the attention core's model FLOPs, 3x forward, split evenly
-    over the devices, as the batch and heads are). A GPU program compiled without its GPU
-    has no cost analysis: its FLOPs and bytes are its kernels' (`kernels`, the census).
-    """
-    from bert_jax.compiler import flops
-
-    hlo_text = compiled.as_text() or ""
-    measured = _program_accounts(compiled, hlo_text, mesh_shape)
-    if kernels is not None:
-        return {**measured, **_gpu_accounts(kernels)}
-    cost = _first(compiled.cost_analysis())
-    kernel_flops = 0.0
-    if measured["attention"] == aot_hlo.SPLASH:
-        kernel_flops = 3 * flops.attention_core_flops(
-            model_config, run_config.batch_size, run_config.data.seq_len) / math.prod(
-            mesh_shape.values())
-    return dict(
-        **measured, **_byte_accounts(hlo_text, model_config, run_config, mesh_shape),
-        compiled_flops_per_device=float(cost.get("flops", 0.0)),
-        bytes_accessed_per_device=float(cost.get("bytes accessed", 0.0)),
-        kernel_flops_per_device=kernel_flops)
-
-
-def _program_accounts(compiled, hlo_text: str, mesh_shape: dict) -> dict:
-    """Memory per device, the collectives and the attention kernel, on any target."""
-    memory = compiled.memory_analysis()
-    found = aot_hlo.collective_ops(hlo_text, math.prod(mesh_shape.values()))
-    counts, wire_bytes = aot_hlo.totals(found)
-    return dict(
-        argument_bytes=memory.argument_size_in_bytes,
-        output_bytes=memory.output_size_in_bytes, alias_bytes=memory.alias_size_in_bytes,
-        temp_bytes=memory.temp_size_in_bytes, code_bytes=memory.generated_code_size_in_bytes,
-        collectives=counts, collective_bytes=wire_bytes,
-        attention=aot_hlo.attention_kernel(hlo_text)[0],
-        unexplained_collectives=tuple(aot_collectives.unexplained(found, mesh_shape)))
-
-
-def _gpu_accounts(kernels: list) -> dict:
-    """A GPU step's FLOPs and bytes from its kernel census: the matmul and attention calls'
-    FLOPs, and every kernel's operands and results as the memory traffic."""
-    from bert_jax.compiler import gpu_census
-
-    kinds = gpu_census.by_kind(kernels)
-    traffic = float(sum(kernel.bytes for kernel in kernels))
-    return dict(kernels_by_kind=kinds, kernels_by_purpose=gpu_census.by_purpose(kernels),
-                kernels_by_layer=gpu_census.per_layer(kernels),
-                compiled_flops_per_device=sum(row["flops"] for row in kinds.values()),
-                bytes_accessed_per_device=traffic, hbm_traffic_per_device=traffic)
-
-
-def _byte_accounts(hlo_text: str, model_config: BertConfig, run_config, mesh_shape: dict) -> dict:
-    """The bytes table by purpose, the corrected HBM count and the first-principles count."""
-    from bert_jax.compiler import aot_bytes
-
-    ops = aot_bytes.op_bytes(hlo_text)
-    state = aot_bytes.state_bytes(hlo_text)
-    data = run_config.data
-    batch_share = mesh_shape.get("data", 1) * mesh_shape.get("fsdp", 1)
-    compute_bytes = 2 if run_config.precision.dtype == "bfloat16" else 4
-    counted = aot_bytes.first_principles(
-        state["params"], state["opt_state"] > 0, mesh_shape.get("fsdp", 1), model_config,
-        run_config.batch_size * data.seq_len // batch_share, data.seq_len, compute_bytes,
-        bool(run_config.precision.remat))
-    return dict(bytes_by_purpose=aot_bytes.by_purpose(ops),
-                hbm_traffic_per_device=float(sum(op.hbm_read_bytes + op.hbm_written_bytes
-                                                 for op in ops)),
-                first_principles_bytes=counted, parameter_bytes_per_device=state["params"])
+        compile_seconds=compile_seconds, out_of_memory=out_of_memory or "",
+        micro_batches=run_config.grad_accum_steps, window=getattr(model_config, "window", 0))
 
 
 def format_bytes(num_bytes: float) -> str:

@@ -37,12 +37,12 @@ PURPOSES = (
     ("gradient clipping", r"gradient_clipping"),
     ("gradient norm", r"gradient_norm"),
     ("optimizer update", r"optimizer_update"),
-    ("LayerNorm", r"layer_norm"),
+    ("LayerNorm", r"layer_norm|_norm/|/norm/"),  # BERT's; ModernBERT's attention_norm, ...
     ("dropout (random bits, masks)", r"[Dd]ropout|threefry|random_bits"),
     ("attention", r"/attention\b"),
     ("MLP", r"/mlp\b"),
     ("embeddings", r"/embeddings\b"),
-    ("MLM head and loss", r"mlm_head|word_logits|take_along_axis|log_softmax"),
+    ("MLM head and loss", r"mlm_head|/head/|word_logits|take_along_axis|log_softmax"),
     ("NSP head and pooler", r"nsp_head|pool"),
 )
 COLLECTIVE_PURPOSE = "collectives' buffers"
@@ -58,6 +58,7 @@ class OpBytes:
     op_name: str  # the JAX op_name it was attributed by
     purpose: str  # one of PURPOSE_ORDER
     direction: str  # "forward", "backward" or "step" (everything outside the model)
+    # Per step: an op in gradient accumulation's loop counts once per micro-batch.
     read_bytes: int  # as XLA's cost analysis counts them (counted_bytes)
     written_bytes: int
     hbm_read_bytes: int  # the corrected count: what touches HBM (counted_bytes)
@@ -194,21 +195,24 @@ def counted_bytes(instruction, types: dict, hbm_only: bool) -> tuple[int, int]:
     return _total(operands, hbm_only), _total(results, hbm_only)
 
 
-def op_bytes(hlo_text: str) -> list[OpBytes]:
+def op_bytes(hlo_text: str, loop_trips: int = 1) -> list[OpBytes]:
     """Every op that moves bytes, with its operands' and result's bytes and purpose.
 
     A `while` moves nothing itself (its state stays where it is): the ops of its body are
     counted in its place, once, as XLA's cost analysis counts a loop (it cannot know the trip
-    count). libtpu's loops are the windowed matmuls beside FSDP's gradient permutes, whose
-    bodies work on chip, and gradient accumulation's; counting a body once keeps the
-    corrected count a floor."""
+    count), except the body of gradient accumulation's loop, whose ops count `loop_trips`
+    times (the micro-batches of a full step; `hlo_module.loop_repeats`). libtpu's own loops
+    are the windowed matmuls beside FSDP's gradient permutes, whose bodies work on chip;
+    counting such a body once keeps the corrected count a floor."""
     module = hlo_module.parse(hlo_text)
     names = _naming(module)
+    repeats = hlo_module.loop_repeats(module, loop_trips)
     found: list[OpBytes] = []
 
     def count(computation: str, inherited: str) -> None:
         instructions = module.computations.get(computation, [])
         types = {instruction.name: instruction.result for instruction in instructions}
+        times = repeats.get(computation, 1)
         for instruction in instructions:
             op_name = (names.get(instruction.name, "") if computation == module.entry
                        else instruction.op_name) or inherited
@@ -224,8 +228,8 @@ def op_bytes(hlo_text: str) -> list[OpBytes]:
                 name=instruction.name, opcode=instruction.opcode, op_name=op_name,
                 purpose=purpose_of(op_name, instruction.opcode),
                 direction=direction_of(op_name),
-                read_bytes=read, written_bytes=written,
-                hbm_read_bytes=hbm_read, hbm_written_bytes=hbm_written))
+                read_bytes=read * times, written_bytes=written * times,
+                hbm_read_bytes=hbm_read * times, hbm_written_bytes=hbm_written * times))
 
     count(module.entry, "")
     return found

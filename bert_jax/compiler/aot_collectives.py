@@ -61,7 +61,7 @@ def is_explained(collective: Collective, mesh_shape: dict) -> bool:
     if collective.kind == "collective-permute":
         return fsdp and where == "backward" and name.endswith("dot_general")
     if collective.kind == "all-to-all":
-        return fsdp and "word_embeddings" in name
+        return fsdp and ("word_embeddings" in name or "token_embeddings" in name)  # BERT's, ModernBERT's
     return False
 
 

@@ -12,11 +12,12 @@ operand of S bytes per device, as the bandwidth-optimal ring algorithms move the
   all-to-all          (n - 1) / n * S
   collective-permute  S                   (each device sends its operand once)
 Compiled TPU HLO prints no operand types, so S is derived from the output's size.
-A collective inside a loop body is counted once (the train step has no loop on a TPU
-unless grad_accum_steps > 1).
+A collective inside a loop body is counted once, except in gradient accumulation's loop,
+whose body's bytes count once per micro-batch (`repeats`: hlo_module.loop_repeats).
 """
 
 import dataclasses
+import math
 import re
 
 # HLO instructions that move data between devices; "-start" is the async form of each.
@@ -43,7 +44,7 @@ CUDNN = "cuDNN fused attention"
 XLA = "XLA (einsum, softmax, einsum)"
 
 
-def _element_bytes(dtype: str) -> int:
+def element_bytes(dtype: str) -> int:
     if dtype in _ELEMENT_BYTES:
         return _ELEMENT_BYTES[dtype]
     if dtype.startswith("f8"):
@@ -51,15 +52,15 @@ def _element_bytes(dtype: str) -> int:
     return int(dtype[1:]) // 8
 
 
+def array_shapes(text: str) -> list[tuple[str, tuple[int, ...]]]:
+    """(dtype, dimensions) of each array shape written in `text`."""
+    return [(dtype, tuple(int(dim) for dim in filter(None, dims.split(","))))
+            for dtype, dims in _SHAPE.findall(text)]
+
+
 def array_bytes(text: str) -> list[int]:
     """Bytes of each array shape written in `text` ("bf16[8,128]{1,0}, f32[4]" -> [2048, 16])."""
-    sizes = []
-    for dtype, dims in _SHAPE.findall(text):
-        elements = 1
-        for dim in filter(None, dims.split(",")):
-            elements *= int(dim)
-        sizes.append(elements * _element_bytes(dtype))
-    return sizes
+    return [math.prod(dims) * element_bytes(dtype) for dtype, dims in array_shapes(text)]
 
 
 def output_bytes(result: str, is_start: bool) -> int:
@@ -109,20 +110,28 @@ class Collective:
     kind: str  # one of COLLECTIVES
     op_name: str  # the JAX operation it was made for ("" where XLA combined several)
     group_size: int  # devices in each of its groups
-    bytes_sent: float  # per device, by the ring algorithms of the module docstring
+    bytes_sent: float  # per device and step, by the ring algorithms of the module docstring
     source_target_pairs: str = ""  # a collective-permute's {{0,1},{1,2},...}
 
 
-def collective_ops(hlo_text: str, num_devices: int) -> list[Collective]:
-    """Every collective in compiled HLO text, once each.
+def collective_ops(hlo_text: str, num_devices: int,
+                   repeats: dict[str, int] | None = None) -> list[Collective]:
+    """Every collective in compiled HLO text, once each; the bytes of one in a computation
+    of `repeats` (gradient accumulation's loop) times its repeats, per step.
 
     Async pairs count once: the "-start" half carries the operands, "-done" is not matched.
     One collective can be written in several computations (libtpu's async collective
     fusions repeat it in each fusion it is pipelined through): those share a channel id
     and count once.
     """
-    found, seen = [], set()
+    from bert_jax.compiler.hlo_module import computation_header  # it imports this module
+
+    found, seen, times = [], set(), 1
     for line in hlo_text.splitlines():
+        header = computation_header(line)
+        if header:
+            times = (repeats or {}).get(header[0], 1)
+            continue
         match = _INSTRUCTION.search(line)
         if not match:
             continue
@@ -136,7 +145,7 @@ def collective_ops(hlo_text: str, num_devices: int) -> list[Collective]:
         output = output_bytes(match.group("result"), bool(match.group("start")))
         op_name, pairs = _OP_NAME.search(attributes), _PAIRS.search(attributes)
         found.append(Collective(kind, op_name.group(1) if op_name else "", group,
-                                _wire_bytes(kind, output, group),
+                                _wire_bytes(kind, output, group) * times,
                                 pairs.group(1) if pairs else ""))
     return found
 

@@ -8,7 +8,7 @@ took 4 days to complete".
 
 import dataclasses
 
-from bert_jax.compiler import aot_collectives
+from bert_jax.compiler import aot_collectives, aot_splash
 from bert_jax.compiler.aot import COLLECTIVES, CompileReport, format_bytes
 
 DEFAULT_MFU = 0.5
@@ -79,6 +79,7 @@ def format_report(report: CompileReport, mfu: float, steps: int) -> str:
         f"{report.device_kind} chips ({report.devices_per_chip} device(s) per chip), mesh {mesh}",
         f"  batch {report.batch_size} x length {report.seq_len} "
         f"({report.max_predictions} predictions); compiled in {report.compile_seconds:.1f} s",
+        *accumulation_lines(report),
     ]
     measured = [
         f"  memory per device: arguments {format_bytes(report.argument_bytes)}, "
@@ -132,10 +133,12 @@ def bytes_table_lines(report: CompileReport) -> list[str]:
                      f"{total / mib:>10.1f}{total / max(counted, 1):>7.1%}"
                      f"{row['hbm'] / mib:>10.1f}")
     xla = report.bytes_accessed_per_device
+    share = f"{counted / xla if xla else 0:>7.1%}" if report.micro_batches == 1 else f"{'':>7}"
     lines.append(f"    {'total':<30}{sum(r['ops'] for r in table.values()):>6}"
-                 f"{'':>30}{counted / mib:>10.1f}{counted / xla if xla else 0:>7.1%}"
-                 f"{report.hbm_traffic_per_device / mib:>10.1f}  (share: of XLA's "
-                 f"{xla / mib:.1f} MiB)")
+                 f"{'':>30}{counted / mib:>10.1f}{share}"
+                 f"{report.hbm_traffic_per_device / mib:>10.1f}  ("
+                 + (f"share: of XLA's {xla / mib:.1f} MiB)" if report.micro_batches == 1 else
+                    f"XLA's {xla / mib:.1f} MiB holds the accumulation loop's body once)"))
     step = sum(row["hbm"] for purpose, row in table.items() if purpose in STATE_PURPOSES)
     params = report.parameter_bytes_per_device
     if params:
@@ -148,24 +151,49 @@ def bytes_table_lines(report: CompileReport) -> list[str]:
     return lines
 
 
+def accumulation_lines(report: CompileReport) -> list[str]:
+    """What a step of gradient accumulation is, and how its loop is counted."""
+    if report.micro_batches <= 1:
+        return []
+    rows = report.batch_size // report.micro_batches
+    return [f"  gradient accumulation: {report.micro_batches} micro-batches of {rows} rows "
+            f"({rows / report.num_chips:g} a chip) in a loop; XLA's FLOPs and bytes "
+            f"accessed count its body once, the bytes table, the collectives and the bound "
+            f"{report.micro_batches} times (a batch warm-up's shorter steps run the same "
+            f"program fewer times round)"]
+
+
 def model_floor_note(report: CompileReport) -> str:
     """Where XLA's FLOPs (with the kernels') fall short of the model's, the roofline's compute
     term uses the model's; says so and the likeliest reason."""
     if report.compute_flops_per_device == (report.compiled_flops_per_device
                                            + report.kernel_flops_per_device):
         return ""
+    loops = ("gradient accumulation's micro-batches" if report.micro_batches > 1
+             else "libtpu's windowed matmuls under FSDP")
     return ("; the compute term uses the model's: XLA counts a loop's body once, and this "
-            "program runs matmuls in loops (libtpu's windowed matmuls under FSDP)")
+            f"program runs matmuls in loops ({loops})")
 
 
 def kernel_lines(report: CompileReport) -> list[str]:
-    """Which attention the program holds and how its FLOPs are counted."""
+    """Which attention the program holds, each layer's splash mask as its compiled grid
+    says, and how the kernels' FLOPs and bytes are counted."""
     line = f"  attention: {report.attention}"
     if not report.kernel_flops_per_device:
         return [line + " (all its FLOPs in XLA's cost analysis)"]
-    return [line + f"; its kernels' {report.kernel_flops_per_device * report.num_devices:.3e} "
-            f"FLOPs per step from bert_jax.compiler.flops (the attention core, 3x forward), which XLA's "
-            f"cost analysis does not see inside a Pallas call; everything else from XLA's"]
+    source = ("their compiled grids (the attention core on whole blocks" if report.splash_masks
+              else "bert_jax.compiler.flops (the attention core")
+    lines = [line + f"; its kernels' {report.kernel_flops_per_device * report.num_devices:.3e}"
+             f" FLOPs per step from {source}, 3x forward), which XLA's "
+             f"cost analysis does not see inside a Pallas call; everything else from XLA's"]
+    if report.splash_masks:
+        lines.append("  splash masks, read from the compiled kernels: "
+                     + aot_splash.describe(report.splash_masks, report.window or None))
+    if report.kernel_bytes_per_device:
+        lines.append(f"  the splash grids stream {format_bytes(report.kernel_bytes_per_device)}"
+                     f" per device from HBM beyond reading each array once (a block of keys and"
+                     f" values, or queries and output gradients, per visit): in the memory term")
+    return lines
 
 
 def collective_lines(report: CompileReport) -> list[str]:

@@ -7,6 +7,12 @@ that define them), the computations it calls and the JAX `op_name` of its metada
 
     module = parse(compiled.as_text())
     for instruction in module.entry_instructions(): ...
+
+A step with gradient accumulation holds one JAX loop (`lax.scan`, or `fori_loop` under a
+batch warm-up) whose body runs each micro-batch; XLA's cost analysis counts its body once,
+as it cannot know the trip count (a warm-up's is a traced number). `loop_repeats` says
+which computations that loop runs and how often, so that a step's bytes can be counted
+per optimizer step.
 """
 
 import dataclasses
@@ -22,6 +28,9 @@ _OP_NAME = re.compile(r'op_name="([^"]*)"')
 _OPERAND = re.compile(r"%([\w.\-]+)")
 _ARRAY = re.compile(r"(?P<shape>\b(?:pred|[suf]\d+|bf16|f8e\w+)\[[\d,]*\])(?P<layout>\{[^}]*\})?")
 _MEMORY_SPACE = re.compile(r"S\((\d+)\)")
+# A loop JAX wrote (lax.scan, fori_loop) directly in the jitted step: its op_name is the
+# step's and "while"; libtpu's own loops (windowed matmuls) carry their matmul's name.
+_JAX_LOOP = re.compile(r"^jit\([^)]*\)/while$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,20 +96,53 @@ def parse_instruction(line: str) -> Instruction | None:
         parameter_number=int(number.group(1)) if number else -1)
 
 
+def computation_header(line: str) -> tuple[str, bool] | None:
+    """(name, whether it is the entry) where `line` opens a computation, else None."""
+    header = _COMPUTATION.match(line)
+    if header and line.rstrip().endswith("{"):
+        return header.group("name"), bool(header.group("entry"))
+    return None
+
+
+def _instruction_lines(hlo_text: str):
+    """The text's lines, an instruction written over several joined into one: a Pallas
+    kernel's frontend attributes hold JSON with line breaks (splash's block sizes), its
+    op_name on a line of its own that begins with "}}"."""
+    pending = ""
+    for line in hlo_text.splitlines():
+        opens_another = (_DEFINITION.match(line) or computation_header(line)
+                         or line.rstrip() == "}")
+        if pending and not opens_another:
+            pending += " " + line.strip()
+            if pending.count("{") == pending.count("}"):
+                yield pending
+                pending = ""
+            continue
+        if pending:
+            yield pending
+            pending = ""
+        if _DEFINITION.match(line) and line.count("{") > line.count("}"):
+            pending = line
+            continue
+        yield line
+    if pending:
+        yield pending
+
+
 def parse(hlo_text: str) -> Module:
     """Every computation of the module with its instructions."""
     computations, entry, current = {}, "", None
-    for line in hlo_text.splitlines():
-        header = _COMPUTATION.match(line)
-        if header and line.rstrip().endswith("{"):
-            current = header.group("name")
+    for line in _instruction_lines(hlo_text):
+        header = computation_header(line)
+        if header:
+            current, is_entry = header
             computations[current] = []
-            if header.group("entry"):
+            if is_entry:
                 entry = current
             continue
         if current is None:
             continue
-        if line.startswith("}"):
+        if line.rstrip() == "}":
             current = None
             continue
         instruction = parse_instruction(line)
@@ -117,3 +159,26 @@ def arrays(result: str) -> list[tuple[int, int]]:
         space = _MEMORY_SPACE.search(match.group("layout") or "")
         found.append((array_bytes(match.group("shape"))[0], int(space.group(1)) if space else 0))
     return found
+
+
+def called_computations(module: Module, roots) -> set[str]:
+    """`roots` and every computation they call, transitively."""
+    found, pending = set(), list(roots)
+    while pending:
+        name = pending.pop()
+        if name in found or name not in module.computations:
+            continue
+        found.add(name)
+        pending.extend(called for instruction in module.computations[name]
+                       for called in instruction.calls)
+    return found
+
+
+def loop_repeats(module: Module, trips: int) -> dict[str, int]:
+    """{computation: `trips`} for every computation the step's own JAX loop runs (gradient
+    accumulation's: its body, its condition and all they call), where `trips` is the loop's
+    trip count in a full step. Computations absent from it run once a step."""
+    loops = [instruction.calls for instruction in module.entry_instructions()
+             if instruction.opcode == "while" and _JAX_LOOP.match(instruction.op_name)]
+    inside = called_computations(module, [name for calls in loops for name in calls])
+    return dict.fromkeys(inside, trips)
