@@ -48,3 +48,21 @@ def packed_row(seed: int = 3):
     instance_ids = np.array([[1] * 14 + [2] * 9 + [0] * 5], np.int32)
     position_ids = np.array([list(range(14)) + list(range(9)) + [0] * 5], np.int32)
     return row, instance_ids, position_ids, [(first, 0), (second, 14)]
+
+
+def eurobert_directory(directory, architecture: str = "EuroBertForMaskedLM", seed: int = 0,
+                       **overrides):
+    """A EuroBERT directory as the Hub ships one: a random transformers `architecture` over a
+    EuroBERT-like byte-level BPE (tests/tokenizer_json_helpers.py), its special ids in
+    config.json. Returns (the transformers model, the directory as a str)."""
+    from tokenizer_json_helpers import write_eurobert_tokenizer
+
+    from input_pipeline.tokenization import load_tokenizer
+
+    directory = str(directory)
+    tokenizer = load_tokenizer(write_eurobert_tokenizer(directory))
+    ids = dict(vocab_size=tokenizer.vocab_size, pad_token_id=tokenizer.pad_id,
+               bos_token_id=tokenizer.cls_id, eos_token_id=tokenizer.sep_id,
+               mask_token_id=tokenizer.mask_id)
+    model = hf_model(architecture, directory, seed, **{**ids, **overrides})
+    return model, directory
