@@ -207,3 +207,26 @@ def test_export_loads_in_transformers_and_round_trips_bit_identically(tmp_path, 
     assert sorted(original) == sorted(again)
     for name, tensor in original.items():
         np.testing.assert_array_equal(again[name], tensor, err_msg=name)
+
+
+def test_flops_count_every_kernel_of_the_encoder_once():
+    """The FLOP count (bert_jax/compiler/flops.py) reads grouped-query attention and SwiGLU
+    from the config: per token, 2 FLOPs for each weight of every dense kernel of the encoder
+    (fewer key/value heads, three MLP matrices), plus the attention core's scores and context
+    (one key at length 1), and the decoder alone per prediction."""
+    import jax
+    import jax.numpy as jnp
+    from flax import traverse_util
+    from flax.linen import meta
+
+    from bert_jax.compiler import flops
+
+    config = preset("eurobert-tiny", vocab_size=96)
+    ids = jax.ShapeDtypeStruct((1, 8), jnp.int32)
+    shapes = meta.unbox(jax.eval_shape(family_of(config).encoder(config).init,
+                                       jax.random.key(0), ids, ids, ids)["params"])
+    kernels = sum(leaf.size for path, leaf in traverse_util.flatten_dict(shapes).items()
+                  if path[-1] == "kernel")
+    core = config.num_layers * 2 * 2 * config.num_heads * config.head_dim
+    assert flops.encoder_flops_per_sequence(config, 1) == 2 * kernels + core
+    assert flops.heads_flops_per_sequence(config, 1) == 2 * config.hidden_dim * 96

@@ -161,3 +161,20 @@ def test_fine_tuned_classifier_predicts_what_its_transformers_export_predicts(mo
     for row, expected in zip(predicted, probabilities):  # predict writes 6 decimals
         ours = [row["probabilities"][config["id2label"][str(index)]] for index in range(2)]
         assert np.abs(np.asarray(ours) - expected).max() < BOUND
+
+
+def test_question_answering_is_refused_in_one_line(model_dir, capsys):
+    """transformers has no EuroBertForQuestionAnswering: `finetune qa` says so and writes
+    nothing."""
+    _, directory, work = model_dir
+    squad = {"version": "v1.1", "data": [{"title": "t", "paragraphs": [{
+        "context": "Paris is the capital of France.", "qas": [{
+            "id": "1", "question": "What is the capital?",
+            "answers": [{"text": "Paris", "answer_start": 0}]}]}]}]}
+    (work / "squad.json").write_text(json.dumps(squad), encoding="utf-8")
+    assert main(["finetune", "qa", "--model", directory, "--train", str(work / "squad.json"),
+                 "--workdir", str(work / "qa"), "--max-seq-len", "64", "--doc-stride", "16",
+                 "--max-query-len", "16", "--no-progress"]) == 2
+    error = capsys.readouterr().err
+    assert "a eurobert model has no span head" in error and error.count("\n") == 1
+    assert not (work / "qa").exists()

@@ -58,6 +58,20 @@ class _EncoderConfig:
     num_layers, num_heads, vocab_size, max_positions), the length check and the JSON form."""
     # Where initial weights are cut, in std units (ModernBERT makes it a field).
     initializer_cutoff = 2.0
+    # The family's shape as the FLOP count reads it (bert_jax/compiler/flops.py), BERT's here:
+    gated_mlp = False  # the MLP's input is two matrices (value and gate), not one
+    has_pooler = True  # a pooler on [CLS] (counted in the encoder)
+    mlm_transform = True  # the masked-LM head's dense layer before the decoder
+    next_sentence_head = True  # pre-training has BERT's next-sentence head
+
+    @property
+    def num_kv_heads(self) -> int:
+        """Key/value heads (fewer than query heads in grouped-query attention)."""
+        return self.num_heads
+
+    def keys_read(self, layer: int, seq_len: int) -> int:
+        """How many keys a query of `layer` reads in a sequence of `seq_len` tokens."""
+        return seq_len
 
     def _check_heads(self):
         if self.hidden_dim % self.num_heads:
@@ -166,6 +180,11 @@ class ModernBertConfig(_EncoderConfig):
             raise UserError(f"model.classifier_pooling must be one of "
                             f"{list(CLASSIFIER_POOLING)}, got {self.classifier_pooling!r}")
 
+    gated_mlp, has_pooler, next_sentence_head = True, False, False  # GeGLU; no pooler, no NSP
+
+    def keys_read(self, layer: int, seq_len: int) -> int:
+        return seq_len if self.is_global(layer) else min(seq_len, 2 * self.window + 1)
+
     def is_global(self, layer: int) -> bool:
         """Whether layer `layer` (0-based) attends to the whole row or to its window."""
         return layer % self.global_attention_every == 0
@@ -219,6 +238,9 @@ class EuroBertConfig(_EncoderConfig):
         if self.classifier_pooling not in EUROBERT_POOLING:
             raise UserError(f"model.classifier_pooling must be one of "
                             f"{list(EUROBERT_POOLING)}, got {self.classifier_pooling!r}")
+
+    # SwiGLU; no pooler, no transform before the decoder, no next-sentence head.
+    gated_mlp, has_pooler, mlm_transform, next_sentence_head = True, False, False, False
 
     @property
     def head_dim(self) -> int:
