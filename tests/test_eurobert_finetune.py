@@ -18,7 +18,8 @@ ARCHITECTURES = {"classify": "EuroBertForSequenceClassification",
 
 
 @pytest.mark.parametrize("task_name, labels, pooling", [
-    ("classify", ["a", "b", "c"], "late"), ("regress", ["LABEL_0"], "mean"), ("ner", ["O", "B-PER", "I-PER", "B-LOC"], "late")])
+    ("classify", ["a", "b", "c"], "late"), ("regress", ["LABEL_0"], "mean"),
+    ("ner", ["O", "B-PER", "I-PER", "B-LOC"], "late")])
 def test_fine_tuning_steps_equal_pytorch_adamw_on_transformers_eurobert(
         tmp_path, task_name, labels, pooling):
     model = hf_model(ARCHITECTURES[task_name], tmp_path, seed=2, num_labels=len(labels),

@@ -1,8 +1,8 @@
 """Hugging Face `transformers` directories (config.json + safetensors) <-> bert-jax params.
 
 The files are read and written here; each model family's names are its own module's
-(`hf_bert.py`, `hf_modernbert.py`, `hf_eurobert.py`), chosen by config.json's `model_type` or the model
-config's family. Only safetensors are read: a `pytorch_model.bin` is a pickle, and
+(`hf_bert.py`, `hf_modernbert.py`, `hf_eurobert.py`), chosen by config.json's `model_type` or
+the model config's family. Only safetensors are read: a `pytorch_model.bin` is a pickle, and
 unpickling a downloaded file can run arbitrary code.
 """
 

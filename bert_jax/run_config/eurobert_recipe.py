@@ -4,9 +4,11 @@
 Masked LM only (objective mlm), packed rows; 50% of the tokens masked in pre-training, 10%
 in the annealing phase that ends the run while the learning rate decays; AdamW (betas
 0.9/0.95, eps 1e-5, weight decay 0.1 on all but norms and biases, clipping at 1);
-warmup-stable-decay. The values are those the paper's training section gives, as read for
-this config; its token budgets (4.8T tokens of pre-training at 2,048 tokens a row, then
-200B of annealing) set the steps.
+warmup-stable-decay. The masking rates (50%, then 10%) are those issue 49 quotes from the
+paper. AdamW's betas, eps and weight decay, the token budgets (4.8T tokens of
+pre-training at 2,048 tokens a row, then 200B of annealing), the 2,000-step warm-up, the
+3.6e-4 peak and the 2,304-row batch were written from the paper's account without its text
+at hand (no network here): check them against its training table before a paid run.
 """
 
 PRETRAINING_TOKENS, ANNEALING_TOKENS = 4.8e12, 200e9
