@@ -41,6 +41,7 @@ from bert_jax.run_config.ranges import check_ranges, check_sections
 from bert_jax.storage import files, json_values
 from bert_jax.tasks import pretraining_data
 from bert_jax.training import trainer, workdir as workdir_lib
+from bert_jax.training.train_step import model_config_of
 from bert_jax.training.evaluation import TermEvaluator
 from input_pipeline.text_shards import prepare_text_shards
 
@@ -132,6 +133,8 @@ def continue_pretraining(model, texts: list[str], workdir: str, *, steps: int | 
                         "--config.init_from=MODEL")
     source = model_source.resolve(model)
     run_config, overridden = recipe_config(source, config, overrides)
+    # A work directory of another run is refused before any shard is written into it.
+    workdir_lib.check_run(workdir, model_config_of(run_config), run_config.init_from)
     shards = prepare_text_shards(
         files.join(workdir, DATA), texts, source.vocab_path, source.tokenizer(),
         seq_len=run_config.data.seq_len, seed=run_config.seed, input_format=input_format,
