@@ -21,6 +21,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench.host import announce_host  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TREEBANK = os.path.normpath(os.path.join(ROOT, "..", "shared", "data", "tasks", "ud_ewt",
@@ -91,6 +92,7 @@ def main() -> int:
     parser.add_argument("--output", default=os.path.join(ROOT, "bench", "out", "probe"))
     parser.add_argument("--parity-sentences", type=int, default=64)
     args = parser.parse_args()
+    announce_host()  # the CPU, its ISA, threads and load: figures carry their host
     if not os.path.exists(args.treebank):
         print(f"skipped: {args.treebank} not found (see ../shared/data/README.md)")
         return 0

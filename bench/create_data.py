@@ -25,6 +25,8 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from bench.host import announce_host  # noqa: E402
 CORPUS = os.path.join(ROOT, "..", "shared", "data", "corpus", "war_and_peace.bert.txt")
 ORIGINAL_RATE = 1380  # instances per CPU-second, the original script on this machine
 ORIGINAL_RSS_MB = (779, 1237)  # its peak RSS at x1 and x4
@@ -98,6 +100,7 @@ def main() -> None:
                         help="MiniLM's vocab.txt, or a byte-level BPE tokenizer.json trained "
                              "on the corpus (default: wordpiece)")
     args = parser.parse_args()
+    announce_host()  # the CPU, its ISA, threads and load: figures carry their host
     if not os.path.exists(CORPUS):
         raise SystemExit(f"{CORPUS} not found: this benchmark needs ../shared/data")
     with tempfile.TemporaryDirectory() as scratch:

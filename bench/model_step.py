@@ -49,6 +49,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")  # no TPU probing on a CPU host
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench.host import announce_host  # noqa: E402
 
 VOCAB_SIZE = 30522  # bert-base-uncased
 CORPUS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..",
@@ -350,6 +351,7 @@ def main() -> None:
     parser.add_argument("--packing", action="store_true",
                         help="instead: bert-jax on packed vs unpacked rows of War and Peace")
     args = parser.parse_args()
+    announce_host()  # the CPU, its ISA, threads and load: figures carry their host
     if args.packing:
         if not os.path.exists(CORPUS):
             print(f"skipped: {CORPUS} is absent (the shared reference data)")

@@ -62,6 +62,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.model_step import JaxStep, time_rounds  # noqa: E402
+from bench.host import announce_host  # noqa: E402
 
 PRESET = "modernbert-base"
 MASK_RATE = 0.3  # ModernBERT's masking rate
@@ -389,6 +390,7 @@ def main() -> None:
                         help="packed layout: also transformers on the sequences unpacked")
     parser.add_argument("--compile", action="store_true", help="also torch.compile (sdpa)")
     args = parser.parse_args()
+    announce_host()  # the CPU, its ISA, threads and load: figures carry their host
     import jax
     import torch
     import transformers

@@ -22,6 +22,7 @@ import numpy as np
 os.environ.setdefault("JAX_PLATFORMS", "cpu")  # no TPU probing on a CPU host
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as bench/model_step.py, for torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench.host import announce_host  # noqa: E402
 
 
 def _shapes(preset: str) -> dict:
@@ -75,6 +76,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=5, help="updates per side per round")
     args = parser.parse_args()
+    announce_host()  # the CPU, its ISA, threads and load: figures carry their host
 
     import flax
     import jax

@@ -32,6 +32,7 @@ import numpy as np
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from host import announce_host  # noqa: E402  (bench/ is on the path here)
 
 # (part, pattern on the HLO op_name), first match wins; op_names carry the flax module path
 # and named scopes (`dropout` in bert_jax/models/layers/dropout.py, also inside attention chunks).
@@ -136,6 +137,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2, help="traced steps (after 2 warm-up)")
     parser.add_argument("--top", type=int, default=0, help="also the N slowest operations")
     args = parser.parse_args()
+    announce_host()  # the CPU, its ISA, threads and load: figures carry their host
     import jax
     if args.task == "qa":
         step = QuestionAnsweringStep(args.batch or 32, args.seq_len or 256)

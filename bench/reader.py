@@ -24,6 +24,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from bench.host import announce_host  # noqa: E402
 CORPUS = os.path.join(ROOT, "..", "shared", "data", "corpus", "war_and_peace.bert.txt")
 GOAL = 20_000
 BATCH = 256
@@ -106,6 +107,7 @@ def main() -> None:
     parser.add_argument("--measure", nargs=3, metavar=("SHARDS128", "SHARDS512", "MLM512"),
                         help=argparse.SUPPRESS)  # the pinned child process
     args = parser.parse_args()
+    announce_host()  # the CPU, its ISA, threads and load: figures carry their host
     if args.measure:
         results = measure(dict(zip(((128, False), (512, False), (512, True)), args.measure)),
                           args.batches, args.repeats)

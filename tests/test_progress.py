@@ -127,7 +127,8 @@ def test_elapsed_redraws_one_terminal_line():
         time.sleep(1.2)
     text = terminal.getvalue()
     assert text.startswith("\rcompiling for v4:4x4x2 ... 1 s")
-    assert text.endswith(" ... done in 1 s\n") and text.count("\n") == 1
+    assert re.search(r" \.\.\. done in 1 s, peak resident memory \d+\.\d\d GiB\n$", text), text
+    assert text.count("\n") == 1
     quick = Terminal()
     with progress.elapsed("writing", stream=quick):
         pass
@@ -183,3 +184,16 @@ def test_aot_compile_stops_on_ctrl_c_with_one_line():
     last = stderr.strip().splitlines()[-1]
     assert last.startswith("bert-jax aot: stopped by Ctrl-C while compiling for v5e:2x2"), stderr
     assert "Traceback" not in stderr and "Stack" not in stderr, stderr
+
+
+def test_elapsed_says_the_peak_resident_memory_of_its_block(monkeypatch):
+    import numpy as np
+
+    monkeypatch.setattr(progress, "FIRST_LINE_SECONDS", 0.05)
+    lines = []
+    with progress.elapsed("compiling", lines.append):
+        block = np.ones(256 * 2**20 // 8)  # 256 MiB, touched, then freed before the block ends
+        del block
+        time.sleep(0.2)
+    peak = float(lines[-1].split("peak resident memory ")[1].split(" GiB")[0])
+    assert lines[-1].startswith("  compiling: done in ") and peak >= 0.25, lines[-1]

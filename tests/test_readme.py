@@ -159,6 +159,13 @@ PLANS_BY_FILE = {
             prologue="mkdir -p small && awk 'BEGIN {RS = \"\"; ORS = \"\\n\\n\"} ++n <= 20' "
                      "../shared/data/tasks/ud_ewt/en_ewt-ud-test.conllu > small/ewt.conllu")],
     },
+    "docs/continued-pretraining.md": {
+        "Continue a model on your text": [
+            Plan("slow", "a tiny random ModernBERT made here, continued 60 steps on the example "
+                         "corpus (about 2 minutes), exported and read by transformers' pipeline"),
+            _skip("a Hub model continued for hours; the block above runs the same command on a "
+                  "tiny model, tests/test_continued_pretraining.py both families")],
+    },
     "docs/data-at-scale.md": {
         "Creating shards at Wikipedia scale": [_skip(
             "Dataflow needs a Google Cloud project; tests/test_create_data_beam.py runs the "

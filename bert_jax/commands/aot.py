@@ -3,6 +3,7 @@
 import argparse
 import json
 import os
+import sys
 
 HELP = ("compile the train step for a TPU topology or GPUs on this CPU host: memory fit, "
         "FLOPs, kernels, time")
@@ -75,6 +76,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --recipe: instances per packed row in phase 1 (128) and "
                              "phase 2 (512), num_instances / num_records of your packed "
                              "shards' manifests (default: War and Peace's, 1.075,1.259)")
+    parser.add_argument("--no-search-fit", dest="search_fit", action="store_false",
+                        help="where the step does not fit, stop there instead of compiling "
+                             "more micro-batches (the largest that fits is printed with its "
+                             "--config.grad_accum_steps; where one row a device does not fit, "
+                             "larger slices of the generation, up to 64 chips, at one row a "
+                             "device fully sharded, and exit status 2)")
     parser.add_argument("--compare-meshes", action="store_true",
                         help="compile pure data parallel, FSDP and mixed (FSDP within a host) "
                              "layouts on --topology and name the fastest by the roofline bound")
@@ -149,9 +156,14 @@ def run(args: argparse.Namespace) -> int:
         run_config, report = _compile(args.config, args.overrides, args.topology,
                                       args.chip_config, devices)
         print(_format(report, args.mfu, args.steps or run_config.num_train_steps))
+        reports, status = [report], 0
+        if not report.fits and args.search_fit:
+            found, status = _search_fit(args, report, devices,
+                                        args.steps or run_config.num_train_steps)
+            reports += found
         if args.json:
-            _write_json(args.json, [report], args.mfu, {})
-        return 0
+            _write_json(args.json, reports, args.mfu, {})
+        return status
     targets = (aot_report.RECIPE_TARGETS if not args.topology
                else ((args.topology, args.topology, args.chip_config),))
     per_row = _instances_per_row(args.instances_per_row)
@@ -179,6 +191,54 @@ def run(args: argparse.Namespace) -> int:
                     {"recipe_days": days, "packed_recipe_days": packed_days,
                      "instances_per_row": list(per_row)})
     return 0
+
+
+def _search_fit(args: argparse.Namespace, report, devices, steps: int) -> tuple[list, int]:
+    """The config's step does not fit: the largest micro-batch that does (rc 0), else the
+    smallest slice of the generation that does at one row a device (rc 2). Returns the
+    reports compiled on the way and the exit status."""
+    from bert_jax.compiler import aot, aot_fit, aot_report
+
+    compiled = {}
+
+    def fits(count: int) -> bool:
+        print(f"== searching: {count} micro-batches of "
+              f"{aot_fit.rows_per_device(report) // count} rows a device", flush=True)
+        _, compiled[count] = _compile(args.config, [*args.overrides,
+                                                    *aot_fit.micro_batch_overrides(count)],
+                                      args.topology, args.chip_config, devices)
+        return compiled[count].fits
+
+    rows = aot_fit.rows_per_device(report)
+    counts = [count for count in aot_fit.micro_batch_counts(rows) if count > report.micro_batches]
+    fewest = aot_fit.fewest_fitting(counts, fits) if counts else None
+    if fewest is not None:
+        best = compiled[fewest]
+        print(_format(best, args.mfu, steps))
+        print(f"{args.topology}: the config's {report.micro_batches} micro-batches of "
+              f"{rows // report.micro_batches} rows a device do NOT fit; the largest that does "
+              f"is {fewest} micro-batches of {rows // fewest} rows a device "
+              f"({aot_report.fit_line(best)}): --config.grad_accum_steps={fewest}")
+        return list(compiled.values()), 0
+    slice_found = None
+    if aot_fit.is_tpu_topology(args.topology):
+        for topology in aot_fit.larger_slices(args.topology):
+            print(f"== searching: {topology}, one row a device, fully sharded", flush=True)
+            slice_devices = aot.topology_devices(topology, args.chip_config)
+            _, compiled[topology] = _compile(
+                args.config, [*args.overrides,
+                              *aot_fit.one_row_sharded_overrides(len(slice_devices))],
+                topology, args.chip_config, slice_devices)
+            if compiled[topology].fits:
+                slice_found = topology
+                break
+    answer = (f"the smallest slice that fits it at one row a device, fully sharded: "
+              f"{slice_found}" if slice_found else
+              f"no slice of up to {aot_fit.MAX_SLICE_CHIPS} chips fits it at one row a device"
+              if aot_fit.is_tpu_topology(args.topology) else "a GPU target: no larger slice tried")
+    print(f"bert-jax aot: {args.config} does NOT fit {args.topology} at any micro-batch, one "
+          f"row a device included; {answer}", file=sys.stderr)
+    return list(compiled.values()), 2
 
 
 def _instances_per_row(text: str | None) -> tuple[float, float]:

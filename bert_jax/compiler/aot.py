@@ -20,6 +20,7 @@ from bert_jax import quiet
 from bert_jax.compiler import aot_hlo, gpu_targets
 from bert_jax.compiler.aot_hlo import COLLECTIVES
 from bert_jax.models.config import BertConfig
+from bert_jax.peak_memory import PeakMemory
 from bert_jax.models.families import FAMILIES, config_from_dict
 from bert_jax.errors import UserError
 from launch.tpu_types import GIB, TpuGeneration, generation_for_device_kind, GENERATIONS
@@ -111,6 +112,10 @@ class CompileReport:
     model_flops_per_step: float  # bert_jax.compiler.flops: matmul FLOPs of the whole global step
     collectives: dict  # HLO op name -> count in the compiled program
     compile_seconds: float
+    # The compiling process's peak resident memory over the compile (bert_jax.peak_memory),
+    # and its resident memory when the compile began; 0 in reports written before they were.
+    compile_peak_resident_bytes: int = 0
+    resident_before_compile_bytes: int = 0
     bytes_accessed_per_device: float = 0.0  # XLA's cost analysis: HBM bytes read and written
     # Bytes one device sends over the interconnect, per collective kind (bert_jax.compiler.aot_hlo).
     collective_bytes: dict = dataclasses.field(default_factory=dict)
@@ -148,6 +153,15 @@ class CompileReport:
     splash_masks: dict = dataclasses.field(default_factory=dict)
     window: int = 0
     kernel_bytes_per_device: float = 0.0
+
+    @property
+    def compile_cost(self) -> str:
+        """What the compile took on this host: its time and the compiler's peak memory."""
+        if not self.compile_peak_resident_bytes:  # a report written before it was measured
+            return f"compiled in {self.compile_seconds:.1f} s"
+        return (f"compiled in {self.compile_seconds:.1f} s, peak resident memory "
+                f"{format_bytes(self.compile_peak_resident_bytes)} (the process held "
+                f"{format_bytes(self.resident_before_compile_bytes)} before)")
 
     @property
     def fits(self) -> bool:
@@ -287,14 +301,15 @@ def compile_train_step(run_config, devices: list, topology: str = "") -> Compile
     model_config, _ = resolved_model_config(run_config)
     mesh = sharding.mesh_from_config(run_config.mesh, devices)
     start = time.perf_counter()
-    bundle = train_step.build_train_step(run_config, mesh, task_from_run_config(run_config),
-                                         model_config=model_config)
     device, data = devices[0], run_config.data
     kernels, out_of_memory = None, None
-    if gpu_targets.card_for_device_kind(device.device_kind):
-        compiled, kernels = gpu_targets.compile_with_census(bundle, device)
-    else:
-        compiled, out_of_memory = _compile(bundle)
+    with PeakMemory() as peak:
+        bundle = train_step.build_train_step(run_config, mesh, task_from_run_config(run_config),
+                                             model_config=model_config)
+        if gpu_targets.card_for_device_kind(device.device_kind):
+            compiled, kernels = gpu_targets.compile_with_census(bundle, device)
+        else:
+            compiled, out_of_memory = _compile(bundle)
     compile_seconds = time.perf_counter() - start
     generation = accelerator(device.device_kind)
     # Out of memory: no memory analysis or cost to read (the fields stay 0).
@@ -311,7 +326,8 @@ def compile_train_step(run_config, devices: list, topology: str = "") -> Compile
         max_predictions=data.max_predictions, **measured,
         model_flops_per_step=float(flops.train_step_flops(
             model_config, run_config.batch_size, data.seq_len, data.max_predictions)),
-        compile_seconds=compile_seconds, out_of_memory=out_of_memory or "",
+        compile_seconds=compile_seconds, compile_peak_resident_bytes=peak.bytes,
+        resident_before_compile_bytes=peak.before, out_of_memory=out_of_memory or "",
         micro_batches=run_config.grad_accum_steps, window=getattr(model_config, "window", 0))
 
 

@@ -17,15 +17,15 @@ whose body's bytes count once per micro-batch (`repeats`: hlo_module.loop_repeat
 """
 
 import dataclasses
-import math
 import re
+
+from bert_jax.compiler.hlo_text import ARRAY_SHAPE, array_bytes, computation_header
 
 # HLO instructions that move data between devices; "-start" is the async form of each.
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 _INSTRUCTION = re.compile(
     r"=\s*(?P<result>.*?)\s(?P<kind>" + "|".join(COLLECTIVES)
     + r")(?P<start>-start)?\((?P<operands>[^)]*)\)(?P<attributes>.*)$")
-_SHAPE = re.compile(r"\b(pred|[suf]\d+|bf16|f8e\w+)\[([\d,]*)\]")
 _GROUPS_LIST = re.compile(r"replica_groups=\{\{([\d,]*)\}")
 _GROUPS_IOTA = re.compile(r"replica_groups=\[\d+,(\d+)\]<=")
 # libtpu's named form: replica_groups=mesh['axis_0'=4,'axis_1'=2] {'axis_0'}
@@ -36,7 +36,6 @@ _MESH_AXIS = re.compile(r"'([^']+)'=(\d+)")
 _CHANNEL = re.compile(r"channel_id=(\d+)")
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
 _PAIRS = re.compile(r"source_target_pairs=(\{[\d,{}]*\})")
-_ELEMENT_BYTES = {"pred": 1, "bf16": 2}
 
 # What a program holds for attention, by the custom call that marks it.
 SPLASH = "splash (Pallas)"
@@ -44,30 +43,11 @@ CUDNN = "cuDNN fused attention"
 XLA = "XLA (einsum, softmax, einsum)"
 
 
-def element_bytes(dtype: str) -> int:
-    if dtype in _ELEMENT_BYTES:
-        return _ELEMENT_BYTES[dtype]
-    if dtype.startswith("f8"):
-        return 1
-    return int(dtype[1:]) // 8
-
-
-def array_shapes(text: str) -> list[tuple[str, tuple[int, ...]]]:
-    """(dtype, dimensions) of each array shape written in `text`."""
-    return [(dtype, tuple(int(dim) for dim in filter(None, dims.split(","))))
-            for dtype, dims in _SHAPE.findall(text)]
-
-
-def array_bytes(text: str) -> list[int]:
-    """Bytes of each array shape written in `text` ("bf16[8,128]{1,0}, f32[4]" -> [2048, 16])."""
-    return [math.prod(dims) * element_bytes(dtype) for dtype, dims in array_shapes(text)]
-
-
 def output_bytes(result: str, is_start: bool) -> int:
     """Bytes of a collective's output from its result type. Compiled TPU HLO does not print
     operand types, so the result is read: an async "-start" returns (inputs..., outputs...)
     and, for a collective-permute, two u32[] scalars, which are dropped first."""
-    arrays = [size for size, (_, dims) in zip(array_bytes(result), _SHAPE.findall(result))
+    arrays = [size for size, (_, dims) in zip(array_bytes(result), ARRAY_SHAPE.findall(result))
               if not (is_start and dims == "")]
     if is_start and len(arrays) % 2 == 0:
         arrays = arrays[len(arrays) // 2:]
@@ -124,8 +104,6 @@ def collective_ops(hlo_text: str, num_devices: int,
     fusions repeat it in each fusion it is pipelined through): those share a channel id
     and count once.
     """
-    from bert_jax.compiler.hlo_module import computation_header  # it imports this module
-
     found, seen, times = [], set(), 1
     for line in hlo_text.splitlines():
         header = computation_header(line)

@@ -78,7 +78,7 @@ def format_report(report: CompileReport, mfu: float, steps: int) -> str:
         f"train step on {report.topology}: {report.num_devices} devices = {report.num_chips} "
         f"{report.device_kind} chips ({report.devices_per_chip} device(s) per chip), mesh {mesh}",
         f"  batch {report.batch_size} x length {report.seq_len} "
-        f"({report.max_predictions} predictions); compiled in {report.compile_seconds:.1f} s",
+        f"({report.max_predictions} predictions); {report.compile_cost}",
         *accumulation_lines(report),
     ]
     measured = [

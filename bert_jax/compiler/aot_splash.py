@@ -25,7 +25,7 @@ import math
 import re
 
 from bert_jax.compiler import hlo_module
-from bert_jax.compiler.aot_hlo import array_shapes, element_bytes
+from bert_jax.compiler.hlo_text import array_shapes, element_bytes
 
 _PHASE = re.compile(r"splash_m[hq]a_(fwd|dq|dkv)")
 _LAYER = re.compile(r"/layer_(\d+)/")

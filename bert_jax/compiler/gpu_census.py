@@ -25,7 +25,7 @@ import os
 import re
 
 from bert_jax.compiler import aot_bytes, hlo_module
-from bert_jax.compiler.aot_hlo import array_bytes
+from bert_jax.compiler.hlo_text import array_bytes
 
 MATMUL, CUDNN, ELEMENTWISE, REDUCTION = "matmul", "cuDNN", "elementwise", "reduction"
 COPIES, COLLECTIVES, OTHER = "copies", "collectives", "other"

@@ -133,7 +133,7 @@ def format_gpu_report(report: CompileReport, mfu: float, steps: int) -> str:
     return "\n".join([
         answer_line(report),
         f"  batch {report.batch_size} x length {report.seq_len} ({report.max_predictions} "
-        f"predictions), mesh {mesh}; compiled in {report.compile_seconds:.1f} s; attention: "
+        f"predictions), mesh {mesh}; {report.compile_cost}; attention: "
         f"{report.attention}",
         memory_line(report),
         f"  FLOPs per step: {report.model_flops_per_step:.3e} model (matmuls, 3x forward); "

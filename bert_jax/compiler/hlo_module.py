@@ -18,10 +18,9 @@ per optimizer step.
 import dataclasses
 import re
 
-from bert_jax.compiler.aot_hlo import array_bytes
+from bert_jax.compiler.hlo_text import array_bytes, computation_header
 
 _DEFINITION = re.compile(r"^\s*(?:ROOT\s+)?%(?P<name>[\w.\-]+)\s*=\s*(?P<rest>.*)$")
-_COMPUTATION = re.compile(r"^(?P<entry>ENTRY\s+)?%(?P<name>[\w.\-]+)\s")
 _CALLS = re.compile(r"\b(?:calls|body|condition|to_apply|branch_computations)=\{?"
                     r"(%[\w.\-]+(?:,\s*%[\w.\-]+)*)\}?")
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
@@ -94,14 +93,6 @@ def parse_instruction(line: str) -> Instruction | None:
         operands=tuple(_OPERAND.findall(operands)), calls=calls,
         op_name=op_name.group(1) if op_name else "", attributes=attributes,
         parameter_number=int(number.group(1)) if number else -1)
-
-
-def computation_header(line: str) -> tuple[str, bool] | None:
-    """(name, whether it is the entry) where `line` opens a computation, else None."""
-    header = _COMPUTATION.match(line)
-    if header and line.rstrip().endswith("{"):
-        return header.group("name"), bool(header.group("entry"))
-    return None
 
 
 def _instruction_lines(hlo_text: str):

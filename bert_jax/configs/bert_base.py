@@ -4,6 +4,8 @@ Set data.train_files / data.eval_files / data.vocab_path on the command line. bf
 with fp32 parameters; FSDP over the slice (change mesh.* for other layouts).
 """
 
+SUMMARY = "BERT-base (Devlin et al., 2019): 1M steps of 256 x 128 tokens"
+
 from bert_jax.run_config import pod_config
 
 

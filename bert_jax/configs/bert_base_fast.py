@@ -7,6 +7,8 @@ without it; `bench/learning_curve.py --attention-dropout` measures what it costs
 (README). The same override turns any config fast: --config.model.attention_dropout_rate=0.
 """
 
+SUMMARY = "bert_base without attention dropout, for the fused attention kernels"
+
 from bert_jax.run_config import pod_config
 
 

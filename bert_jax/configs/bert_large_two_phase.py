@@ -10,6 +10,8 @@ learning-rate schedule (one 1M-step schedule over both phases) continue; the new
 starts from its beginning.
 """
 
+SUMMARY = "BERT-large's two phases (:1 at 128 tokens, :2 at 512), one work dir"
+
 from bert_jax.errors import UserError
 from bert_jax.run_config import pod_config
 

@@ -8,6 +8,8 @@ at 50%, then the annealing phase at 10% while the learning rate decays; AdamW 0.
 
 from bert_jax.run_config.eurobert_recipe import eurobert_210m_config
 
+SUMMARY = "EuroBERT-210m: 4.8T tokens at 50% masking, then 200B annealing at 10%"
+
 
 def get_config():
     return eurobert_210m_config()

@@ -12,6 +12,8 @@ Builds its own byte-level BPE and MLM-only shards in runs/eurobert_demo_data on 
 from bert_jax.run_config import base_config
 from bert_jax.run_config.eurobert_recipe import eurobert_optimizer
 
+SUMMARY = "a tiny EuroBERT (grouped-query) on the standard library's docstrings, minutes on a CPU"
+
 
 def get_config():
     config = base_config("eurobert-tiny")  # 3 layers, hidden 128, 4 query / 2 key-value heads

@@ -10,6 +10,8 @@ data.seq_len and data.max_predictions come from the shards' manifest (with data.
 decay, float32 on the CPU).
 """
 
+SUMMARY = "BERT's recipe with a small model and CPU-sized steps, on your shards"
+
 from bert_jax.run_config import base_config
 
 

@@ -8,6 +8,8 @@
   bert-jax pretrain --config modernbert_base:3 --workdir W --config.data.train_files=...(8,192)
 """
 
+SUMMARY = "ModernBERT-base's three phases (:1, :2, :3) as the paper ran them"
+
 from bert_jax.run_config.modernbert_recipe import modernbert_config
 
 

@@ -7,6 +7,8 @@ decay, packed rows, a byte-level BPE tokenizer.json) at laptop size.
 Builds its own byte-level BPE and MLM-only shards in runs/modernbert_demo_data on first use.
 """
 
+SUMMARY = "a tiny ModernBERT on the standard library's docstrings, minutes on a CPU"
+
 from bert_jax.run_config import base_config
 
 

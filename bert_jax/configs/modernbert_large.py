@@ -7,6 +7,8 @@ peak learning rate 5e-4.
   bert-jax pretrain --config modernbert_large:2 --workdir W ...   (then :3)
 """
 
+SUMMARY = "ModernBERT-large's three phases (:1, :2, :3) as the paper ran them"
+
 from bert_jax.run_config.modernbert_recipe import modernbert_config
 
 

@@ -79,6 +79,7 @@ def base_config(model_preset: str = "base") -> ml_collections.ConfigDict:
     config.data.masking_rate = 0.15  # masked-LM rate from step 0 (BERT 0.15, ModernBERT 0.3)
     # Piecewise constant, each rate from its step on (mmBERT: '100000:0.15,200000:0.05').
     config.data.masking_rate_schedule = ""  # objective mlm: later rates as STEP:RATE pairs
+    # Ignored when data.train_files is set (the user's shards, with their own vocabulary).
     config.data.demo_dir = ""  # if set: build vocab + shards from the stdlib corpus here
     config.data.demo_vocab_size = 4000  # size of that demo vocabulary
     config.data.demo_vocab_type = "wordpiece"  # wordpiece, or bpe: a byte-level tokenizer.json

@@ -155,7 +155,7 @@ def _manifest_shapes(data, unset: list[str], log) -> dict[str, int]:
 
     if not unset:
         return {}
-    if data.demo_dir:
+    if data.demo_dir and not data.train_files:
         return {key: PHASE_ONE_SHAPES[key] for key in unset}
     names = " and ".join(f"data.{key}" for key in unset)
     for pattern in filter(None, data.train_files.split(",")):
@@ -234,7 +234,9 @@ def prepare_data(run_config, log=print,
     objective = run_config.objective
     data.update(shard_shapes(data, log, objective))
     data.max_sequences_per_row = sequences_per_row(data, log, objective)
-    if data.demo_dir:
+    # The demo corpus stands in for shards only where none are given: with the user's own
+    # (and their model's vocabulary) its tokenizer and held-out shards would be refused.
+    if data.demo_dir and not data.train_files:
         from input_pipeline.demo_corpus import prepare_demo_data
 
         paths = prepare_demo_data(data.demo_dir, vocab_size=data.demo_vocab_size,
@@ -272,14 +274,19 @@ class PretrainingRun(NamedTuple):
     tokenizer: Any  # data.vocab_path's, or None without a vocabulary
 
 
-def prepare_run(run_config, log=print) -> PretrainingRun:
+def prepare_run(run_config, log=print, source=None) -> PretrainingRun:
     """Completes `run_config`'s data section (demo shards, shapes, packing, vocabulary,
     model.vocab_size: `prepare_data` above) in place, before the trainer records
-    it, and gives the task, the shard reader and init_from's weights."""
+    it, and gives the task, the shard reader and init_from's weights. `source`: init_from's
+    `ModelSource` when the caller has resolved it already (continued_pretraining.py)."""
     from bert_jax.tasks import pretraining
 
-    init_vocab_path, init_weights = (init_from_source(run_config.init_from)
-                                     if run_config.init_from else (None, None))
+    if source is not None:
+        init_vocab_path, init_weights = (lambda: source.vocab_path), source.load
+    elif run_config.init_from:
+        init_vocab_path, init_weights = init_from_source(run_config.init_from)
+    else:
+        init_vocab_path, init_weights = None, None
     prepared = prepare_data(run_config, log, init_vocab_path)
     apply_settings(run_config, prepared.settings)
     return PretrainingRun(

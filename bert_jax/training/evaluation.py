@@ -56,16 +56,22 @@ class TermEvaluator:
         num_batches)."""
         self.settings, self.dataset_factory = eval_settings, dataset_factory
         self.every_steps = eval_settings.every_steps
+        # [{"step", **metrics}] of every evaluation, in the checkpoints too, so a resumed
+        # run still reports them all (pretrain's eval_results.json).
+        self.history = []
 
     def __call__(self, bundle, state, step) -> dict:
         processes, index = jax.process_count(), jax.process_index()
         dataset = self.dataset_factory("eval", self.settings.batch_size // processes,
                                        index, processes)
-        return evaluate(bundle, state.params, dataset, self.settings.num_batches,
-                        self.show_progress)
+        metrics = evaluate(bundle, state.params, dataset, self.settings.num_batches,
+                           self.show_progress)
+        self.history.append(dict(step=int(step), **metrics))
+        return metrics
 
     def state(self):
-        return None
+        return dict(history=self.history)
 
     def restore(self, state) -> None:
-        pass
+        # None: a checkpoint from before the history was kept.
+        self.history = list(state["history"]) if state else []

@@ -1,0 +1,88 @@
+"""The host a CPU benchmark ran on, printed at its top and kept with its figures.
+
+A ratio measured on one x86 CPU is not a ratio on another: the same bench gave bert-jax
+1.17x transformers on one 2-core Xeon and 0.51x on another of the same machine kind (issue
+52). So every CPU bench opens with the lines below (CPU model and the ISA extensions that
+XLA's and torch's CPU kernels choose between, cores, the XLA flags and thread settings, the
+load) and ends with the load after, and a figure quoted in the docs carries its host.
+
+    from bench.host import announce_host
+    announce_host()   # first thing in main(); prints the load after at exit
+"""
+
+import atexit
+import datetime
+import os
+import platform
+import sys
+
+# The extensions that decide which kernels run: AVX2 and AVX-512 widths, the VNNI and BF16
+# dot products, AMX tiles (oneDNN's bf16/int8 matmuls on Sapphire Rapids and later).
+ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni",
+             "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
+# Environment variables that change how fast the same code runs on the same CPU.
+THREAD_SETTINGS = ("XLA_FLAGS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY",
+                   "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "TF_NUM_INTRAOP_THREADS")
+
+
+def cpu_facts(cpuinfo: str) -> tuple[str, list[str]]:
+    """(model name, the ISA_FLAGS it has, in ISA_FLAGS order) from /proc/cpuinfo's text."""
+    model, flags = "unknown CPU", set()
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name" and model == "unknown CPU":
+            model = value.strip()
+        elif key.strip() == "flags" and not flags:
+            flags = set(value.split())
+    return model, [flag for flag in ISA_FLAGS if flag in flags]
+
+
+def host_lines() -> list[str]:
+    """The header: date, CPU, ISA, cores, memory, thread settings, load."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            model, isa = cpu_facts(cpuinfo.read())
+    except OSError:  # not Linux: the platform module's word is all there is
+        model, isa = platform.processor() or "unknown CPU", []
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    settings = [f"{name}={os.environ[name]}" for name in THREAD_SETTINGS if name in os.environ]
+    lines = [f"host: {model}, {usable} usable of {os.cpu_count()} cores, "
+             f"{_memory_gib():.0f} GiB; {platform.machine()}, Python {platform.python_version()}",
+             f"  ISA: {' '.join(isa) or 'none of ' + ', '.join(ISA_FLAGS)}",
+             f"  settings: {' '.join(settings) or 'none set'}",
+             f"  {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, "
+             f"load average before {_load()}"]
+    return lines
+
+
+def announce_host(stream=sys.stdout) -> None:
+    """Print host_lines() now; at exit, the load average and the frameworks' versions and
+    threads (known only once the bench has imported them)."""
+    print(*host_lines(), sep="\n", file=stream, flush=True)
+    atexit.register(lambda: print(f"host: load average after {_load()}; {_versions()}",
+                                  file=stream, flush=True))
+
+
+def _versions() -> str:
+    """jax's and torch's versions and torch's threads, for those the bench has imported (a
+    header must not import torch into a bench that does not use it)."""
+    parts = []
+    for name in ("jax", "torch", "tensorflow"):
+        module = sys.modules.get(name)
+        if module is not None:
+            parts.append(f"{name} {getattr(module, '__version__', '?')}")
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "get_num_threads"):
+        parts.append(f"torch threads {torch.get_num_threads()}")
+    return ", ".join(parts) or "no framework imported yet"
+
+
+def _memory_gib() -> float:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError, AttributeError):
+        return float("nan")
+
+
+def _load() -> str:
+    return " ".join(f"{value:.2f}" for value in os.getloadavg())

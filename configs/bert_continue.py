@@ -1,0 +1,1 @@
+../bert_jax/configs/bert_continue.py

@@ -1,0 +1,1 @@
+../bert_jax/configs/modernbert_continue.py
