@@ -6,9 +6,10 @@ Old behaviour: `search --index FILE` replaced any FILE (the training file, the c
 "index FILE is unreadable; rebuilding it", exit 0; `predict --output` equal to `--input`
 replaced the input; `embed` onto a full disk was a traceback after the work.
 
-`test_every_writing_command_refuses_four_outputs` prints its table (`pytest -s`). A full and
-a read-only file system are real (a small tmpfs) where this machine lets the tests mount one
-(root, as the project's CI runs), else the OS's error is raised where the file system would.
+`test_every_writing_command_refuses_four_outputs` writes its table to the file named by
+BERT_JAX_OUTPUT_TABLE, when set. A full and a read-only file system are real (a small tmpfs)
+where this machine lets the tests mount one (root, as the project's CI runs), else the OS's
+error is raised where the file system would.
 """
 
 import contextlib
@@ -16,8 +17,10 @@ import errno
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
+from finetune_helpers import tiny_model_directory
 
 from bert_jax.cli import main
 from bert_jax.storage import file_kinds, outputs
@@ -168,10 +171,10 @@ def test_every_writing_command_refuses_four_outputs(tmp_path, monkeypatch, capsy
                 assert (status, lines) == (2, [expected]), (command, case)
                 assert _snapshot(root) == before, (command, case)  # nothing changed
             table.append((command, case + (f" ({how})" if how else ""), status, lines[0]))
-    with capsys.disabled():
-        print("\ncommand | output | exit | the one line (stderr)")
-        for row in table:
-            print(" | ".join(str(cell) for cell in row))
+    if os.environ.get("BERT_JAX_OUTPUT_TABLE"):  # the table, for a report
+        with open(os.environ["BERT_JAX_OUTPUT_TABLE"], "w", encoding="utf-8") as file:
+            file.write("command | output | exit | the one line (stderr)\n")
+            file.writelines(" | ".join(str(cell) for cell in row) + "\n" for row in table)
 
 
 def test_a_file_of_the_same_kind_is_replaced_and_an_empty_one_too(tmp_path):
@@ -181,3 +184,95 @@ def test_a_file_of_the_same_kind_is_replaced_and_an_empty_one_too(tmp_path):
     empty.write_text("")
     for path, kind in ((earlier, file_kinds.JSON_LINES), (empty, file_kinds.NPY)):
         outputs.check_output(outputs.Output("--output", str(path), ours=kind))  # no error
+
+
+# -- the search index: known by its marker; damaged, set aside and rebuilt -----------------
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    return tiny_model_directory(tmp_path_factory.mktemp("tiny"))
+
+
+def _search(model, corpus, index, capsys) -> tuple:
+    status = main(["search", "--model", model, "--corpus", str(corpus), "--query", "a happy dog",
+                   "--index", str(index), "--no-progress"])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err.strip().splitlines()
+
+
+def test_search_never_takes_a_data_file_for_its_index(tiny_model, tmp_path, capsys):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("a happy dog\nthe cat sat\n")
+    train = tmp_path / "train.tsv"
+    train.write_text("label\tsentence\npos\ta happy dog\n")
+    # Not an index: refused before the model is read (a missing model is not reached).
+    for model in (MISSING, tiny_model):
+        assert _search(model, corpus, train, capsys)[::2] == (2, [
+            f"bert-jax search: error: --index {train}: exists and is not a bert-jax search "
+            "index, so it is not a file this command wrote; bert-jax replaces only its own kind "
+            "of file: choose another name, or move that file away"])
+    assert _search(tiny_model, corpus, corpus, capsys)[::2] == (2, [
+        f"bert-jax search: error: --index {corpus}: is also --corpus {corpus}, which writing "
+        "there would destroy; choose another output"])
+    assert train.read_text() == "label\tsentence\npos\ta happy dog\n"
+    assert corpus.read_text() == "a happy dog\nthe cat sat\n"
+
+
+@pytest.mark.parametrize("damage", ["cut short", "emptied", "bytes flipped"])
+def test_a_damaged_index_is_named_set_aside_and_rebuilt_in_one_line(tiny_model, tmp_path,
+                                                                    capsys, damage):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("a happy dog\nthe cat sat\nparis city\n")
+    index = tmp_path / "my-index.npz"  # a name of the user's: known by its marker
+    status, fresh, _ = _search(tiny_model, corpus, index, capsys)
+    whole = index.read_bytes()
+    assert status == 0 and file_kinds.SEARCH_INDEX.recognise(str(index))
+    damaged = {"cut short": whole[:300], "emptied": b"",
+               "bytes flipped": whole[:200] + bytes(byte ^ 0xFF for byte in whole[200:])}[damage]
+    index.write_bytes(damaged)
+    status, out, lines = _search(tiny_model, corpus, index, capsys)
+    assert (status, out) == (0, fresh)
+    assert len(lines) == 1 and lines[0].startswith(f"index {index} is damaged (")
+    assert lines[0].endswith(f"); moved it to {index}.damaged and rebuilding it")
+    assert (tmp_path / "my-index.npz.damaged").read_bytes() == damaged
+    assert index.read_bytes() == whole  # rebuilt: the same embeddings, the same file
+
+
+# -- a disk without room: said before the work, or one line when it fills while writing ------
+
+def test_embed_says_before_the_work_that_the_disk_has_no_room(tiny_model, tmp_path,
+                                                              monkeypatch, capsys):
+    texts = tmp_path / "texts.txt"
+    texts.write_text("a happy dog\n" * 10)
+    monkeypatch.setattr(outputs.shutil, "disk_usage", lambda _: shutil._ntuple_diskusage(
+        10_000, 9_000, 1_000))  # 1,000 bytes free
+    output = tmp_path / "embeddings.npy"
+    status = main(["embed", "--model", tiny_model, "--input", str(texts), "--output",
+                   str(output), "--no-progress"])
+    # 10 texts x 32 floats x 4 bytes + the .npy header's 128.
+    assert (status, capsys.readouterr().err.strip().splitlines()) == (2, [
+        f"bert-jax embed: error: --output {output}: needs 1,408 bytes but {tmp_path} has only "
+        "1,000 free; free some space or choose another place"])
+    assert sorted(os.listdir(tmp_path)) == ["texts.txt"]
+
+
+def test_a_short_write_is_one_line_naming_the_bytes_and_leaves_nothing(tmp_path):
+    """NumPy's `tofile` (under np.save) reports a full disk or a file-size limit as a short
+    write with no errno; a real file-size limit (SIGXFSZ ignored, as Python does) makes one."""
+    script = (
+        "import resource, numpy as np\n"
+        "from bert_jax.storage import files\n"
+        "from bert_jax.errors import UserError\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))\n"
+        "try:\n"
+        f"    with files.atomic_write({str(tmp_path / 'e.npy')!r}, 'wb') as file:\n"
+        "        np.save(file, np.zeros((100, 32), np.float32))\n"
+        "except UserError as error:\n"
+        "    print(error)\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=120)
+    assert result.stdout.strip() == (
+        f"{tmp_path / 'e.npy'}: writing failed: the write stopped short, 992 of 3,200 array "
+        "items written (the file system is full, or a quota or file-size limit was reached); "
+        "nothing half-written was left")  # 4,096 bytes: a 128-byte header and 992 floats
+    assert os.listdir(tmp_path) == []

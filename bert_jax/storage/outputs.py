@@ -19,15 +19,18 @@ user owns: when it is one of the command's own inputs (`inputs`: `predict --outp
 its `--input`), and when an existing, non-empty file there is not of the kind the command
 writes (`ours`, a `FileKind` from `file_kinds.py`: a search index has its own marker, an
 `.npy` its magic; a data file or a corpus is neither). A file of the same kind is replaced,
-as a rerun replaces its own output; `--overwrite`, where a command has it, never widens this.
-Where the size of an output is known before the work (`embed`'s N x H floats), `check_space`
-says before the work that the file system cannot hold it.
+as a rerun replaces its own output, and an empty file holds nothing to lose. (No file output
+has an `--overwrite`; the directories `convert`, `attention` and `probe` publish replace a
+non-empty one only with it, `model_writers.py`.) Where the size of an output is known before
+the work (`embed`'s N x H floats), `check_space` says before the work that the file system
+cannot hold it.
 
-"Must take a new file" is tried, not inferred from permission bits: a hidden file of one byte
-is written and removed there (a full disk is so found before the work too) (root passes every `os.access` test, and a read-only mount fails only
-when written). On `gs://` the bucket is checked to answer (`gcs.py`) and the path for being
-a file where a directory is wanted or the reverse; whether the account may write is known
-only when it writes, where a refusal is still one line (`storage_errors.py`).
+"Must take a new file" is tried, not inferred from permission bits (root passes every
+`os.access` test, and a read-only mount fails only when written): a hidden file of one byte
+is written and removed there, so a full disk, which still makes an empty file, is found
+before the work too. On `gs://` the bucket is checked to answer (`gcs.py`) and the path for
+being a file where a directory is wanted or the reverse; whether the account may write is
+known only when it writes, where a refusal is still one line (`storage_errors.py`).
 """
 
 import dataclasses

@@ -6,7 +6,8 @@ whoever met it. They reach us in several shapes: an `OSError` with its errno (Py
 files, the run lock), a `ValueError` whose text holds the OS's words (tensorstore, under
 orbax's checkpoints, often wrapped by orbax's background threads), or a TensorFlow error
 with the OS's words (the shard writer's TFRecordWriter), or a short write with no errno at
-all (NumPy's `tofile`, under `np.save`: "7680 requested and 2016 written"). So an error is
+all (NumPy's `tofile`, under `np.save`: "7680 requested and 2016 written", counted in array
+items). So an error is
 recognised by its errno, by the OS's words for one of these errnos, or as a short write, on
 it or on any error that caused it.
 """
@@ -47,8 +48,9 @@ def storage_failure(error: BaseException) -> str | None:
                 return reason
         short = _SHORT_WRITE.search(text) if isinstance(seen, OSError) else None
         if short:
-            return (f"the file system took {int(short[2]):,} of {int(short[1]):,} bytes (it is "
-                    "full, or a quota or file-size limit was reached)")
+            return (f"the write stopped short, {int(short[2]):,} of {int(short[1]):,} array "
+                    "items written (the file system is full, or a quota or file-size limit "
+                    "was reached)")
         seen = seen.__cause__ or seen.__context__
     return None
 
