@@ -23,7 +23,8 @@ import pytest
 from finetune_helpers import tiny_model_directory
 
 from bert_jax.cli import main
-from bert_jax.storage import file_kinds, outputs
+from bert_jax.errors import UserError
+from bert_jax.storage import file_kinds, files, outputs
 
 MISSING = "/nonexistent/bert-jax-test"  # what a command would read first, were OUT accepted
 
@@ -276,3 +277,33 @@ def test_a_short_write_is_one_line_naming_the_bytes_and_leaves_nothing(tmp_path)
         "items written (the file system is full, or a quota or file-size limit was reached); "
         "nothing half-written was left")  # 4,096 bytes: a 128-byte header and 992 floats
     assert os.listdir(tmp_path) == []
+
+
+def test_overwrite_replaces_only_a_directory_bert_jax_wrote(tiny_model, tmp_path, capsys):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("years of work")
+    assert main(["convert", tiny_model, str(mine), "--to", "hf", "--overwrite"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"bert-jax convert: error: {mine}: exists and holds none of the files bert-jax writes "
+        "there (attention.npz, bert_config.json, config.json, model_config.json, modules.json, "
+        "report.json, saved_model.pb), so --overwrite does not replace it; choose another output "
+        "directory"]
+    assert os.listdir(mine) == ["thesis.tex"]
+    exported = tmp_path / "exported"
+    assert main(["convert", tiny_model, str(exported), "--to", "hf"]) == 0
+    assert main(["convert", tiny_model, str(exported), "--to", "hf", "--overwrite"]) == 0
+
+
+def test_an_upload_that_fails_is_one_line_naming_the_path_and_bytes(monkeypatch):
+    """A gs:// bucket deleted (or its permission taken away) while the command worked."""
+    class Gone:
+        def put_file(self, local, path):
+            raise FileNotFoundError(errno.ENOENT, "bucket 'gone' does not exist")
+
+    monkeypatch.setattr(files, "_filesystem", lambda path: Gone())
+    with pytest.raises(UserError) as raised:
+        files.write_text("gs://gone/predictions.jsonl", "abc\n")
+    assert str(raised.value) == (
+        "gs://gone/predictions.jsonl: uploading 4 bytes failed (FileNotFoundError: [Errno 2] "
+        "bucket 'gone' does not exist); nothing was written there")

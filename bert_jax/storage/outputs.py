@@ -95,9 +95,11 @@ def _check_not_an_input(output: Output, named: str) -> None:
     for flag, source in output.inputs:
         if not source:
             continue
-        inside = output.kind == PUBLISHED and files.contains(output.path, source)
-        if inside or _same_path(output.path, source):
+        if _same_path(output.path, source):
             raise UserError(f"{named}: is also {flag} {source}, which writing there would "
+                            "destroy; choose another output")
+        if output.kind == PUBLISHED and files.contains(output.path, source):
+            raise UserError(f"{named}: holds {flag} {source}, which replacing it would "
                             "destroy; choose another output")
 
 
