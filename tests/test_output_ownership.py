@@ -23,6 +23,7 @@ import pytest
 from finetune_helpers import tiny_model_directory
 
 from bert_jax.cli import main
+from bert_jax.embeddings import search
 from bert_jax.errors import UserError
 from bert_jax.storage import file_kinds, files, outputs
 
@@ -307,3 +308,19 @@ def test_an_upload_that_fails_is_one_line_naming_the_path_and_bytes(monkeypatch)
     assert str(raised.value) == (
         "gs://gone/predictions.jsonl: uploading 4 bytes failed (FileNotFoundError: [Errno 2] "
         "bucket 'gone' does not exist); nothing was written there")
+
+
+def test_a_damaged_index_that_cannot_be_moved_aside_is_one_line(tmp_path, monkeypatch):
+    corpus, index = tmp_path / "corpus.txt", tmp_path / "corpus.txt.bert-jax-index.npz"
+    corpus.write_text("a text\n")
+    index.write_bytes(b"PK\x03\x04 cut")
+
+    def read_only(*_):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+    monkeypatch.setattr(search.os, "replace", read_only)
+    with pytest.raises(UserError) as raised:
+        search.corpus_embeddings(str(corpus), ["a text"], "model", None, str(index))
+    assert str(raised.value).startswith(f"index {index} is damaged (")
+    assert str(raised.value).endswith(") and cannot be moved aside (Read-only file system); "
+                                      "remove it, or choose another --index")

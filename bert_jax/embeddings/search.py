@@ -17,6 +17,7 @@ import sys
 import numpy as np
 
 from bert_jax.embeddings.similarity import unit_rows
+from bert_jax.errors import UserError
 from bert_jax.storage import files, outputs
 from bert_jax.storage.file_kinds import INDEX_MARKER, SEARCH_INDEX, FileKind
 
@@ -89,8 +90,13 @@ def _read_index(path: str) -> tuple[np.ndarray, dict] | None:
             return index["embeddings"], json.loads(str(index["metadata"]))
     except Exception as error:  # noqa: BLE001  zip, pickle, EOF, JSON: any damage at all
         aside = _aside_name(path)
-        os.replace(path, aside)
         reason = f"{type(error).__name__}: {error}".splitlines()[0][:120]
+        try:
+            os.replace(path, aside)
+        except OSError as moving:
+            raise UserError(f"index {path} is damaged ({reason}) and cannot be moved aside "
+                            f"({moving.strerror}); remove it, or choose another --index"
+                            ) from None
         print(f"index {path} is damaged ({reason}); moved it to {aside} and rebuilding it",
               file=sys.stderr)
         return None
