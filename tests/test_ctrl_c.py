@@ -13,8 +13,6 @@ import subprocess
 import sys
 import time
 
-import pytest
-
 from bert_jax import ctrl_c
 from bert_jax.commands.predict import say_which_checkpoint
 from bert_jax.interop import model_source
@@ -108,8 +106,7 @@ def test_predict_on_a_run_says_its_step_and_whether_the_run_is_still_going(tmp_p
         pass
 
 
-@pytest.mark.parametrize("kind", ["bert-jax", "training-step"])
-def test_predict_on_a_model_or_a_chosen_step_says_nothing(tmp_path, capsys, kind):
+def test_predict_on_a_step_the_user_chose_says_nothing(tmp_path, capsys):
     run = _run_directory(tmp_path)
     say_which_checkpoint(model_source.resolve(os.path.join(run, "checkpoints", "3")))
     assert capsys.readouterr().err == ""
