@@ -13,6 +13,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from bert_jax import ctrl_c
 from bert_jax.commands.predict import say_which_checkpoint
 from bert_jax.interop import model_source
@@ -45,12 +47,43 @@ def _interrupt_inside_a_gc_callback(seconds: float) -> bool:
     return False
 
 
-def test_an_interrupt_swallowed_in_a_gc_callback_arrives_again(monkeypatch):
+@pytest.fixture
+def installed(monkeypatch):
+    """`ctrl_c.install()` in this process, undone afterwards (the handler and the hook)."""
     monkeypatch.setattr(sys, "unraisablehook", lambda _: None)  # Python's own: drops it
-    assert not _interrupt_inside_a_gc_callback(0.3)  # what the bug was
     monkeypatch.setattr(ctrl_c, "_installed", False)
-    ctrl_c.install()
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield ctrl_c.install
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_an_interrupt_swallowed_in_a_gc_callback_arrives_again(installed):
+    assert not _interrupt_inside_a_gc_callback(0.3)  # what the bug was
+    installed()
     assert _interrupt_inside_a_gc_callback(5.0)
+
+
+def test_an_interrupt_during_an_import_waits_for_the_import_to_finish(installed, tmp_path,
+                                                                        monkeypatch):
+    """A module whose import receives SIGINT half-way (as jaxlib's native bindings did while
+    they set themselves up): Python's handler raises inside it; ours after it."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("interrupted_before", "interrupted_after"):
+        (tmp_path / f"{name}.py").write_text(
+            "import os, signal\nos.kill(os.getpid(), signal.SIGINT)\n"
+            "halves = [sum(range(100)) for _ in range(1000)]\nfinished = True\n")
+    with pytest.raises(KeyboardInterrupt):
+        import interrupted_before  # noqa: F401
+    assert "interrupted_before" not in sys.modules  # cut off half-way
+    installed()
+    with pytest.raises(KeyboardInterrupt):
+        import interrupted_after  # noqa: F401
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert sys.modules["interrupted_after"].finished
 
 
 def test_ctrl_c_while_a_command_starts_and_waits_is_one_line_and_130(tmp_path):
