@@ -7,7 +7,10 @@ Three things stood in the way (issue 51), each seen on `search` interrupted at r
   Python code while it sets itself up, and an exception there left it half-made: SIGSEGV or
   SIGABRT with nothing printed (2 of 30 tries with the signal 0.05-1.5 s after the start).
   So while an import is running, a Ctrl-C is held back and sent again moments later, until
-  it lands outside every import (within `_HELD_AT_MOST` seconds).
+  it lands outside every import (within `_HELD_AT_MOST` seconds). The same holds while JAX
+  sets up its backends (`jax/_src/xla_bridge.py`): native clients are made there, and its
+  discovery of plugins catches every exception, a KeyboardInterrupt too, logs it as a
+  "plugin configuration error" and carries on (1 of 11 tries).
 - Python swallows a KeyboardInterrupt raised while a garbage-collection callback runs: it
   prints "Exception ignored in garbage collection callback" and carries on. JAX registers
   such a callback (`jax._src.lib._xla_gc_callback`), so a Ctrl-C landing in a collection
@@ -30,6 +33,7 @@ import time
 
 _HELD_AT_MOST = 10.0  # seconds a Ctrl-C waits for an import to finish before it is raised
 _RESEND_AFTER = 0.05  # seconds between tries
+_JAX_BACKENDS = os.path.join("jax", "_src", "xla_bridge.py")
 _installed = False
 _held_since: float | None = None
 
@@ -42,19 +46,21 @@ def _send_again(delay: float = 0.0) -> None:
     _thread.start_new_thread(send, ())  # `threading` would wait for it to start, here
 
 
-def _inside_an_import(frame) -> bool:
+def _held_back_here(frame) -> bool:
+    """Whether `frame` is inside an import or JAX's setting up of its backends."""
     while frame is not None:
-        if frame.f_code.co_filename.startswith("<frozen importlib"):
+        name = frame.f_code.co_filename
+        if name.startswith("<frozen importlib") or name.endswith(_JAX_BACKENDS):
             return True
         frame = frame.f_back
     return False
 
 
 def _interrupt(signum, frame) -> None:
-    """SIGINT's handler: KeyboardInterrupt, as Python's own, except inside an import."""
+    """SIGINT's handler: KeyboardInterrupt, as Python's own, except where held back."""
     global _held_since
     now = time.monotonic()
-    if _inside_an_import(frame) and now - (_held_since or now) < _HELD_AT_MOST:
+    if _held_back_here(frame) and now - (_held_since or now) < _HELD_AT_MOST:
         _held_since = _held_since or now
         _send_again(_RESEND_AFTER)
         return
@@ -72,7 +78,7 @@ def _raise_again(previous):
 
 
 def install() -> None:
-    """Holds a Ctrl-C back while an import runs, and has a KeyboardInterrupt that Python
+    """Holds a Ctrl-C back while an import runs or JAX sets up its backends, and has a KeyboardInterrupt that Python
     could not raise (inside a garbage-collection callback or a finaliser) arrive again. A
     SIGINT that this process ignores (a background job's) stays ignored."""
     global _installed
