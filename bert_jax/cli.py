@@ -132,9 +132,11 @@ def _not_overrides(arguments: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Runs one command; `argv` None means this process is the `bert-jax` program (an
-    interrupted one then exits at once, `ctrl_c.exit_now`), a list a caller in Python."""
-    ctrl_c.install()
+    """Runs one command; `argv` None means this process is the `bert-jax` program (Ctrl-C
+    then handled as `ctrl_c` says, and an interrupted one exits at once), a list a caller in
+    Python, whose own signal handling is left alone."""
+    if argv is None:
+        ctrl_c.install()
     parser, modules = build_parser()
     args, extra = parser.parse_known_args(argv)
     module = modules[args.command]
