@@ -96,7 +96,7 @@ def test_ctrl_c_while_a_command_starts_and_waits_is_one_line_and_130(tmp_path):
             [sys.executable, "-m", "bert_jax.cli", "search", "--model", str(tmp_path),
              "--corpus", str(corpus), "--query", "a", "--index", str(tmp_path / "index.npz")],
             cwd=os.path.dirname(TESTS), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+            text=True)  # SIGINT not ignored there: conftest.py handles it in this process
         time.sleep(delay)
         process.send_signal(signal.SIGINT)
         try:
