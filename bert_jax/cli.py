@@ -13,9 +13,11 @@ argument is an error that prints that command's usage.
 
 import argparse
 import importlib
+import importlib.metadata
+import platform
 import sys
 
-from bert_jax import compilation_cache
+from bert_jax import compilation_cache, ctrl_c
 from bert_jax.errors import UserError
 
 # name -> module, in the order `bert-jax --help` lists them.
@@ -68,10 +70,24 @@ class LazyParser(argparse.ArgumentParser):
         return super().format_help()
 
 
+def version() -> str:
+    """`bert-jax --version`: this package's and the numerics' versions (from the installed
+    metadata: nothing imported)."""
+    def installed(name: str) -> str:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            return "not installed"
+
+    return (f"bert-jax {installed('bert-jax')} (jax {installed('jax')}, flax "
+            f"{installed('flax')}, Python {platform.python_version()})")
+
+
 def build_parser() -> tuple[argparse.ArgumentParser, dict]:
     parser = argparse.ArgumentParser(
         prog="bert-jax",
         description="Pre-train, convert and use BERT in JAX, from a laptop CPU to a TPU pod.")
+    parser.add_argument("--version", action="version", version=version())
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True,
                                        parser_class=LazyParser)
     modules = {}
@@ -116,6 +132,11 @@ def _not_overrides(arguments: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Runs one command; `argv` None means this process is the `bert-jax` program (Ctrl-C
+    then handled as `ctrl_c` says, and an interrupted one exits at once), a list a caller in
+    Python, whose own signal handling is left alone."""
+    if argv is None:
+        ctrl_c.install()
     parser, modules = build_parser()
     args, extra = parser.parse_known_args(argv)
     module = modules[args.command]
@@ -135,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         print(f"bert-jax {args.command}: interrupted", file=sys.stderr)
+        if argv is None:
+            ctrl_c.exit_now(130)
         return 130
     return int(status or 0)
 

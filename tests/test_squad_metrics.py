@@ -226,3 +226,29 @@ def test_v2_missing_prediction_scores_zero_where_the_official_script_stops():
     expected = official_v2(others, predictions, {name: 0.0 for name in predictions}, 1e9)
     for key in ("best_exact", "best_f1"):
         assert ours[key] == pytest.approx(expected[key] * (len(CASES) - 1) / len(CASES))
+
+
+@pytest.mark.parametrize("cases, null_odds", [
+    # Every question unanswerable, every prediction an answer, every null odd negative: the
+    # official script says best_f1 100 "at 0.0", a threshold that answers both (issue 51).
+    ({"impossible_1": ([], "1066"), "impossible_2": ([], "England")},
+     {"impossible_1": -3.0, "impossible_2": -1.0}),
+    # Every question unanswerable and every null odd positive: 0.0 already answers nothing.
+    ({"impossible_1": ([], "1066"), "impossible_2": ([], "England")},
+     {"impossible_1": 2.0, "impossible_2": 0.5}),
+    ({name: case for name, case in CASES.items()},
+     {name: float(number % 5) - 1.5 + 0.1 * number for number, name in enumerate(CASES)}),
+])
+def test_v2_best_threshold_scores_its_best_under_the_official_rule(cases, null_odds):
+    """The property the threshold is for: the official script, run with --na-prob-thresh at
+    the reported best threshold, scores the reported best."""
+    data = dataset(True, cases)
+    predictions = {name: prediction for name, (_, prediction) in cases.items()}
+    ours = evaluate(questions_of(data, True), predictions, version_2=True, null_odds=null_odds)
+    for key in ("exact", "f1"):
+        at_threshold = official_v2(data, predictions, null_odds, ours[f"best_{key}_thresh"])
+        assert at_threshold[key] == pytest.approx(ours[f"best_{key}"], abs=1e-9)  # float64
+    official = official_v2(data, predictions, null_odds, na_prob_thresh=1e9)
+    assert ours["best_f1"] == pytest.approx(official["best_f1"], abs=1e-9)
+    if official["best_f1_thresh"] != 0.0 or min(null_odds.values()) > 0:
+        assert ours["best_f1_thresh"] == official["best_f1_thresh"]  # where it is right

@@ -395,6 +395,12 @@ def test_exports_refuse_a_full_directory_and_heads_without_a_tf_counterpart(tiny
     for target in ("tf-checkpoint", "saved-model"):
         assert main(["convert", source, str(full), "--to", target]) == 2
         assert os.listdir(full) == ["keep.txt"]
+    # --overwrite replaces only a directory bert-jax wrote, never the user's files (issue 51).
+    assert main(["convert", source, str(full), "--to", "tf-checkpoint", "--overwrite"]) == 2
+    assert os.listdir(full) == ["keep.txt"]
+    (full / "keep.txt").unlink()
+    assert main(["convert", source, str(full), "--to", "tf-checkpoint"]) == 0
+    (full / "keep.txt").write_text("written since, beside the export")
     assert main(["convert", source, str(full), "--to", "tf-checkpoint", "--overwrite"]) == 0
     assert "keep.txt" not in os.listdir(full)
     assert main(["convert", source, str(tmp_path / "x"), "--to", "saved-model",

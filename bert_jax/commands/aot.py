@@ -129,9 +129,11 @@ def _write_json(path: str, reports: list, mfu: float, extra: dict) -> None:
 
 def outputs(args) -> list:
     """The --json file if asked for, checked before compiling (bert_jax/storage/outputs.py)."""
+    from bert_jax.storage.file_kinds import JSON
     from bert_jax.storage.outputs import Output
 
-    return [Output("--json", args.json)] if args.json else []
+    return [Output("--json", args.json, inputs=(("--config", args.config),), ours=JSON)
+            ] if args.json else []
 
 
 def run(args: argparse.Namespace) -> int:

@@ -37,7 +37,7 @@ def outputs(args) -> list:
     """The output directory, checked before the model is loaded (bert_jax/storage/outputs.py)."""
     from bert_jax.storage.outputs import PUBLISHED, Output
 
-    return [Output("--output", args.output, PUBLISHED)]
+    return [Output("--output", args.output, PUBLISHED, inputs=(("--model", args.model),))]
 
 
 def run(args) -> int:

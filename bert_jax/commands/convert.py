@@ -93,7 +93,7 @@ def outputs(args) -> list:
     """DST, checked before the source is read (bert_jax/storage/outputs.py)."""
     from bert_jax.storage.outputs import PUBLISHED, Output
 
-    return [Output("DST", args.destination, PUBLISHED)]
+    return [Output("DST", args.destination, PUBLISHED, inputs=(("SRC", args.source),))]
 
 
 def run(args) -> int:

@@ -163,7 +163,9 @@ def outputs(args) -> list:
     """The shard directory, checked before any input is read (bert_jax/storage/outputs.py)."""
     from bert_jax.storage.outputs import DIRECTORY, Output
 
-    return [Output("--output-dir", args.output_dir, DIRECTORY)]
+    return [Output("--output-dir", args.output_dir, DIRECTORY,
+                   inputs=(*(("--input", pattern) for pattern in args.input),
+                           ("--vocab", args.vocab)))]
 
 
 def run(args) -> int:

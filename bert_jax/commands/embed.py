@@ -64,14 +64,16 @@ def write_npy(path: str, array) -> None:
 
 def outputs(args) -> list:
     """The .npy file, checked before the model is loaded (bert_jax/storage/outputs.py)."""
+    from bert_jax.storage.file_kinds import NPY
     from bert_jax.storage.outputs import Output
 
-    return [Output("--output", args.output)]
+    return [Output("--output", args.output, inputs=(("--input", args.input),), ours=NPY)]
 
 
 def run(args) -> int:
     from bert_jax.embeddings.encoder import embed_texts, load_embedding_model, read_lines
     from bert_jax.errors import UserError
+    from bert_jax.storage.outputs import check_space
 
     if args.batch_size < 1:
         raise UserError(f"--batch-size must be at least 1, got {args.batch_size}")
@@ -80,6 +82,8 @@ def run(args) -> int:
     texts = read_lines(args.input)
     model = load_embedding_model(args.model, (args.pool,) if args.pool else None,
                                  args.normalize, args.max_seq_len)
+    # N x H float32 and the header: known before the work, so a full disk is said now.
+    check_space("--output", args.output, len(texts) * model.dimension * 4 + 128)
     embeddings = embed_texts(model, texts, args.batch_size,
                              progress=len(texts) > args.batch_size and not args.no_progress)
     write_npy(args.output, embeddings)

@@ -109,9 +109,11 @@ def reading_flags(args) -> dict:
 
 def outputs(args) -> list:
     """The metrics file if asked for, checked first (bert_jax/storage/outputs.py)."""
+    from bert_jax.storage.file_kinds import JSON
     from bert_jax.storage.outputs import Output
 
-    return [Output("--output", args.output)] if args.output else []
+    return [Output("--output", args.output, inputs=(("--data", args.data),), ours=JSON)
+            ] if args.output else []
 
 
 def run(args) -> int:

@@ -78,9 +78,10 @@ def write_npz(path: str, arrays: dict) -> None:
 
 def outputs(args) -> list:
     """The .npz file, checked before the model is loaded (bert_jax/storage/outputs.py)."""
+    from bert_jax.storage.file_kinds import NPZ
     from bert_jax.storage.outputs import Output
 
-    return [Output("--output", args.output)]
+    return [Output("--output", args.output, inputs=(("--input", args.input),), ours=NPZ)]
 
 
 def run(args) -> int:

@@ -95,7 +95,9 @@ def outputs(args) -> list:
     """The work directory, checked before anything is read (bert_jax/storage/outputs.py)."""
     from bert_jax.storage.outputs import DIRECTORY, Output
 
-    return [] if args.print_config else [Output("--workdir", args.workdir, DIRECTORY)]
+    inputs = (("--model", args.model), ("--train", args.train), ("--eval", args.eval))
+    return [] if args.print_config else [Output("--workdir", args.workdir, DIRECTORY,
+                                                inputs=inputs)]
 
 
 def run(args) -> int:

@@ -11,7 +11,12 @@ row's `columns` when it has some);
 training file's. A TSV/CSV/JSONL input is read by the columns the model recorded (extra
 columns ignored, kept in the output; a missing one is an error naming it;
 --text-columns names this file's own). The output is written under a temporary name and
-renamed.
+renamed; it may not be --input, and an existing file there must be of the kind written
+(JSON Lines for .jsonl, text for .tsv), never a data file of another kind.
+
+--model may be a fine-tuning run's work directory: its newest finished checkpoint is used,
+and stderr says which step, and, while the run is still training, that it is (a later
+checkpoint may predict otherwise; WORKDIR/best is the model the run chose).
 
 example:
   bert-jax predict --model runs/sst2/best --input sentences.txt --output predictions.jsonl
@@ -43,9 +48,34 @@ def add_arguments(parser) -> None:
 
 def outputs(args) -> list:
     """The prediction file, checked before the model is loaded (bert_jax/storage/outputs.py)."""
+    from bert_jax.storage.file_kinds import kind_by_extension
     from bert_jax.storage.outputs import Output
 
-    return [Output("--output", args.output)]
+    return [Output("--output", args.output, inputs=(("--input", args.input),
+                                                    ("--model", args.model)),
+                   ours=kind_by_extension(args.output))]
+
+
+def say_which_checkpoint(source) -> None:
+    """For a training run given as --model: which step's checkpoint is used (its newest
+    finished one), and, while the run still holds its work directory, that it is still going
+    (so a later step may predict otherwise). One line on stderr; the predictions are made."""
+    import sys
+
+    from bert_jax.interop.source_kinds import finished_steps
+    from bert_jax.training.run_lock import running_holder
+
+    if source.kind != "training-run":
+        return
+    steps = finished_steps(source.directory)
+    holder = running_holder(source.directory)
+    line = (f"--model {source.name}: a training run; using its newest finished checkpoint, "
+            f"step {steps[-1] if steps else '?'}")
+    if holder is not None:
+        line += (f"; the run is still going (pid {holder.get('pid', '?')} on "
+                 f"{holder.get('host', '?')}, started {holder.get('started', '?')}), so a "
+                 "later checkpoint may predict otherwise")
+    print(line, file=sys.stderr)
 
 
 def run(args) -> int:
@@ -56,6 +86,7 @@ def run(args) -> int:
     from bert_jax.training.finetune import load_finetuned
 
     source = model_source.resolve(args.model)
+    say_which_checkpoint(source)
     info = source.task_info()  # task.json: no weights read yet
     if info is not None:  # an output it cannot write is said before any work
         task_from_info(info).check_prediction_path(args.output)

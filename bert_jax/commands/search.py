@@ -12,7 +12,9 @@ corpus rows, so memory is needed for the embeddings only.
 
 The corpus embeddings are saved beside the corpus as CORPUS.bert-jax-index.npz (or at
 --index) with hashes of the corpus file and of the model; a later search reuses them while
-both are unchanged and rebuilds a stale index (saying so on stderr).
+both are unchanged and rebuilds a stale index (saying so on stderr). An index is known by
+a marker at its start: a file at --index that is not one (the corpus, a data file) is
+refused, never replaced; a damaged index is moved aside to INDEX.damaged and rebuilt.
 
 --dedupe THRESHOLD prints instead every pair of corpus lines whose cosine similarity is at
 least THRESHOLD:  score  line_a  line_b  text_a  text_b  (line_a < line_b).
@@ -51,15 +53,16 @@ def _clean(text: str) -> str:
 
 
 def outputs(args) -> list:
-    """The corpus index, checked before the model is loaded (bert_jax/storage/outputs.py),
-    unless one is there already: it may be reused, and a stale one that cannot be replaced
-    is one line when written."""
-    from bert_jax.embeddings.search import default_index_path
-    from bert_jax.storage import files
+    """The corpus index, checked before the model is loaded (bert_jax/storage/outputs.py): a
+    file there that is not an index is refused; an index may be reused even where it cannot
+    be replaced (a stale one is then one line when written)."""
+    from bert_jax.embeddings.search import INDEX_KIND, default_index_path
     from bert_jax.storage.outputs import Output
 
     index = args.index or default_index_path(args.corpus)
-    return [] if files.isfile(index) else [Output("--index", index)]
+    return [Output("--index", index, inputs=(("--corpus", args.corpus),
+                                             ("--queries", args.queries)),
+                   ours=INDEX_KIND, reusable=True)]
 
 
 def run(args) -> int:

@@ -49,7 +49,8 @@ def outputs(args) -> list:
     """The vocabulary's directory, checked before training (bert_jax/storage/outputs.py)."""
     from bert_jax.storage.outputs import DIRECTORY, Output
 
-    return [Output("--output", args.output, DIRECTORY)]
+    return [Output("--output", args.output, DIRECTORY,
+                   inputs=tuple(("--input", pattern) for pattern in args.input))]
 
 
 def run(args) -> int:

@@ -2,9 +2,11 @@
 
 Scores are computed one corpus chunk at a time against all queries and merged into a running
 top-k, so memory beyond the embeddings themselves is (queries, chunk rows), never
-(queries, corpus). The index is one .npz: the embeddings and the hashes of the corpus file
-and of the model (weights, vocabulary, pooling) they were computed from; a mismatch of
-either means the index is stale and is rebuilt.
+(queries, corpus). The index is one .npz: a marker array first (`file_kinds.INDEX_MARKER`, so
+an index is known by its first bytes and nothing else is taken for one), the embeddings and
+the hashes of the corpus file and of the model (weights, vocabulary, pooling) they were
+computed from; a mismatch of either means the index is stale and is rebuilt. An index that
+cannot be read (cut short, emptied, bytes flipped) is moved aside, named, and rebuilt.
 """
 
 import hashlib
@@ -16,6 +18,8 @@ import numpy as np
 
 from bert_jax.embeddings.similarity import unit_rows
 from bert_jax.errors import UserError
+from bert_jax.storage import files, outputs
+from bert_jax.storage.file_kinds import INDEX_MARKER, SEARCH_INDEX, FileKind
 
 # Corpus rows scored at once: (queries, CHUNK_ROWS) float32 scores live at a time.
 CHUNK_ROWS = 16384
@@ -74,25 +78,46 @@ def default_index_path(corpus_path: str) -> str:
     return corpus_path + INDEX_SUFFIX
 
 
+# An index: its marker, or (damaged past its first bytes) the name bert-jax gives one.
+INDEX_KIND = FileKind(SEARCH_INDEX.what, lambda path: path.endswith(INDEX_SUFFIX)
+                      or SEARCH_INDEX.recognise(path))
+
+
 def _read_index(path: str) -> tuple[np.ndarray, dict] | None:
+    """(embeddings, metadata), or None for a damaged index, moved aside (and said so)."""
     try:
         with np.load(path) as index:
             return index["embeddings"], json.loads(str(index["metadata"]))
-    except (OSError, ValueError, KeyError, json.JSONDecodeError):
-        print(f"index {path} is unreadable; rebuilding it", file=sys.stderr)
+    except Exception as error:  # noqa: BLE001  zip, pickle, EOF, JSON: any damage at all
+        aside = _aside_name(path)
+        reason = f"{type(error).__name__}: {error}".splitlines()[0][:120]
+        try:
+            os.replace(path, aside)
+        except OSError as moving:
+            raise UserError(f"index {path} is damaged ({reason}) and cannot be moved aside "
+                            f"({moving.strerror}); remove it, or choose another --index"
+                            ) from None
+        print(f"index {path} is damaged ({reason}); moved it to {aside} and rebuilding it",
+              file=sys.stderr)
         return None
 
 
-def _write_index(path: str, embeddings: np.ndarray, metadata: dict) -> None:
-    """Published only when complete, with the user's umask, as every output is."""
-    from bert_jax.storage import files
+def _aside_name(path: str) -> str:
+    """PATH.damaged, or PATH.damaged-2, -3 ...: never over an earlier one."""
+    name, count = f"{path}.damaged", 1
+    while os.path.exists(name):
+        count += 1
+        name = f"{path}.damaged-{count}"
+    return name
 
-    try:
-        with files.atomic_write(path, "wb") as file:
-            np.savez(file, embeddings=embeddings, metadata=np.array(json.dumps(metadata)))
-    except OSError as error:
-        raise UserError(f"{path}: cannot write the index there ({error.strerror}); "
-                        "choose another place with --index") from None
+
+def _write_index(path: str, embeddings: np.ndarray, metadata: dict) -> None:
+    """Published only when complete, with the user's umask, as every output is; a disk
+    without room for it is said before writing."""
+    outputs.check_space("--index", path, embeddings.nbytes + 4096)  # + the headers
+    with files.atomic_write(path, "wb") as file:
+        np.savez(file, **{INDEX_MARKER: np.array(1)}, embeddings=embeddings,
+                 metadata=np.array(json.dumps(metadata)))
 
 
 def corpus_embeddings(corpus_path: str, texts: list[str], model_fingerprint: str, compute,

@@ -22,6 +22,13 @@ from bert_jax.models.config import BertConfig
 from bert_jax.models.families import config_to_dict
 
 
+# Names one of bert-jax's published directories holds (a model in any format, a SavedModel, a
+# sentence-transformers export, `attention`'s and `probe`'s outputs): `--overwrite` replaces
+# only such a directory, never one of the user's files that happens to be named as the output.
+_WRITTEN_BY_US = frozenset({"config.json", MODEL_CONFIG, "bert_config.json", "saved_model.pb",
+                            "modules.json", "attention.npz", "report.json"})
+
+
 def _inside_training_run(path: str) -> str | None:
     """The training work directory that contains `path`, if any."""
     for directory in files.ancestors(path):
@@ -42,8 +49,13 @@ def _check_destination(destination: str, overwrite: bool, sources: tuple[str, ..
         raise UserError(f"{destination}: refusing to write inside the training run {run}; "
                         "choose an output directory outside it")
     check_output(Output("output directory", destination, PUBLISHED))
-    if files.isdir(destination) and files.listdir(destination) and not overwrite:
+    entries = set(files.listdir(destination)) if files.isdir(destination) else set()
+    if entries and not overwrite:
         raise UserError(f"{destination}: exists and is not empty (pass --overwrite to replace it)")
+    if entries and not entries & _WRITTEN_BY_US:
+        raise UserError(f"{destination}: exists and holds none of the files bert-jax writes "
+                        f"there ({', '.join(sorted(_WRITTEN_BY_US))}), so --overwrite does not "
+                        "replace it; choose another output directory")
 
 
 def check_destination(destination: str, overwrite: bool = False,

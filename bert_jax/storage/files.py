@@ -266,7 +266,7 @@ def atomic_write(path: str, mode: str = "w", encoding: str | None = None):
                 local = os.path.join(directory, basename(path))
                 with atomic_write(local, mode, encoding) as file:
                     yield file
-                _filesystem(path).put_file(local, path)
+                _upload(local, path)
             return
         makedirs(os.path.dirname(os.path.abspath(path)))
         temporary = temporary_name(path)
@@ -280,6 +280,17 @@ def atomic_write(path: str, mode: str = "w", encoding: str | None = None):
             if os.path.exists(temporary):
                 os.remove(temporary)
             raise
+
+
+def _upload(local: str, path: str) -> None:
+    """Uploads a finished file in one piece; a bucket gone or forbidden meanwhile is one line
+    (an object appears only when its upload completes, so nothing partial is left there)."""
+    try:
+        _filesystem(path).put_file(local, path)
+    except (OSError, ValueError) as error:  # gcsfs: FileNotFoundError, PermissionError, HTTP
+        reason = f"{type(error).__name__}: {error}".splitlines()[0][:200]
+        raise UserError(f"{path}: uploading {size(local):,} bytes failed ({reason}); nothing "
+                        "was written there") from None
 
 
 def write_text(path: str, text: str) -> None:

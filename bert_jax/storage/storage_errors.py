@@ -5,13 +5,17 @@ used-up quota are the user's to fix, not bugs: each becomes a `UserError` naming
 whoever met it. They reach us in several shapes: an `OSError` with its errno (Python's own
 files, the run lock), a `ValueError` whose text holds the OS's words (tensorstore, under
 orbax's checkpoints, often wrapped by orbax's background threads), or a TensorFlow error
-with the OS's words (the shard writer's TFRecordWriter). So an error is recognised by its
-errno or by the OS's words for one of these errnos, on it or on any error that caused it.
+with the OS's words (the shard writer's TFRecordWriter), or a short write with no errno at
+all (NumPy's `tofile`, under `np.save`: "7680 requested and 2016 written", counted in array
+items). So an error is
+recognised by its errno, by the OS's words for one of these errnos, or as a short write, on
+it or on any error that caused it.
 """
 
 import contextlib
 import errno
 import os
+import re
 
 from bert_jax.errors import UserError
 
@@ -27,6 +31,7 @@ REASONS = {
 # The OS's words for each ("No space left on device", "File too large", ...), for errors
 # that carry only a message.
 _WORDS = {os.strerror(code): reason for code, reason in REASONS.items()}
+_SHORT_WRITE = re.compile(r"(\d+) requested and (\d+) written")
 
 
 def storage_failure(error: BaseException) -> str | None:
@@ -41,6 +46,11 @@ def storage_failure(error: BaseException) -> str | None:
         for words, reason in _WORDS.items():
             if words in text:
                 return reason
+        short = _SHORT_WRITE.search(text) if isinstance(seen, OSError) else None
+        if short:
+            return (f"the write stopped short, {int(short[2]):,} of {int(short[1]):,} array "
+                    "items written (the file system is full, or a quota or file-size limit "
+                    "was reached)")
         seen = seen.__cause__ or seen.__context__
     return None
 

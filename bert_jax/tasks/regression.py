@@ -13,6 +13,9 @@ from bert_jax.tasks.classification import SentenceTask
 from input_pipeline.tasks import columns
 
 
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
 class RegressionTask(SentenceTask):
     name = "regress"
     terms = {"mse": "num_examples"}
@@ -43,6 +46,10 @@ class RegressionTask(SentenceTask):
             value = float("nan")
         if not np.isfinite(value):
             raise UserError(f"{path}:{line}: regression target {label!r} is not a finite number")
+        if abs(value) > _FLOAT32_MAX:  # trained in float32, where it would be inf
+            raise UserError(f"{path}:{line}: regression target {label!r} is beyond float32's "
+                            f"range (at most {_FLOAT32_MAX:.4g} in magnitude), in which the "
+                            "model is trained; rescale the targets")
         return value
 
     def sums(self, outputs, batch):

@@ -14,6 +14,7 @@ it writes anything there, and a second run is refused with a message naming the 
 """
 
 import datetime
+import fcntl
 import json
 import os
 import socket
@@ -45,6 +46,35 @@ def _refusal(workdir: str, holder: dict, where: str, extra: str = "") -> UserErr
         f"{holder.get('host', '?')}, started {holder.get('started', '?')} ({where}{extra}). "
         "Two runs on one work directory would mix their checkpoints: wait for it to finish, "
         "stop it, or use another --workdir")
+
+
+def running_holder(workdir: str) -> dict | None:
+    """Who holds `workdir` now (the holder a refusal would name: pid, host, started), or
+    None when no run does: for a reader of a run's checkpoints, to say the run is still going.
+
+    Locally a shared, non-blocking flock on the lock file, which fails exactly while a run
+    holds its exclusive one (held for microseconds; flock has no query without taking it);
+    on object storage a lease renewed within LEASE_SECONDS."""
+    if files.is_remote(workdir):
+        lease = RunLock(workdir)._read_lease()
+        fresh = lease is not None and time.time() - float(lease.get("renewed", 0)) < LEASE_SECONDS
+        return lease if fresh else None
+    path = os.path.join(workdir, LOCK_NAME)
+    try:
+        descriptor = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None  # no run has ever taken it (or it cannot be read: say nothing)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        text = os.pread(descriptor, 4096, 0).decode("utf-8", "replace")
+        try:
+            return json.loads(text) if text.strip() else {}
+        except ValueError:
+            return {}
+    finally:
+        os.close(descriptor)  # releases the shared lock, if it was taken
+    return None
 
 
 class RunLock:

@@ -135,6 +135,11 @@ def _cell(record, column: Column, path: str, number: int, what: str) -> str:
             raise UserError(f"{path}:{number}: no key {column!r} ({what}); the object has "
                             f"{sorted(record)}")
         value = record[column]
+        if what == "label" and isinstance(value, (list, dict)):
+            raise UserError(f"{path}:{number}: the label {column!r} is a JSON "
+                            f"{'list' if isinstance(value, list) else 'object'} "
+                            f"({json.dumps(value)[:60]}); expected one label: a string, a "
+                            "number or true/false")
         return value if isinstance(value, str) else json.dumps(value)
     if not 0 <= int(column) < len(record):
         raise UserError(f"{path}:{number}: no column {column} ({what}): the row has "

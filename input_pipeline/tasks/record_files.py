@@ -12,7 +12,8 @@ Every file is read as UTF-8 with a leading byte-order mark dropped, and split in
 newlines only. A `delimiter` other than the extension's reads TSV/CSV as CSV with that
 separator (`--delimiter ';'`); a first line that holds one cell where several were expected,
 with another likely separator inside, is named as a separator problem (`delimiter_problem`).
-Every error names the file and line and says what was expected.
+Every error names the file and line and says what was expected. A cell may be as long as
+memory allows (a whole document): the csv module's own limit, 131,072 characters, is lifted.
 """
 
 import csv
@@ -20,6 +21,7 @@ import io
 import json
 import os
 import re
+import sys
 
 from bert_jax.storage import files
 from bert_jax.errors import UserError
@@ -82,6 +84,21 @@ def _table_records(path: str, text: str, kind: str) -> list[tuple[int, list[str]
 
 
 _QUOTED_FIELD = re.compile(r'(?:^|\t)"', re.MULTILINE)
+
+
+def _lift_field_limit() -> None:
+    """The csv module refuses a cell over 131,072 characters; the limit is a C long, so the
+    largest one this platform takes (2**31 - 1 where a long is 32 bits)."""
+    limit = sys.maxsize
+    while True:
+        try:
+            csv.field_size_limit(limit)
+            return
+        except OverflowError:
+            limit //= 2
+
+
+_lift_field_limit()
 
 
 def _parsed(path: str, text: str, dialect: dict, raise_csv: bool = False

@@ -13,6 +13,7 @@ here a missing prediction scores 0 and counts in every total, as v1.1 does.
 
 import collections
 import logging
+import math
 import re
 import string
 
@@ -91,13 +92,20 @@ def _raw_scores_v2(questions, predictions) -> tuple[dict, dict]:
 
 
 def _best_threshold(questions, predictions, scores, null_odds) -> tuple[float, float]:
-    """The official `find_best_thresh`: predict "" above a threshold on the null odds."""
+    """The official `find_best_thresh`: predict "" above a threshold on the null odds.
+
+    Its starting point, every question answered "", is the threshold below every null odd;
+    the official script reports it as 0.0, right for its probabilities in [0, 1] but a
+    threshold that answers every question whose null odds are negative (here they are
+    null score - best span score, any real). So it is the largest float below the lowest
+    null odd: a threshold that answers nothing, as the score it comes with assumes."""
     has_answer = {question.question_id: bool(question.answer_texts) for question in questions}
     predicted = [name for name in null_odds if name in predictions]
     # Everything predicted unanswerable: right exactly on the unanswerable questions (a
     # question without a prediction is never right, see the module docstring).
     current = best = sum(1 for name in predicted if not has_answer.get(name, True))
-    best_threshold = 0.0
+    lowest = min((null_odds[name] for name in predicted), default=0.0)
+    best_threshold = min(0.0, math.nextafter(lowest, -math.inf))
     for name in sorted(predicted, key=lambda name: null_odds[name]):
         if name not in scores:
             continue
