@@ -6,7 +6,9 @@ pre-tokenizer, model, added tokens (special tokens written in text, ModernBERT's
 taking the space before it) and its post-processor's template. From beside it, read as
 transformers reads them:
   - tokenizer_config.json: the special tokens' roles (`cls_token`, `sep_token`, `pad_token`,
-    `mask_token`, `unk_token`; else special_tokens_map.json's, else BERT's names),
+    `mask_token`, `unk_token`; else special_tokens_map.json's; for [CLS] and [SEP] else
+    `bos_token` and `eos_token`, as a Llama-3-style tokenizer (EuroBERT's) names them; else
+    BERT's names); a byte-level BPE without an unknown token needs no [UNK] (`unk_id` None),
     `split_special_tokens`, and `added_tokens_decoder`, whose lstrip/rstrip/... win over
     tokenizer.json's when they differ (transformers adds those tokens again);
   - truncation and padding stored in tokenizer.json are not applied (transformers applies
@@ -33,13 +35,16 @@ import tokenizers
 
 from bert_jax.errors import UserError
 from bert_jax.storage import files
-from input_pipeline.tokenization import BackendTokenizer
+from input_pipeline.backend_tokenizer import BackendTokenizer
 from input_pipeline.vocabulary_files import (SPECIAL_TOKENS, SPECIAL_TOKENS_MAP, TOKENIZER_CONFIG,
                                              TOKENIZER_JSON, concatenate_ids, read_json_settings)
 from input_pipeline.wordpiece_chunk_cache import SEPARATOR, ChunkCache
 
 # The role of each of BERT's special tokens, in SPECIAL_TOKENS' order.
 ROLES = ("pad_token", "unk_token", "cls_token", "sep_token", "mask_token")
+# Where a Llama-3-style tokenizer (EuroBERT's) names a role: its template puts BOS and EOS
+# where BERT's puts [CLS] and [SEP] (`_check_template` holds it to that).
+_ROLE_FALLBACKS = {"cls_token": "bos_token", "sep_token": "eos_token"}
 # Byte-level BPE writes byte b < 33 as chr(256 + b) (GPT-2's bytes_to_unicode): these are
 # tab, newline, vertical tab, form feed, carriage return and space, the whitespace that
 # starts (or, alone, is) a pre-tokenizer word.
@@ -97,15 +102,31 @@ class TokenizerJson(BackendTokenizer):
         return TokenizerJson, (self.json_text, self.path, self.settings, self.special_map,
                                self.split_special_tokens)
 
-    def _role_id(self, role: str, default: str, vocabulary: dict) -> int:
-        name = self.settings.get(role) or self.special_map.get(role) or default
+    def _named(self, role: str | None) -> str | None:
+        """The token tokenizer_config.json (else special_tokens_map.json) names for `role`."""
+        name = self.settings.get(role) or self.special_map.get(role) if role else None
         if isinstance(name, dict):  # an AddedToken written out: {"content": ..., "lstrip": ...}
             name = name.get("content")
-        if name not in vocabulary:
-            raise UserError(f"{self.path}: its {role} {name!r} is not in its vocabulary; "
-                            f"bert-jax needs a [CLS], [SEP], [PAD], [MASK] and [UNK] token (name "
-                            f"them as {', '.join(ROLES)} in {TOKENIZER_CONFIG})")
-        return vocabulary[name]
+        return name
+
+    def _role_id(self, role: str, default: str, vocabulary: dict) -> int | None:
+        name = self._named(role) or self._named(_ROLE_FALLBACKS.get(role)) or default
+        if name in vocabulary:
+            return vocabulary[name]
+        if role == "unk_token" and self._never_unknown():
+            return None  # no text has an unknown piece, so no [UNK] is needed
+        raise UserError(f"{self.path}: its {role} {name!r} is not in its vocabulary; "
+                        f"bert-jax needs a [CLS] (or BOS), [SEP] (or EOS), [PAD] and [MASK] "
+                        f"token, and an [UNK] unless the tokenizer is byte-level (name them as "
+                        f"{', '.join(ROLES)}, bos_token, eos_token in {TOKENIZER_CONFIG})")
+
+    def _never_unknown(self) -> bool:
+        """A byte-level BPE without an unknown token (Llama 3's, GPT-2's): every byte of any
+        text is a piece of its vocabulary."""
+        model = self.structure.get("model") or {}
+        kinds = [part.get("type") for part in
+                 _components(self.structure.get("pre_tokenizer"), "pretokenizers")]
+        return model.get("type") == "BPE" and not model.get("unk_token") and "ByteLevel" in kinds
 
     def _check_template(self) -> None:
         """Refuses a post-processor that does not make `[CLS] A [SEP] (B [SEP])`."""
@@ -126,7 +147,7 @@ class TokenizerJson(BackendTokenizer):
         ModernBERT's <|endoftext|> and [unused0]), as transformers' masking collator skips
         its special tokens."""
         added = self.backend.get_added_tokens_decoder()
-        roles = {self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id}
+        roles = {self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id} - {None}
         return tuple(sorted(roles | {index for index, token in added.items() if token.special}))
 
     def encode_corpus(self, texts) -> tuple[np.ndarray, np.ndarray]:
@@ -209,7 +230,8 @@ class TokenizerJson(BackendTokenizer):
         config.setdefault("tokenizer_class", "PreTrainedTokenizerFast")
         for role, index in zip(ROLES, (self.pad_id, self.unk_id, self.cls_id, self.sep_id,
                                        self.mask_id)):
-            config.setdefault(role, self.tokens[index])
+            if index is not None:
+                config.setdefault(role, self.tokens[index])
         if self.split_special_tokens:
             config["split_special_tokens"] = True
         files.write_text(files.join(directory, TOKENIZER_JSON), self.json_text)

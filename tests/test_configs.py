@@ -72,6 +72,28 @@ def test_modernbert_recipe_is_three_phases_of_one_schedule():
     assert all(phase.objective == "mlm" and phase.data.masking_rate == 0.3 for phase in phases)
 
 
+def test_eurobert_210m_is_pretraining_at_half_then_annealing_at_a_tenth():
+    """EuroBERT-210m's run: 4.8T tokens at 50% masking, then 200B at 10% while the
+    warmup-stable-decay schedule decays; AdamW 0.9/0.95, eps 1e-5, weight decay 0.1."""
+    from bert_jax.models.config import EuroBertConfig
+
+    config = load_run_config(os.path.join(CONFIGS, "eurobert_210m.py"))
+    model = train_step.model_config_of(config)
+    assert isinstance(model, EuroBertConfig) and model.vocab_size == 0  # the tokenizer's
+    assert (model.num_layers, model.hidden_dim, model.mlp_dim, model.rope_theta) == (
+        12, 768, 3072, 250_000.0)
+    tokens = config.batch_size * config.data.seq_len
+    annealing_start = int(config.data.masking_rate_schedule.split(":")[0])
+    assert abs(annealing_start * tokens - 4.8e12) / 4.8e12 < 1e-3
+    assert config.optimizer.decay_steps == config.num_train_steps - annealing_start
+    assert abs(config.optimizer.decay_steps * tokens - 200e9) / 200e9 < 2e-3
+    assert (config.data.masking_rate, config.data.masking_rate_schedule.split(":")[1]) == (
+        0.5, "0.1")
+    optimizer = config.optimizer
+    assert (optimizer.name, optimizer.beta1, optimizer.beta2, optimizer.epsilon,
+            optimizer.weight_decay, optimizer.schedule) == ("adamw", 0.9, 0.95, 1e-5, 0.1, "wsd")
+
+
 def test_overrides_are_converted_to_the_type_they_replace():
     config = load_run_config(os.path.join(CONFIGS, "demo.py"), [
         "--config.batch_size=64", "--config.optimizer.learning_rate", "2e-4",

@@ -130,6 +130,24 @@ def test_a_bert_directory_continued_on_text_exports_what_it_trained(tmp_path):
     _exported_logits_match(workdir, tmp_path / "exported", directory, [2, 5, 6, 7, 8, 3])
 
 
+def test_a_eurobert_directory_continued_on_text_exports_what_it_trained(tmp_path):
+    """The third family through the same command: EuroBERT's recipe (10% masking, AdamW) on
+    its Llama-3-style tokenizer (BOS 600, EOS 601 in the fixture)."""
+    from eurobert_helpers import eurobert_directory
+
+    _, directory = eurobert_directory(tmp_path / "hf", max_position_embeddings=64)
+    text = _text(tmp_path / "corpus.txt", SENTENCES)
+    workdir = tmp_path / "run"
+    assert main(["pretrain", "--model", directory, "--text", text, "--workdir", str(workdir),
+                 "--steps", "2", *SMALL]) == 0
+    assert [entry["step"] for entry in _evaluations(workdir)] == [0, 1, 2]
+    run_config = json.load(open(workdir / "run_config.json"))
+    assert (run_config["model"]["family"], run_config["data"]["masking_rate"],
+            run_config["optimizer"]["beta2"]) == ("eurobert", 0.1, 0.95)
+    _exported_logits_match(workdir, tmp_path / "exported", directory,
+                           [600, 40, 41, 42, 43, 601])
+
+
 def test_a_run_stopped_half_way_and_continued_is_the_run_never_stopped(tmp_path):
     """The Python call the command makes: 4 steps at once, and 2 then the rest."""
     _, directory = modernbert_directory(tmp_path / "hf", max_position_embeddings=64)

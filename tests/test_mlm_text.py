@@ -139,3 +139,23 @@ def test_shard_directories_read_as_blocks_packed_or_not(tmp_path):
     logits = task.apply(model, params, batch, train=False)
     assert logits.shape == (4, task.max_predictions, tokenizer.vocab_size)
     assert np.isfinite(np.asarray(logits)).all()
+
+
+def test_a_tokenizer_padding_with_its_sep_keeps_each_blocks_closing_sep(tmp_path):
+    """EuroBERT's tokenizer pads with EOS, its [SEP]: the blocks' input masks are those of a
+    tokenizer with a [PAD] of its own, each block's closing EOS included."""
+    from tokenizer_json_helpers import write_eurobert_tokenizer
+
+    from input_pipeline.tasks.mlm_text import MaskedBlocks, real_tokens
+    from input_pipeline.tokenization import load_tokenizer
+
+    tokenizer = load_tokenizer(write_eurobert_tokenizer(str(tmp_path)))
+    assert tokenizer.pad_id == tokenizer.sep_id
+    documents = ["The quick brown fox jumps over the lazy dog.", "A short one.", "dog"]
+    blocks = pack_blocks(tokenizer, documents, max_seq_len=11)
+    lengths = [11] * (len(blocks) - 1) + [int(np.flatnonzero(blocks[-1] != tokenizer.pad_id)[-1])
+                                          + 2]  # the last block: its ids, then its EOS
+    expected = (np.arange(11)[None] < np.array(lengths)[:, None]).astype(np.int32)
+    np.testing.assert_array_equal(real_tokens(blocks, tokenizer), expected)
+    assert lengths[-1] < 11  # the last block is padded: the case an id test gets wrong
+    np.testing.assert_array_equal(MaskedBlocks(blocks, tokenizer, seed=0).input_mask, expected)

@@ -30,6 +30,7 @@ ARCHITECTURES = {"classify": "ModernBertForSequenceClassification",
 def _task(task_name: str, labels: list[str]):
     from bert_jax.tasks.classification import ClassificationTask
     from bert_jax.tasks.question_answering import QuestionAnsweringTask
+    from bert_jax.tasks.regression import RegressionTask
     from bert_jax.tasks.token_classification import NerSettings, TokenClassificationTask
     from input_pipeline.tasks.columns import ColumnSpec
 
@@ -37,6 +38,8 @@ def _task(task_name: str, labels: list[str]):
         return TokenClassificationTask(NerSettings(tuple(labels)))
     if task_name == "qa":
         return QuestionAnsweringTask()
+    if task_name == "regress":
+        return RegressionTask(labels, ColumnSpec((), "label"))
     return ClassificationTask(labels, ColumnSpec((), "label"))
 
 
@@ -52,9 +55,15 @@ def _torch_inputs(batch: dict, rows: np.ndarray) -> dict:
                                                ("qa", ["start", "end"])])
 def test_fine_tuning_steps_equal_pytorch_adamw_on_transformers_modernbert(
         tmp_path, task_name, labels):
-    torch = pytest.importorskip("torch")
     model = hf_model(ARCHITECTURES[task_name], tmp_path, seed=2, num_labels=len(labels))
-    source = model_source.in_directory(str(tmp_path))
+    steps_equal_pytorch_adamw(model, tmp_path, task_name, labels)
+
+
+def steps_equal_pytorch_adamw(model, directory, task_name: str, labels: list[str]) -> None:
+    """Four steps of bert-jax's fine-tuning on the transformers `model` saved in `directory`
+    against the same steps of torch AdamW on it (tests/test_eurobert_finetune.py too)."""
+    torch = pytest.importorskip("torch")
+    source = model_source.in_directory(str(directory))
     config, params = source.config(), source.load().params
     task = _task(task_name, labels)
     run_config = finetune.run_config_for(

@@ -34,27 +34,28 @@ def _schedule(step: int) -> float:
     return PEAK * (1.0 - done ** 0.5)
 
 
-def _batches(max_predictions: int):
-    """STEPS batches of padded rows, 30% of each row's real tokens masked (80/10/10)."""
+def _batches(max_predictions: int, rate: float = RATE,
+             vocab_size: int = HF_CONFIG["vocab_size"]):
+    """STEPS batches of padded rows, `rate` of each row's real tokens masked (80/10/10)."""
     rng = np.random.default_rng(7)
     batches = []
     for _ in range(STEPS):
         lengths = rng.integers(8, SEQ_LEN + 1, BATCH)
         mask = (np.arange(SEQ_LEN)[None] < lengths[:, None]).astype(np.int32)
-        original = (rng.integers(5, HF_CONFIG["vocab_size"], (BATCH, SEQ_LEN)) * mask)
+        original = (rng.integers(5, vocab_size, (BATCH, SEQ_LEN)) * mask)
         original = original.astype(np.int32)
         ids = original.copy()
         positions = np.zeros((BATCH, max_predictions), np.int32)
         weights = np.zeros((BATCH, max_predictions), np.float32)
         for row, length in enumerate(lengths):
             chosen = np.sort(rng.choice(np.arange(1, length - 1),
-                                        min(max_predictions, round(RATE * length)),
+                                        min(max_predictions, round(rate * length)),
                                         replace=False))
             positions[row, :len(chosen)], weights[row, :len(chosen)] = chosen, 1.0
             for position in chosen:
                 draw = rng.uniform()
                 ids[row, position] = (MASK_ID if draw < 0.8 else
-                                      rng.integers(5, HF_CONFIG["vocab_size"]) if draw < 0.9
+                                      rng.integers(5, vocab_size) if draw < 0.9
                                       else original[row, position])
         batches.append(dict(
             input_ids=ids, segment_ids=np.zeros_like(ids), input_mask=mask, instance_ids=mask,

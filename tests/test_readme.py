@@ -245,6 +245,24 @@ PLANS_BY_FILE = {
                      f"from modernbert_helpers import modernbert_directory; "
                      f"modernbert_directory('small/modernbert', max_position_embeddings=512)\"")],
     },
+    "docs/eurobert.md": {
+        "EuroBERT": [Plan(
+            "slow", "a random tiny EuroBERT (the Hub is out of reach) fine-tuned for 3 epochs "
+                    "on four rows, predicted, exported and read by transformers' pipeline",
+            substitutions=(("M=EuroBERT/EuroBERT-210m", "M=small/eurobert"),),
+            prologue=f"mkdir -p small && python -c \"import sys; sys.path.insert(0, "
+                     f"'{REPOSITORY}/tests'); "
+                     f"from eurobert_helpers import eurobert_directory; "
+                     f"eurobert_directory('small/eurobert', max_position_embeddings=512)\"")],
+        "Pre-training EuroBERT": [
+            Plan("slow", "builds the demo's BPE and MLM-only shards, pre-trains 8 steps, exports",
+                 substitutions=(("--workdir runs/eurobert_demo",
+                                 "--workdir runs/eurobert_demo --config.num_train_steps=8 "
+                                 "--config.optimizer.warmup_steps=2 "
+                                 "--config.optimizer.decay_steps=2 "
+                                 "--config.checkpoint.every_steps=8 "
+                                 "--config.eval.every_steps=8"),))],
+    },
     "docs/moving-weights.md": {
         "Serving with TensorFlow Serving": [_skip("docker and a tensorflow/serving image; "
                                                   "tests/test_tf_export.py loads the SavedModel")],

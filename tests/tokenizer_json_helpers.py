@@ -93,3 +93,55 @@ def write_modernbert_tokenizer(directory: str, vocab_size: int = 600) -> str:
         with open(os.path.join(directory, name), "w", encoding="utf-8") as file:
             json.dump(values, file, indent=2, ensure_ascii=False)
     return directory
+
+
+# Llama 3's pre-tokenizer pattern (EuroBERT's tokenizer.json splits with it, then maps bytes).
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+                  r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+EUROBERT_SPECIAL = ("<|begin_of_text|>", "<|end_of_text|>", "<|mask|>", "<|reserved_0|>")
+
+
+def build_eurobert_backend(vocab_size: int = 600):
+    """The `tokenizers.Tokenizer` of a EuroBERT-like (Llama-3-style) byte-level BPE: no
+    normaliser; Split(Llama 3's pattern) then ByteLevel without its own regex; BPE without
+    an unknown token (ignore_merges, as Llama 3's); special BOS, EOS, <|mask|> and a reserved
+    token after the pieces; the template `BOS $A EOS` / `BOS $A EOS $B EOS`."""
+    import tokenizers
+    from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers, processors
+    from tokenizers import trainers
+
+    backend = tokenizers.Tokenizer(models.BPE(ignore_merges=True))
+    backend.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False)])
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    backend.train_from_iterator(TRAINING_TEXT * 4, trainer=trainer)
+    backend.add_special_tokens([AddedToken(token, special=True, normalized=False)
+                                for token in EUROBERT_SPECIAL])
+    bos, eos = EUROBERT_SPECIAL[:2]
+    backend.post_processor = processors.TemplateProcessing(
+        single=f"{bos}:0 $A:0 {eos}:0", pair=f"{bos}:0 $A:0 {eos}:0 $B:1 {eos}:1",
+        special_tokens=[(bos, backend.token_to_id(bos)), (eos, backend.token_to_id(eos))])
+    return backend
+
+
+def write_eurobert_tokenizer(directory: str, vocab_size: int = 600) -> str:
+    """Writes tokenizer.json and tokenizer_config.json as EuroBERT's name their roles (BOS,
+    EOS, pad = EOS, <|mask|>; no [CLS], [SEP] or [UNK]) into `directory`; returns it."""
+    backend = build_eurobert_backend(vocab_size)
+    os.makedirs(directory, exist_ok=True)
+    backend.save(os.path.join(directory, "tokenizer.json"))
+    added = backend.get_added_tokens_decoder()
+    bos, eos, mask = EUROBERT_SPECIAL[:3]
+    config = dict(
+        added_tokens_decoder={str(index): _added_token_entry(token)
+                              for index, token in sorted(added.items())},
+        bos_token=bos, eos_token=eos, pad_token=eos, mask_token=mask,
+        clean_up_tokenization_spaces=False, model_max_length=8192,
+        model_input_names=["input_ids", "attention_mask"],
+        tokenizer_class="PreTrainedTokenizerFast")
+    with open(os.path.join(directory, "tokenizer_config.json"), "w", encoding="utf-8") as file:
+        json.dump(config, file, indent=2, ensure_ascii=False)
+    return directory

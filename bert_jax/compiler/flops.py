@@ -9,48 +9,47 @@ each forward one. Rematerialisation is not counted (it is hardware work, not mod
 
 ModernBERT differs in three places: GeGLU's input projection is twice as wide (value and
 gate), a sliding-window layer's query reads at most 2 x window + 1 keys (the model's work,
-whatever a kernel computes beside the band), and there is no pooler or NSP head.
+whatever a kernel computes beside the band), and there is no pooler or NSP head. EuroBERT's
+keys and values have `num_kv_heads` heads (grouped-query attention), its SwiGLU has two input
+matrices, and its masked-LM head is the decoder alone. Each config says which of these it has
+(`bert_jax/models/config.py`), so no family is named here.
 """
 
-from bert_jax.models.config import BertConfig, ModernBertConfig
-
-
-def _keys_read(config, layer: int, seq_len: int) -> int:
-    """How many keys a query of `layer` reads in a sequence of `seq_len` tokens."""
-    if isinstance(config, ModernBertConfig) and not config.is_global(layer):
-        return min(seq_len, 2 * config.window + 1)
-    return seq_len
+from bert_jax.models.config import BertConfig
 
 
 def attention_core_flops(config, batch_size: int, seq_len: int) -> int:
     """Forward FLOPs of every layer's attention core, softmax(Q K^T) V: the part a fused
     attention kernel (splash, cuDNN) computes, for a (batch_size, seq_len) batch."""
-    keys = sum(_keys_read(config, layer, seq_len) for layer in range(config.num_layers))
-    return batch_size * 2 * 2 * seq_len * keys * config.hidden_dim
+    keys = sum(config.keys_read(layer, seq_len) for layer in range(config.num_layers))
+    return batch_size * 2 * 2 * seq_len * keys * config.num_heads * config.head_dim
 
 
 def encoder_flops_per_sequence(config, seq_len: int) -> int:
     """Forward FLOPs of the encoder layers (and BERT's pooler) for one sequence of `seq_len`
     tokens."""
     hidden, mlp = config.hidden_dim, config.mlp_dim
-    projections = 4 * 2 * hidden * hidden  # query, key, value, attention output
-    modern = isinstance(config, ModernBertConfig)
-    # BERT: intermediate and output; GeGLU: value and gate, then output.
-    feed_forward = (3 if modern else 2) * 2 * hidden * mlp
+    query_width = config.num_heads * config.head_dim
+    kv_width = config.num_kv_heads * config.head_dim
+    # query and attention output, key and value
+    projections = 2 * 2 * hidden * query_width + 2 * 2 * hidden * kv_width
+    # BERT: intermediate and output; gated (GeGLU, SwiGLU): value and gate, then output.
+    feed_forward = (3 if config.gated_mlp else 2) * 2 * hidden * mlp
     per_token = config.num_layers * (projections + feed_forward)
-    # Scores (T x keys per head over head_dim) and the context product: 2 * keys * hidden each.
-    attention = sum(2 * 2 * _keys_read(config, layer, seq_len) * hidden
+    # Scores (T x keys per head over head_dim) and the context product: 2 * keys * width each.
+    attention = sum(2 * 2 * config.keys_read(layer, seq_len) * query_width
                     for layer in range(config.num_layers))
-    pooler = 0 if modern else 2 * hidden * hidden
+    pooler = 2 * hidden * hidden if config.has_pooler else 0
     return seq_len * (per_token + attention) + pooler
 
 
 def heads_flops_per_sequence(config, max_predictions: int) -> int:
     """Forward FLOPs of the masked-LM head on `max_predictions` positions and the NSP head
-    (BERT's pre-training has one; ModernBERT's has none)."""
+    (BERT's pre-training has one; ModernBERT's and EuroBERT's have none)."""
     hidden = config.hidden_dim
-    per_prediction = 2 * hidden * hidden + 2 * hidden * config.vocab_size  # transform, decoder
-    next_sentence = 0 if isinstance(config, ModernBertConfig) else 2 * hidden * 2
+    transform = 2 * hidden * hidden if config.mlm_transform else 0
+    per_prediction = transform + 2 * hidden * config.vocab_size  # transform, decoder
+    next_sentence = 2 * hidden * 2 if config.next_sentence_head else 0
     return max_predictions * per_prediction + next_sentence
 
 

@@ -20,7 +20,9 @@ KINDS = (SEQUENCE, TOKEN, SPAN)
 _KIND_OF = {SEQUENCE: SEQUENCE, TOKEN: TOKEN, SPAN: SPAN,
             "ModernBertForSequenceClassification": SEQUENCE,
             "ModernBertForTokenClassification": TOKEN,
-            "ModernBertForQuestionAnswering": SPAN}
+            "ModernBertForQuestionAnswering": SPAN,
+            "EuroBertForSequenceClassification": SEQUENCE,
+            "EuroBertForTokenClassification": TOKEN}
 REGRESSION = "regression"
 # The columns a sentence task read (task.json's settings.columns), kept in an exported
 # config.json so that the model reads the same columns when it comes back; transformers

@@ -1,8 +1,8 @@
 """Hugging Face `transformers` directories (config.json + safetensors) <-> bert-jax params.
 
 The files are read and written here; each model family's names are its own module's
-(`hf_bert.py`, `hf_modernbert.py`), chosen by config.json's `model_type` or the model
-config's family. Only safetensors are read: a `pytorch_model.bin` is a pickle, and
+(`hf_bert.py`, `hf_modernbert.py`, `hf_eurobert.py`), chosen by config.json's `model_type` or
+the model config's family. Only safetensors are read: a `pytorch_model.bin` is a pickle, and
 unpickling a downloaded file can run arbitrary code.
 """
 
@@ -12,13 +12,13 @@ import os
 import numpy as np
 
 from bert_jax.errors import UserError
-from bert_jax.interop import hf_bert, hf_heads, hf_modernbert, tensor_map
+from bert_jax.interop import hf_bert, hf_eurobert, hf_heads, hf_modernbert, tensor_map
 from bert_jax.models.families import family_of
 
 SAFETENSORS = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 # model_type -> the module holding that family's names.
-_FAMILIES = {module.MODEL_TYPE: module for module in (hf_bert, hf_modernbert)}
+_FAMILIES = {module.MODEL_TYPE: module for module in (hf_bert, hf_modernbert, hf_eurobert)}
 
 
 def names_of(config):

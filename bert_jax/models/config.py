@@ -58,6 +58,20 @@ class _EncoderConfig:
     num_layers, num_heads, vocab_size, max_positions), the length check and the JSON form."""
     # Where initial weights are cut, in std units (ModernBERT makes it a field).
     initializer_cutoff = 2.0
+    # The family's shape as the FLOP count reads it (bert_jax/compiler/flops.py), BERT's here:
+    gated_mlp = False  # the MLP's input is two matrices (value and gate), not one
+    has_pooler = True  # a pooler on [CLS] (counted in the encoder)
+    mlm_transform = True  # the masked-LM head's dense layer before the decoder
+    next_sentence_head = True  # pre-training has BERT's next-sentence head
+
+    @property
+    def num_kv_heads(self) -> int:
+        """Key/value heads (fewer than query heads in grouped-query attention)."""
+        return self.num_heads
+
+    def keys_read(self, layer: int, seq_len: int) -> int:
+        """How many keys a query of `layer` reads in a sequence of `seq_len` tokens."""
+        return seq_len
 
     def _check_heads(self):
         if self.hidden_dim % self.num_heads:
@@ -166,6 +180,11 @@ class ModernBertConfig(_EncoderConfig):
             raise UserError(f"model.classifier_pooling must be one of "
                             f"{list(CLASSIFIER_POOLING)}, got {self.classifier_pooling!r}")
 
+    gated_mlp, has_pooler, next_sentence_head = True, False, False  # GeGLU; no pooler, no NSP
+
+    def keys_read(self, layer: int, seq_len: int) -> int:
+        return seq_len if self.is_global(layer) else min(seq_len, 2 * self.window + 1)
+
     def is_global(self, layer: int) -> bool:
         """Whether layer `layer` (0-based) attends to the whole row or to its window."""
         return layer % self.global_attention_every == 0
@@ -177,6 +196,55 @@ class ModernBertConfig(_EncoderConfig):
 
     def rope_theta(self, layer: int) -> float:
         return self.global_rope_theta if self.is_global(layer) else self.local_rope_theta
+
+
+# EuroBERT's classifier pooling choices (transformers' `classifier_pooling`): the first
+# token's state, the mean of the states, or the mean of every token's logits ("late").
+EUROBERT_POOLING = ("bos", "mean", "late")
+
+
+@dataclasses.dataclass(frozen=True)
+class EuroBertConfig(_EncoderConfig):
+    """EuroBERT (Boizard et al., 2025): a Llama layer stack read both ways: pre-RMSNorm,
+    grouped-query attention with rotary positions, a SwiGLU MLP, no biases, untied output
+    embeddings. Field by field the transformers `EuroBertConfig` (its name in a comment
+    where ours differs); the defaults are EuroBERT-210m's."""
+    vocab_size: int = 128256  # the Llama-3 byte-level BPE vocabulary
+    hidden_dim: int = 768  # hidden_size
+    num_layers: int = 12  # num_hidden_layers
+    num_heads: int = 12  # num_attention_heads: query heads
+    num_kv_heads: int = 12  # num_key_value_heads: key/value heads, shared by num_heads / this
+    attention_head_dim: int = 0  # head_dim: each head's width; 0 = hidden_dim / num_heads
+    mlp_dim: int = 3072  # intermediate_size: SwiGLU's width (gate and up projections)
+    max_positions: int = 8192  # max_position_embeddings: the longest input (rotary, no table)
+    layer_norm_eps: float = 1e-5  # rms_norm_eps: RMSNorm's epsilon
+    rope_theta: float = 250000.0  # rope_parameters.rope_theta
+    attention_bias: bool = False  # q/k/v/o projections with biases
+    mlp_bias: bool = False  # gate/up/down projections (and the MLM decoder) with biases
+    tie_word_embeddings: bool = False  # the MLM decoder shares the token embeddings
+    attention_dropout_rate: float = 0.0  # attention_dropout: on the attention probabilities
+    classifier_pooling: str = "late"  # bos, mean or late (module docstring of eurobert_heads)
+    initializer_std: float = 0.02  # initializer_range: std of every weight matrix
+
+    def __post_init__(self):
+        if not self.attention_head_dim:
+            self._check_heads()
+        if self.num_kv_heads < 1 or self.num_heads % self.num_kv_heads:
+            raise UserError(f"model.num_heads ({self.num_heads}) must be a multiple of "
+                            f"model.num_kv_heads ({self.num_kv_heads}, HF num_key_value_heads)")
+        if self.head_dim % 2:
+            raise UserError(f"the head size is {self.head_dim}: rotary positions rotate "
+                            "pairs of dimensions, so a head needs an even size")
+        if self.classifier_pooling not in EUROBERT_POOLING:
+            raise UserError(f"model.classifier_pooling must be one of "
+                            f"{list(EUROBERT_POOLING)}, got {self.classifier_pooling!r}")
+
+    # SwiGLU; no pooler, no transform before the decoder, no next-sentence head.
+    gated_mlp, has_pooler, mlm_transform, next_sentence_head = True, False, False, False
+
+    @property
+    def head_dim(self) -> int:
+        return self.attention_head_dim or self.hidden_dim // self.num_heads
 
 
 # (num_layers, hidden_dim, num_heads); the small ones follow Turc et al. (2019).
@@ -197,18 +265,30 @@ _MODERNBERT_SIZES = {
     "modernbert-large": (28, 1024, 16, 2624),
 }
 
-PRESET_NAMES = tuple(_SIZES) + tuple(_MODERNBERT_SIZES)
+# EuroBERT's sizes (num_layers, hidden_dim, num_heads, num_kv_heads, mlp_dim): 210m as
+# released (EuroBERT/EuroBERT-210m's config.json); tiny (grouped-query) for laptops and tests.
+_EUROBERT_SIZES = {
+    "eurobert-tiny": (3, 128, 4, 2, 256),
+    "eurobert-210m": (12, 768, 12, 12, 3072),
+}
+# preset name prefix -> (sizes, config class, the size fields in the sizes' order).
+_FAMILY_SIZES = (
+    (_MODERNBERT_SIZES, ModernBertConfig, ("num_layers", "hidden_dim", "num_heads", "mlp_dim")),
+    (_EUROBERT_SIZES, EuroBertConfig,
+     ("num_layers", "hidden_dim", "num_heads", "num_kv_heads", "mlp_dim")),
+)
+
+PRESET_NAMES = tuple(_SIZES) + tuple(_MODERNBERT_SIZES) + tuple(_EUROBERT_SIZES)
 
 
 def preset(name: str, **overrides: Any):
-    """The named size, then any overrides: a BERT size (feed-forward width 4 x hidden) or a
-    ModernBERT one (`modernbert-*`, its own widths)."""
-    if name in _MODERNBERT_SIZES:
-        num_layers, hidden_dim, num_heads, mlp_dim = _MODERNBERT_SIZES[name]
-        values = dict(num_layers=num_layers, hidden_dim=hidden_dim, num_heads=num_heads,
-                      mlp_dim=mlp_dim)
-        values.update(overrides)  # a size too, as BERT's presets take
-        return ModernBertConfig.from_dict(values, source=f"preset {name!r}")
+    """The named size, then any overrides: a BERT size (feed-forward width 4 x hidden), a
+    ModernBERT one (`modernbert-*`) or a EuroBERT one (`eurobert-*`), each its own widths."""
+    for sizes, config_class, fields in _FAMILY_SIZES:
+        if name in sizes:
+            values = dict(zip(fields, sizes[name]))
+            values.update(overrides)  # a size too, as BERT's presets take
+            return config_class.from_dict(values, source=f"preset {name!r}")
     if name not in _SIZES:
         raise UserError(f"unknown model preset {name!r}; expected one of {list(PRESET_NAMES)}")
     num_layers, hidden_dim, num_heads = _SIZES[name]

@@ -13,7 +13,7 @@ import dataclasses
 import importlib
 
 from bert_jax.errors import UserError
-from bert_jax.models.config import BertConfig, ModernBertConfig
+from bert_jax.models.config import BertConfig, EuroBertConfig, ModernBertConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,7 +29,7 @@ class Family:
     masked_lm_class: str
     sequence_classifier_class: str
     token_classifier_class: str
-    question_answering_class: str
+    question_answering_class: str | None
 
     def _class(self, module: str, name: str | None, what: str):
         if name is None:
@@ -89,7 +89,16 @@ MODERNBERT = Family(
     token_classifier_class="ModernBertForTokenClassification",
     question_answering_class="ModernBertForQuestionAnswering")
 
-FAMILIES = {family.name: family for family in (BERT, MODERNBERT)}
+EUROBERT = Family(
+    name="eurobert", config_class=EuroBertConfig, encoder_key="eurobert",
+    modules="bert_jax.models.eurobert", heads="bert_jax.models.eurobert_heads",
+    encoder_class="EuroBertModel", pretraining_class=None,
+    masked_lm_class="EuroBertForMaskedLM",
+    sequence_classifier_class="EuroBertForSequenceClassification",
+    token_classifier_class="EuroBertForTokenClassification",
+    question_answering_class=None)  # transformers has no EuroBertForQuestionAnswering
+
+FAMILIES = {family.name: family for family in (BERT, MODERNBERT, EUROBERT)}
 
 
 def family_of(config) -> Family:

@@ -39,7 +39,7 @@ def base_config(model_preset: str = "base") -> ml_collections.ConfigDict:
     # The preset's config fields (models/config.py); vocab_size 0 = the vocabulary's size.
     model = preset(model_preset, vocab_size=0)
     config.model = ml_collections.ConfigDict(model.to_dict())
-    config.model.family = family_of(model).name  # bert or modernbert: whose fields model.* are
+    config.model.family = family_of(model).name  # bert, modernbert, eurobert: whose model.* fields
     # How this run computes (not part of the saved model: fp32 weights train on in bf16).
     config.precision = ml_collections.ConfigDict()
     config.precision.dtype = "float32"  # activations: float32 or bfloat16

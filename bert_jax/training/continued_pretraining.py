@@ -33,7 +33,7 @@ import ml_collections
 
 from bert_jax.errors import UserError
 from bert_jax.interop import model_source
-from bert_jax.models.families import config_to_dict, family_of
+from bert_jax.models.families import FAMILIES, config_to_dict, family_of
 from bert_jax.run_config import (apply_overrides, flatten, load_run_config,
                                  parse_overrides)
 from bert_jax.run_config.objective import check_objective
@@ -45,7 +45,8 @@ from bert_jax.training.train_step import model_config_of
 from bert_jax.training.evaluation import TermEvaluator
 from input_pipeline.text_shards import prepare_text_shards
 
-RECIPES = {"bert": "bert_continue", "modernbert": "modernbert_continue"}  # family -> config
+# family -> its shipped recipe, configs/<family>_continue.py (bert, modernbert, eurobert)
+RECIPES = {name: f"{name}_continue" for name in FAMILIES}
 DATA = "data"  # the shards' directory in the work directory
 EVAL_RESULTS = "eval_results.json"
 WARMUP_FRACTION = 0.05  # of the steps: the learning rate's linear warm-up

@@ -67,6 +67,18 @@ def pack_blocks(tokenizer, documents: list[str], max_seq_len: int) -> np.ndarray
     return blocks
 
 
+def real_tokens(blocks: np.ndarray, tokenizer) -> np.ndarray:
+    """input_mask (N, T) int32 of blocks whose real tokens come first, then padding. A
+    tokenizer whose [PAD] is its [SEP] (EuroBERT's, as Llama 3 pads with EOS) cannot tell a
+    block's closing [SEP] from padding by id: the block is real up to the token after its
+    last non-padding id, which is that [SEP]."""
+    not_padding = blocks != tokenizer.pad_id
+    if tokenizer.pad_id != tokenizer.sep_id:
+        return not_padding.astype(np.int32)
+    last = blocks.shape[1] - 1 - np.argmax(not_padding[:, ::-1], axis=1)  # (N,)
+    return (np.arange(blocks.shape[1])[None] <= last[:, None] + 1).astype(np.int32)
+
+
 class MaskedBlocks:
     """Blocks of one file and the masks drawn for them (numpy batches for the MLM task)."""
 
@@ -81,7 +93,7 @@ class MaskedBlocks:
         seq_len = blocks.shape[1]
         # round(T * p) can exceed floor; one more slot never changes which tokens are drawn.
         self.max_predictions = max_predictions or min(seq_len, math.ceil(seq_len * masked_lm_prob))
-        self.input_mask = (blocks != tokenizer.pad_id).astype(np.int32)
+        self.input_mask = real_tokens(blocks, tokenizer)
         self.rows = rows or dict(
             segment_ids=np.zeros_like(blocks), instance_ids=self.input_mask,
             position_ids=np.broadcast_to(np.arange(seq_len, dtype=np.int32), blocks.shape))

@@ -57,8 +57,9 @@ def attention_probabilities(query: Array, key: Array, instance_ids: Array,
 
 def masked_probabilities(query: Array, key: Array, visible: Array) -> Array:
     """softmax(Q K^T + mask) in float32, (B, nh, Tq, Tk), of (B, Tq, nh, hd) queries,
-    (B, Tk, nh, hd) keys and which keys each query sees, (B, 1, Tq, Tk) bool."""
-    scores = jnp.einsum("bqhd,bkhd->bhqk", query, key)
+    (B, Tk, nkv, hd) keys (nkv divides nh: grouped-query attention) and which keys each
+    query sees, (B, 1, Tq, Tk) bool."""
+    scores = _scores(query, key)
     # Hidden keys get a large negative bias, so their softmax weight is exactly zero.
     bias = jnp.where(visible, 0.0, jnp.finfo(jnp.float32).min)
     # Softmax in float32: bf16 logits lose the small differences attention depends on.
@@ -67,10 +68,33 @@ def masked_probabilities(query: Array, key: Array, visible: Array) -> Array:
 
 def attend(probabilities: Array, value: Array, rate: float, dropout_key: Array | None,
            dtype: str) -> Array:
-    """The context (B, T, nh, hd): dropped-out probabilities times the values."""
+    """The context (B, T, nh, hd): dropped-out probabilities (B, nh, Tq, Tk) times the
+    values (B, Tk, nkv, hd), each key/value head serving nh / nkv query heads."""
     if dropout_key is not None:
         probabilities = dropout(probabilities, rate, dropout_key)
-    return jnp.einsum("bhqk,bkhd->bqhd", probabilities.astype(dtype), value)
+    probabilities = probabilities.astype(dtype)
+    batch_size, num_heads, query_len, key_len = probabilities.shape
+    num_kv_heads = value.shape[2]
+    if num_kv_heads == num_heads:
+        return jnp.einsum("bhqk,bkhd->bqhd", probabilities, value)
+    grouped = probabilities.reshape(batch_size, num_kv_heads, num_heads // num_kv_heads,
+                                    query_len, key_len)  # (B, nkv, g, Tq, Tk)
+    context = jnp.einsum("bngqk,bknd->bqngd", grouped, value)  # (B, Tq, nkv, g, hd)
+    return context.reshape(batch_size, query_len, num_heads, value.shape[3])
+
+
+def _scores(query: Array, key: Array) -> Array:
+    """Q K^T, (B, nh, Tq, Tk), of (B, Tq, nh, hd) queries and (B, Tk, nkv, hd) keys: query
+    head h reads key head h // (nh / nkv), as transformers' `repeat_kv` lays them out, but
+    without copying the keys nh / nkv times (the einsum groups the queries instead)."""
+    batch_size, query_len, num_heads, head_dim = query.shape
+    num_kv_heads = key.shape[2]
+    if num_kv_heads == num_heads:
+        return jnp.einsum("bqhd,bkhd->bhqk", query, key)
+    grouped = query.reshape(batch_size, query_len, num_kv_heads, num_heads // num_kv_heads,
+                            head_dim)  # (B, Tq, nkv, g, hd)
+    scores = jnp.einsum("bqngd,bknd->bngqk", grouped, key)  # (B, nkv, g, Tq, Tk)
+    return scores.reshape(batch_size, num_heads, query_len, key.shape[1])
 
 
 def _core(query, key, value, instance_ids, rate, dropout_key, dtype, window=None,
@@ -135,7 +159,8 @@ def chunk_count(batch_size: int, seq_len: int, chunk_rows: int, platform: str) -
 def attention(query: Array, key: Array, value: Array, instance_ids: Array, rate: float,
               dropout_key: Array | None, precision: Precision, max_instances: int | None = None,
               kernel_seed: int = 0, window: int | None = None) -> Array:
-    """The context (B, T, nh, hd) of (B, T, nh, hd) queries, keys and values; `instance_ids`
+    """The context (B, T, nh, hd) of (B, T, nh, hd) queries and (B, T, nkv, hd) keys and
+    values (nkv = nh, or fewer heads shared by groups of queries); `instance_ids`
     (B, T) int32 say which instance each token belongs to (0 = padding), and `max_instances`
     (static) how many a row can hold: 1 for unpacked rows, None (default) where it is not
     known, which no fused kernel guesses. `window` (static): a sliding-window layer's reach

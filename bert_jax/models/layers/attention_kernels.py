@@ -198,6 +198,11 @@ def _splash_sharded(query, key, value, instance_ids, interpret=False, window=Non
     """`_splash_rows` on each device's own rows and heads: a Pallas call is opaque to XLA's
     partitioner, which would otherwise gather every row onto every device first."""
     rows = functools.partial(_splash_rows, interpret=interpret, window=window)
+    # Splash's multi-head kernel takes as many key/value heads as query heads: grouped keys
+    # and values are repeated here (XLA's and cuDNN's entries take the groups as they are).
+    groups = query.shape[2] // key.shape[2]
+    if groups > 1:
+        key, value = (jnp.repeat(tensor, groups, axis=2) for tensor in (key, value))
     mesh = jax.sharding.get_abstract_mesh()
     if mesh.empty:
         return rows(query, key, value, instance_ids)

@@ -1,0 +1,1 @@
+../bert_jax/configs/eurobert_continue.py
