@@ -34,6 +34,7 @@ COMMANDS = {
     "fill-mask": "bert_jax.commands.fill_mask",
     "embed": "bert_jax.commands.embed",
     "search": "bert_jax.commands.search",
+    "retrieval": "bert_jax.commands.retrieval",
     "attention": "bert_jax.commands.attention",
     "probe": "bert_jax.commands.probe",
     "aot": "bert_jax.commands.aot",

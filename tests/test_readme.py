@@ -181,6 +181,9 @@ PLANS_BY_FILE = {
                                 ("--data $D/stsb/sts-dev.tsv", "--data small/sts-dev.tsv"),
                                 ("--train $D/nli/snli_dev.jsonl", "--train small/snli_dev.jsonl")),
                  prologue=_SMALL_TASKS)],
+        "Retrieval evaluation: `bert-jax retrieval` on BEIR data and MTEB": [
+            Plan("slow", "all-MiniLM-L6-v2 embeds and scores a four-document BEIR set it writes "
+                         "(half a minute: a model load and compiles)")],
     },
     "docs/fine-tuning.md": {
         "Special tokens in text": [Plan("slow", "reads the MiniLM vocabulary with "
