@@ -377,7 +377,7 @@ def main() -> int:
           f"{tokens / torch_run['seconds']:.0f} ({torch_run['seconds']:.1f} s)")
     path = os.path.join(OUT, f"pretraining_curves_{args.family}.png")
     plot(args.family, jax_run["curve"], torch_run["curve"], path,
-         f"configs/{CONFIGS[args.family]}.py, {args.steps} steps of {batch} x {seq_len}: "
+         f"configs/{CONFIGS[args.family]}.py, {args.steps} steps of {batch} x {seq_len}\n"
          "same initial weights, batches, masks, optimizer and schedule")
     print(f"plot: {path}")
     return 0
