@@ -63,6 +63,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.model_step import JaxStep, time_rounds  # noqa: E402
 from bench.host import announce_host  # noqa: E402
+from bench.torch_pretraining import instance_masks  # noqa: E402
 
 PRESET = "modernbert-base"
 MASK_RATE = 0.3  # ModernBERT's masking rate
@@ -165,17 +166,8 @@ def torch_labels(rows: Rows):
 
 
 def packed_masks(rows: Rows, window: int) -> dict:
-    """transformers' per-layer-type attention masks of packed rows, (R, 1, T, T) bool: a
-    sequence's tokens see only its tokens (sliding layers: within `window` on each side);
-    a padding query sees every key, so that no row of sdpa's softmax is empty (NaN)."""
-    import torch
-    instance_ids, _ = instances(rows)
-    query, key = instance_ids[:, None, :, None], instance_ids[:, None, None, :]
-    full = ((query == key) & (key > 0)) | (query == 0)  # (R, 1, T, T)
-    positions = np.arange(rows.ids.shape[1])
-    near = np.abs(positions[:, None] - positions[None, :]) <= window  # (T, T)
-    return {"full_attention": torch.from_numpy(full),
-            "sliding_attention": torch.from_numpy(full & near)}
+    """transformers' per-layer-type attention masks of packed rows (`instance_masks`)."""
+    return instance_masks(instances(rows)[0], window)
 
 
 def unpacked(rows: Rows) -> Rows:
