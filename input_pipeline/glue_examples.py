@@ -18,6 +18,10 @@ import random
 from bert_jax.storage import files
 from input_pipeline.example_files import sentiment_rows
 
+DESCRIPTION = ("a made-up GLUE download: CoLA/, SST-2/, MRPC/, STS-B/, QQP/, MNLI/, QNLI/, "
+               "RTE/, WNLI/ in its exact layout, 64 training and 32 dev rows a task "
+               "(bert-jax glue)")
+
 # task directory -> (header or None, the dev files)
 LAYOUT = {
     "CoLA": (None, ("dev.tsv",)),
