@@ -6,6 +6,7 @@ import codecs
 import csv
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ from sklearn import metrics
 from bert_jax.cli import main
 from bert_jax.errors import UserError
 from bert_jax.evaluation import glue, glue_recipes
+from bert_jax.interop import model_card
 from input_pipeline.glue_examples import write_glue_layout
 from input_pipeline.tasks import glue as glue_data
 
@@ -252,6 +254,8 @@ def test_bad_inputs_are_one_line(suite, glue_dir, tmp_path, capsys):
     assert "--recipe 'roberta'" in _error_line(capsys, base + ["--recipe", "roberta"])
     assert "--compare 'gpt'" in _error_line(capsys, base + ["--compare", "gpt"])
     assert "no glue.json" in _error_line(capsys, base + ["--compare-run", str(tmp_path)])
+    assert "--glue-run" in _error_line(capsys, ["convert", model, str(tmp_path / "hf"), "--to",
+                                                "hf", "--glue-run", str(tmp_path)])
     empty = str(tmp_path / "empty")
     os.makedirs(empty)
     assert "no CoLA/train.tsv" in _error_line(capsys, base[:3] + [
@@ -259,3 +263,46 @@ def test_bad_inputs_are_one_line(suite, glue_dir, tmp_path, capsys):
     assert "holds a suite of another recipe" in _error_line(capsys, [
         "glue", "--model", model, "--data", glue_dir, "--workdir", straight, "--recipe",
         "modernbert-base", *SUITE_FLAGS])
+
+
+def test_published_rows_and_another_run_print_beside_the_table(suite, tmp_path, glue_dir,
+                                                                capsys):
+    model, straight = suite
+    workdir = str(tmp_path / "copy")
+    shutil.copytree(straight, workdir)
+    capsys.readouterr()
+    assert main(["glue", "--model", model, "--data", glue_dir, "--workdir", workdir,
+                 "--recipe", "bert", *SUITE_FLAGS, "--compare", "modernbert-base",
+                 "--compare-run", straight]) == 0
+    printed = capsys.readouterr().out
+    table = json.load(open(os.path.join(straight, "glue.json")))
+    ours = f"| {100 * table['cola']['mcc']:.1f} | {100 * table['mrpc']['f1']:.1f}/"
+    assert printed.count(ours) == 2  # this run's row and the other run's
+    assert f"| {straight} |" in printed
+    # ModernBERT-base's published CoLA, MRPC, STS-B (Warner et al. 2024, Table 5), average.
+    assert "| ModernBERT-base (published) | 65.1 | 92.2 | 91.8 |  | 88.4 |" in printed
+    written = open(os.path.join(workdir, "glue.md")).read()
+    assert "ModernBERT-base (published)" in written and "appendix E.1 Table 5" in written
+
+
+def test_convert_to_hf_writes_a_hub_model_card_with_the_glue_table(suite, tmp_path):
+    from huggingface_hub import ModelCard
+
+    model, straight = suite
+    destination = str(tmp_path / "hf")
+    assert main(["convert", model, destination, "--to", "hf", "--glue-run", straight]) == 0
+    card = ModelCard.load(os.path.join(destination, "README.md"))  # the Hub's own parser
+    assert card.data.library_name == "transformers" and "bert-jax" in card.data.tags
+    table = json.load(open(os.path.join(straight, "glue.json")))
+    results = {(result.dataset_config, result.metric_type): result.metric_value
+               for result in card.data.eval_results}
+    assert results == {(task, metric): pytest.approx(value, abs=5e-5)
+                       for task, metrics in table.items() if task not in ("average", "wnli")
+                       for metric, value in metrics.items()}
+    assert "| CoLA (MCC) |" in card.text and "No training run was found" in card.text
+    run = os.path.join(straight, "runs", "mrpc", "lr0.001-seed3")  # found above best/
+    text = model_card.model_card("m", os.path.join(run, "best"),
+                                 "BertForSequenceClassification", "bert")
+    assert f"training data: `{os.path.join(straight, 'data', 'mrpc', 'train.jsonl')}`" in text
+    assert "peak learning rate 0.001" in text and "| CoLA (MCC) |" in text
+    assert "pipeline_tag: text-classification" in text

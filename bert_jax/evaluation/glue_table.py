@@ -6,6 +6,7 @@ per-run figures under it: what `bert-jax glue` prints and writes to WORKDIR/glue
 import dataclasses
 import json
 
+from bert_jax.errors import UserError
 from bert_jax.evaluation import glue_references
 from bert_jax.storage import files
 
@@ -47,13 +48,11 @@ def _markdown(rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def read_run(workdir: str) -> dict:
-    """Another suite's glue.json (`--compare-run`)."""
-    from bert_jax.errors import UserError
-
+def read_run(workdir: str, flag: str = "--compare-run") -> dict:
+    """Another suite's glue.json (`--compare-run`, `convert --glue-run`)."""
     path = files.join(workdir, "glue.json")
     if not files.exists(path):
-        raise UserError(f"--compare-run {workdir}: no glue.json there (run bert-jax glue "
+        raise UserError(f"{flag} {workdir}: no glue.json there (run bert-jax glue "
                         "with that --workdir first)")
     return json.loads(files.read_text(path))
 
