@@ -78,6 +78,11 @@ def add_arguments(parser) -> None:
                              "modernbert-large, neobert, mosaicbert-base (repeatable)")
     parser.add_argument("--compare-run", action="append", default=[], metavar="WORKDIR",
                         help="print another suite's row (its glue.json) beside (repeatable)")
+    parser.add_argument("--every-checkpoint", type=int, default=0, metavar="N",
+                        help="--model is a pre-training run: run the suite on every Nth of its "
+                             "saved checkpoints (and the last) into WORKDIR/steps/STEP, with a "
+                             "table per step (glue_steps.md) and a PNG per task of score "
+                             "against step and tokens seen (default 0: --model as it is)")
     parser.add_argument("--keep-checkpoints", action="store_true",
                         help="keep every finished run's checkpoints and best/ (hundreds of "
                              "MB each; default: only the MNLI runs other tasks start from)")
@@ -91,6 +96,7 @@ def outputs(args) -> list:
 
 
 def run(args) -> int:
+    from bert_jax.errors import UserError
     from bert_jax.evaluation import glue, glue_recipes, glue_references, glue_table
 
     tasks = glue.check_tasks(args.tasks)
@@ -100,9 +106,21 @@ def run(args) -> int:
         glue_table.read_run(workdir)
     recipe = glue_recipes.recipe(args.recipe).overridden(
         args.learning_rates, args.seeds, args.epochs, args.batch_size, args.max_seq_len)
-    table = glue.run_suite(args.model, args.data, args.workdir, tasks, recipe, args.overrides,
-                           args.tfds_data_dir, args.keep_checkpoints, args.compare,
-                           args.compare_run, show_progress=not args.no_progress)
+    suite = dict(overrides=args.overrides, tfds_data_dir=args.tfds_data_dir,
+                 keep_checkpoints=args.keep_checkpoints, compare=args.compare,
+                 compare_runs=args.compare_run, show_progress=not args.no_progress)
+    if args.every_checkpoint:
+        from bert_jax.evaluation import glue_steps
+
+        if args.every_checkpoint < 0:
+            raise UserError(f"--every-checkpoint {args.every_checkpoint}: expected N >= 1")
+        rows = glue_steps.run_over_steps(args.model, args.data, args.workdir, tasks, recipe,
+                                         args.every_checkpoint, **suite)
+        print("\n" + glue_steps.markdown(rows, tasks))
+        print(f"  {args.workdir}/glue_steps.json  {args.workdir}/glue_steps.md  "
+              f"{args.workdir}/glue_TASK.png")
+        return 0
+    table = glue.run_suite(args.model, args.data, args.workdir, tasks, recipe, **suite)
     print()
     print(glue_table.summary_table(args.model, table, tasks, args.compare, args.compare_run))
     print(f"\n  {args.workdir}/glue.json  {args.workdir}/glue.md")
