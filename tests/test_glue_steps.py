@@ -47,7 +47,7 @@ def test_every_other_checkpoint_gives_a_row_per_step_and_a_png_per_task(tmp_path
     write_glue_layout(data, train_rows=16, dev_rows=8)
     workdir = str(tmp_path / "steps")
     assert main(["glue", "--model", run, "--data", data, "--workdir", workdir, "--tasks",
-                 "mrpc,stsb", "--every-checkpoint", "2", "--learning-rates", "1e-3", "--seeds",
+                 "stsb", "--every-checkpoint", "2", "--learning-rates", "1e-3", "--seeds",
                  "0", "--epochs", "1", "--batch-size", "8", "--max-seq-len", "16",
                  "--no-progress"]) == 0
     rows = json.load(open(os.path.join(workdir, "glue_steps.json")))
@@ -59,9 +59,8 @@ def test_every_other_checkpoint_gives_a_row_per_step_and_a_png_per_task(tmp_path
             "model"] == os.path.join(run, "checkpoints", step)
     table = open(os.path.join(workdir, "glue_steps.md")).read().splitlines()
     assert table[2].startswith("| 2 | 512 | ") and table[3].startswith("| 6 | 1,536 | ")
-    for task in ("mrpc", "stsb"):
-        pixels = image.imread(os.path.join(workdir, f"glue_{task}.png"))
-        assert pixels.ndim == 3 and pixels.shape[0] > 100
+    pixels = image.imread(os.path.join(workdir, "glue_stsb.png"))
+    assert pixels.ndim == 3 and pixels.shape[0] > 100
 
 
 def test_every_checkpoint_needs_a_pretraining_run(tmp_path):
