@@ -30,6 +30,7 @@ COMMANDS = {
     "finetune": "bert_jax.commands.finetune",
     "predict": "bert_jax.commands.predict",
     "evaluate": "bert_jax.commands.evaluate",
+    "glue": "bert_jax.commands.glue",
     "features": "bert_jax.commands.features",
     "fill-mask": "bert_jax.commands.fill_mask",
     "embed": "bert_jax.commands.embed",

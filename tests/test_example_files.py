@@ -5,7 +5,7 @@ import os
 
 from bert_jax import cli
 from input_pipeline import demo_corpus, example_files
-from input_pipeline.tasks import columns, conll, squad
+from input_pipeline.tasks import columns, conll, glue as glue_data, squad
 
 
 def test_examples_are_what_the_commands_read(tmp_path, capsys):
@@ -13,7 +13,9 @@ def test_examples_are_what_the_commands_read(tmp_path, capsys):
     assert cli.main(["examples", directory]) == 0
     printed = capsys.readouterr().out.splitlines()
     assert [line.split(": ")[0] for line in printed] == [
-        os.path.join(directory, name) for name in example_files.FILES]
+        os.path.join(directory, name) for name in [*example_files.FILES, "glue"]]
+    assert sorted(os.listdir(os.path.join(directory, "glue"))) == sorted(
+        glue_data.TASKS[name].directory for name in glue_data.TASKS)  # read in test_glue.py
     path = lambda name: os.path.join(directory, name)  # noqa: E731
     # The demo corpus, as make pretrain trains on it.
     assert open(path("corpus.txt")).read() == demo_corpus.corpus_text(

@@ -46,6 +46,8 @@ COMMANDS = {
                      "OUT"], "--output-dir", False),
     "finetune": (["finetune", "classify", "--model", MISSING, "--train", MISSING, "--workdir",
                   "OUT"], "--workdir", False),
+    "glue": (["glue", "--model", MISSING, "--data", MISSING, "--workdir", "OUT"], "--workdir",
+             False),
     "pretrain": (["pretrain", "--config", MISSING, "--workdir", "OUT"], "--workdir", False),
     "examples": (["examples", "OUT"], "DIR", False),
 }

@@ -306,6 +306,12 @@ PLANS_BY_FILE = {
                      "json.dump(d, open(\"small/\" + sys.argv[2] + \".json\", \"w\"))' "
                      "${name%:*} ${name#*:}; done")],
     },
+    "docs/glue.md": {
+        "GLUE: the table from one command": [Plan(
+            "slow", "fine-tunes all-MiniLM-L6-v2 on two made-up GLUE tasks",
+            substitutions=(("--tasks cola,sst2,mrpc,stsb,rte,wnli", "--tasks mrpc,wnli"),
+                           ("--seeds 0,1", "--seeds 0"), ("--epochs 2", "--epochs 1")))],
+    },
     "docs/tests-and-benchmarks.md": {
         "Tests and benchmarks": [_skip("the test suite and benchmarks themselves: hours")],
     },

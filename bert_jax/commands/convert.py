@@ -41,6 +41,10 @@ A fine-tuned model (`bert-jax finetune`, e.g. WORKDIR/best) becomes, with --to h
 BertForSequenceClassification, BertForTokenClassification (with its label names: id2label,
 label2id) or BertForQuestionAnswering directory, and such Hugging Face directories import
 with their heads and labels.
+With --to hf, DST also gets a model card (README.md in the Hub's format): the base model, the
+training data and recipe (the run's run_config.json and eval_results.json, found beside SRC
+or above it) and, when the run has one, the GLUE table (a glue.json above SRC, or the suite
+--glue-run names), also as the card's model-index.
 The tokenizer travels with the weights: vocab.txt (with tokenizer_config.json), a
 sentencepiece.model, or a tokenizer.json (ModernBERT's byte-level BPE) with its
 tokenizer_config.json and special_tokens_map.json, which transformers' AutoTokenizer reads.
@@ -85,6 +89,10 @@ def add_arguments(parser) -> None:
         "--vocab", default=None, metavar="VOCAB",
         help="the tokenizer to ship with DST when SRC has none beside its weights: vocab.txt, "
              "a SentencePiece .model, a tokenizer.json, or a directory holding one")
+    parser.add_argument(
+        "--glue-run", default=None, metavar="WORKDIR",
+        help="with --to hf: the `bert-jax glue` work directory whose table goes into the model "
+             "card (default: a glue.json in SRC or the directories above it)")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace DST if it exists and is not empty")
 
@@ -105,6 +113,10 @@ def run(args) -> int:
         summary = export(args.source, args.destination, args.overwrite)
         print(f"wrote sentence-transformers model ({summary}) to {args.destination}")
         return 0
+    if args.glue_run:  # before the weights are read
+        from bert_jax.evaluation.glue_table import read_run
+
+        read_run(args.glue_run, "--glue-run")
     source, embedding = _source_and_embedding(args.source)
     kind = source.kind
     target = args.to or ("bert-jax" if kind == "huggingface" else "hf")
@@ -141,9 +153,14 @@ def run(args) -> int:
     elif target == "hf":
         architecture = None if args.hf_architecture == "auto" else args.hf_architecture
         head = task_info["head"] if task_info and architecture is None else None
+        from bert_jax.interop import model_card
+        from bert_jax.models.families import family_of
+
+        card = model_card.writer(args.source, source.directory, family_of(config).name,
+                                 args.glue_run)
         written = model_writers.export_huggingface(config, params, tokenizer, args.destination,
                                                    architecture, args.overwrite, head=head,
-                                                   sources=sources)
+                                                   extra_files=card, sources=sources)
         print(f"wrote {written} ({kind} -> Hugging Face) to {args.destination}")
     else:
         model_writers.save_model(config, params, tokenizer, args.destination, args.overwrite,

@@ -5,6 +5,7 @@ DESCRIPTION = """\
 Writes into DIR (created if needed; files there of the same names are replaced):
 
 {files}
+  glue/: {glue}
 
 The corpus is the Python standard library's docstrings (what `make pretrain` trains on); the
 task files are made up from templates written for this project (no third-party text), the
@@ -22,13 +23,17 @@ examples:
       --train examples/ner_train.txt --eval examples/ner_dev.txt --workdir runs/ner
   bert-jax finetune qa --model $M --learning-rate 1e-4 \\
       --train examples/squad_train.json --eval examples/squad_dev.json --workdir runs/qa
+  bert-jax glue --model $M --data examples/glue --workdir runs/glue --tasks sst2,mrpc,stsb
 """
 
 
 def _description() -> str:
     from input_pipeline.example_files import FILES
 
-    return DESCRIPTION.format(files="\n".join(f"  {name}: {text}" for name, text in FILES.items()))
+    from input_pipeline.glue_examples import DESCRIPTION as GLUE
+
+    return DESCRIPTION.format(files="\n".join(f"  {name}: {text}" for name, text in FILES.items()),
+                              glue=GLUE)
 
 
 def add_arguments(parser) -> None:
@@ -46,8 +51,13 @@ def outputs(args) -> list:
 
 
 def run(args) -> int:
+    from bert_jax.storage import files
     from input_pipeline.example_files import write_examples
+    from input_pipeline.glue_examples import DESCRIPTION as GLUE, write_glue_layout
 
     for path, description in write_examples(args.directory, seed=args.seed).items():
         print(f"{path}: {description}")
+    glue = files.join(args.directory, "glue")
+    write_glue_layout(glue, seed=args.seed)
+    print(f"{glue}: {GLUE}")
     return 0
