@@ -28,6 +28,7 @@ REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPOSITORY)
 
 from bench.finetune_recipe import minilm_directory, torch_train  # noqa: E402
+from bench.host import announce_host  # noqa: E402
 
 STSB = os.path.join(REPOSITORY, "..", "shared", "data", "tasks", "stsb")
 HEADER = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore"
@@ -112,6 +113,7 @@ def main() -> int:
     parser.add_argument("--train-pairs", type=int, default=0,
                         help="train on the first N pairs only, for a quick try (default all)")
     args = parser.parse_args()
+    announce_host()  # the CPU, its ISA, threads and load: figures carry their host
     import numpy as np
 
     model = minilm_directory()
