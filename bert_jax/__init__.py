@@ -21,8 +21,8 @@ def load(path_or_name: str):
 def continue_pretraining(model, texts, workdir: str, **options) -> dict:
     """Continues pre-training `model` on the text files `texts` in `workdir`, as
     `bert-jax pretrain --model M --text FILE --workdir W` does; returns eval_results.json's
-    content (see bert_jax/training/continued_pretraining.py for the options: steps, tokens,
+    content (see bert_jax/tasks/continued_pretraining.py for the options: steps, tokens,
     config, overrides, ...). Imports JAX on first use, not before."""
-    from bert_jax.training.continued_pretraining import continue_pretraining as run
+    from bert_jax.tasks.continued_pretraining import continue_pretraining as run
 
     return run(model, [texts] if isinstance(texts, str) else list(texts), workdir, **options)

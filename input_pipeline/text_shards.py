@@ -1,6 +1,6 @@
 """Raw text to masked-LM-only train and held-out shards, made once in a work directory.
 
-`bert-jax pretrain --model M --text FILE ...` (bert_jax/training/continued_pretraining.py)
+`bert-jax pretrain --model M --text FILE ...` (bert_jax/tasks/continued_pretraining.py)
 needs shards of the model's own tokenizer and a held-out split to report a held-out loss,
 without asking the user to run `create-data` twice. `prepare_text_shards` makes them under
 DIRECTORY (the run's WORKDIR/data) with create-data's own writer (`create_data.py`,

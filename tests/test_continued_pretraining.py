@@ -22,7 +22,7 @@ from bert_jax.cli import main
 from bert_jax.errors import UserError
 from bert_jax.interop import model_source
 from bert_jax.models.families import family_of
-from bert_jax.training.continued_pretraining import continue_pretraining
+from bert_jax.tasks.continued_pretraining import continue_pretraining
 
 # A checkpoint at the last step only (every run saves its last): a few seconds less a step.
 SMALL = ["--config.data.seq_len=32", "--config.batch_size=8", "--config.eval.batch_size=8",

@@ -162,7 +162,9 @@ def test_resume_names_the_damaged_checkpoint_and_goes_on_from_the_intact_one(
     if damage == "missing-meta":
         assert reason in captured.out
     else:  # the array that could not be read, and a cut file
-        assert f"{checkpoints}/2/params: bert." in captured.out
+        # Which array's read fails first, and so the words tensorstore uses, depends on the
+        # order its reads finish (a loaded machine once named the item, not the array key).
+        assert f"{checkpoints}/2/params" in captured.out, captured.out
         assert _names_a_cut_file(captured.out, cut), captured.out
     assert "set aside as 2.damaged; step 1 is the newest intact checkpoint" in captured.out
     assert f"resuming from step 1 in {checkpoints}" in captured.out

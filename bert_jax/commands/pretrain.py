@@ -1,5 +1,5 @@
 """`bert-jax pretrain`: pre-train BERT or ModernBERT from a run config, or continue a released
-model on raw text (`--model M --text FILE`: bert_jax/training/continued_pretraining.py)."""
+model on raw text (`--model M --text FILE`: bert_jax/tasks/continued_pretraining.py)."""
 
 import argparse
 import functools
@@ -188,7 +188,7 @@ def print_recipe(args) -> None:
     from bert_jax.interop import model_source
     from bert_jax.run_config.docs import format_config
     from bert_jax.run_config import resolve_config_file
-    from bert_jax.training.continued_pretraining import RECIPES, recipe_config
+    from bert_jax.tasks.continued_pretraining import RECIPES, recipe_config
 
     source = model_source.resolve(args.model)
     config, _ = recipe_config(source, args.config, args.overrides)
@@ -200,7 +200,7 @@ def continue_model(args, say) -> int:
     """`--model M --text FILE`: continued pre-training, as the Python call runs it."""
     from bert_jax.commands.create_data import warn_if_prose
     from bert_jax.tasks.pretraining import MaskedLMPretrainingTask, format_evaluations
-    from bert_jax.training.continued_pretraining import EVAL_RESULTS, continue_pretraining
+    from bert_jax.tasks.continued_pretraining import EVAL_RESULTS, continue_pretraining
 
     warn_if_prose(args.text, args.input_format)
     results = continue_pretraining(

@@ -6,7 +6,7 @@ your text: BERT's recipe (AdamW at 1e-4, weight decay 0.01, linear warm-up then 
 
 `pretrain --model` takes the architecture and vocabulary from the model, makes the shards
 from --text, and sizes num_train_steps, warm-up and the evaluation and checkpoint intervals
-from --steps or --tokens (bert_jax/training/continued_pretraining.py); any key can still be
+from --steps or --tokens (bert_jax/tasks/continued_pretraining.py); any key can still be
 set with --config.KEY=VALUE.
 """
 

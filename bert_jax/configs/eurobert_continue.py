@@ -1,6 +1,6 @@
 """Continued pre-training of a EuroBERT on your text (`bert-jax pretrain --model
 EuroBERT/EuroBERT-210m --text my.txt --workdir W --tokens 1e8`, sized as
-bert_jax/training/continued_pretraining.py says): EuroBERT's recipe, masked LM only on
+bert_jax/tasks/continued_pretraining.py says): EuroBERT's recipe, masked LM only on
 packed rows with AdamW 0.9/0.95 and a linear warmup-stable-decay, at its annealing phase's
 10% masking, the rate its own training ended on."""
 

@@ -6,7 +6,7 @@ decay, packed rows).
 
 `pretrain --model` takes the architecture and tokenizer from the model, makes the shards
 from --text, and sizes num_train_steps, warm-up, decay and the evaluation and checkpoint
-intervals from --steps or --tokens (bert_jax/training/continued_pretraining.py); any key
+intervals from --steps or --tokens (bert_jax/tasks/continued_pretraining.py); any key
 can still be set with --config.KEY=VALUE.
 """
 

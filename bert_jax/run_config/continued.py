@@ -1,7 +1,7 @@
 """What the continued-pre-training recipes (configs/bert_continue.py, modernbert_continue.py)
 share: masked LM only on packed rows of the user's text, a CPU-to-chip-sized batch, and
 intervals that `pretrain --model` sizes from --steps or --tokens
-(bert_jax/training/continued_pretraining.py)."""
+(bert_jax/tasks/continued_pretraining.py)."""
 
 from bert_jax.run_config import base_config
 

@@ -1,6 +1,6 @@
 """Continued pre-training: a released model and your raw text to a continued model, one call.
 
-    from bert_jax.training.continued_pretraining import continue_pretraining
+    from bert_jax.tasks.continued_pretraining import continue_pretraining
     results = continue_pretraining("answerdotai/ModernBERT-base", ["my.txt"], "runs/mine",
                                    tokens=100_000_000)
     results["evaluations"]  # [{"step", "mlm_loss", "mlm_accuracy", ...}] held out
