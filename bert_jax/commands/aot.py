@@ -199,7 +199,7 @@ def _search_fit(args: argparse.Namespace, report, devices, steps: int) -> tuple[
     """The config's step does not fit: the largest micro-batch that does (rc 0), else the
     smallest slice of the generation that does at one row a device (rc 2). Returns the
     reports compiled on the way and the exit status."""
-    from bert_jax.compiler import aot, aot_fit, aot_report
+    from bert_jax.compiler import aot, aot_fit, aot_report, gpu_targets
 
     compiled = {}
 
@@ -222,8 +222,10 @@ def _search_fit(args: argparse.Namespace, report, devices, steps: int) -> tuple[
               f"is {fewest} micro-batches of {rows // fewest} rows a device "
               f"({aot_report.fit_line(best)}): --config.grad_accum_steps={fewest}")
         return list(compiled.values()), 0
+    # Topologies were checked when their devices were made: a TPU's is anything not a GPU's.
+    on_tpu = gpu_targets.parse_topology(args.topology) is None
     slice_found = None
-    if aot_fit.is_tpu_topology(args.topology):
+    if on_tpu:
         for topology in aot_fit.larger_slices(args.topology):
             print(f"== searching: {topology}, one row a device, fully sharded", flush=True)
             slice_devices = aot.topology_devices(topology, args.chip_config)
@@ -234,10 +236,12 @@ def _search_fit(args: argparse.Namespace, report, devices, steps: int) -> tuple[
             if compiled[topology].fits:
                 slice_found = topology
                 break
-    answer = (f"the smallest slice that fits it at one row a device, fully sharded: "
-              f"{slice_found}" if slice_found else
-              f"no slice of up to {aot_fit.MAX_SLICE_CHIPS} chips fits it at one row a device"
-              if aot_fit.is_tpu_topology(args.topology) else "a GPU target: no larger slice tried")
+    if slice_found:
+        answer = f"the smallest slice that fits it at one row a device, fully sharded: {slice_found}"
+    elif on_tpu:
+        answer = f"no slice of up to {aot_fit.MAX_SLICE_CHIPS} chips fits it at one row a device"
+    else:
+        answer = "a GPU target: no larger slice tried"
     print(f"bert-jax aot: {args.config} does NOT fit {args.topology} at any micro-batch, one "
           f"row a device included; {answer}", file=sys.stderr)
     return list(compiled.values()), 2

@@ -11,7 +11,7 @@ all of it sharded over them (FSDP), is the way out, so slices of the same genera
 compiled at twice the chips each time, one row a device, up to MAX_SLICE_CHIPS.
 """
 
-import re
+import math
 
 # Beyond this a compile-only slice takes long on a small host; say so rather than go on.
 MAX_SLICE_CHIPS = 64
@@ -50,10 +50,7 @@ def larger_slices(topology: str) -> list[str]:
         smallest = min(sides)
         index = len(sides) - 1 - sides[::-1].index(smallest)  # the last of the smallest
         sides[index] *= 2
-        chips = 1
-        for side in sides:
-            chips *= side
-        if chips > MAX_SLICE_CHIPS:
+        if math.prod(sides) > MAX_SLICE_CHIPS:
             return found
         found.append(f"{generation}:{'x'.join(map(str, sides))}")
 
@@ -76,6 +73,3 @@ def one_row_sharded_overrides(num_devices: int) -> list[str]:
             f"--config.batch_size={num_devices}", "--config.grad_accum_steps=1",
             "--config.batch_warmup.steps=0", "--config.batch_warmup.start_batch_size=0"]
 
-
-def is_tpu_topology(topology: str) -> bool:
-    return re.fullmatch(r"v\d+[a-z]*:\d+(?:x\d+){1,2}", topology) is not None
