@@ -256,6 +256,9 @@ def run(args: argparse.Namespace) -> int:
             result["evaluations"], pretraining.task.evaluated))
     if result["preempted"]:
         return result["exit_status"]  # 128 + the signal (Ctrl-C 130, SIGTERM 143): unfinished
+    if "data_proportions" in result:
+        say("rows drawn from each data source: " + ", ".join(
+            f"{name} {share:.1%}" for name, share in result["data_proportions"].items()))
     say(f"\ndone: step {result['step']} of {run_config.num_train_steps}"
         f"\n  checkpoints: {os.path.join(workdir, 'checkpoints')}"
         f"\n  TensorBoard: tensorboard --logdir {os.path.join(workdir, 'tensorboard')}"
