@@ -233,7 +233,8 @@ def run(args: argparse.Namespace) -> int:
 
     from bert_jax.run_config import load_run_config
     from bert_jax.tasks import pretraining_data
-    from bert_jax.tasks.pretraining import format_evaluations
+    from bert_jax.tasks import phases
+    from bert_jax.tasks.pretraining import PretrainingTask, format_evaluations
     from bert_jax.training import trainer
 
     chief = jax.process_index() == 0
@@ -241,25 +242,33 @@ def run(args: argparse.Namespace) -> int:
     say = functools.partial(print, flush=True) if chief else (lambda *_, **__: None)
     if args.model:
         return continue_model(args, say)
-    run_config = load_run_config(args.config, args.overrides)
     workdir = args.workdir or default_workdir(args.config)
-    warning = warmup_warning(run_config)
-    if warning:
-        say(warning, file=sys.stderr)
-    pretraining = pretraining_data.prepare_run(run_config, say)
-    result = trainer.train(run_config, workdir, task=pretraining.task,
-                           dataset_factory=pretraining.dataset_factory,
-                           init_weights=pretraining.init_weights,
-                           show_progress=not args.no_progress, log=say)
+    if phases.phases_of(args.config):  # every phase in turn (tasks/phases.py)
+        result = phases.run_phases(args.config, args.overrides, workdir,
+                                   show_progress=not args.no_progress, log=say)
+        total = list(result["phases"].values())[-1]
+    else:
+        run_config = load_run_config(args.config, args.overrides)
+        warning = warmup_warning(run_config)
+        if warning:
+            say(warning, file=sys.stderr)
+        pretraining = pretraining_data.prepare_run(run_config, say)
+        result = trainer.train(run_config, workdir, task=pretraining.task,
+                               dataset_factory=pretraining.dataset_factory,
+                               init_weights=pretraining.init_weights,
+                               show_progress=not args.no_progress, log=say)
+        total = run_config.num_train_steps
     if result["evaluations"]:
+        evaluated = [name for name in PretrainingTask.evaluated
+                     if name in result["evaluations"][0][1]]
         say("\nevaluation on held-out shards:\n" + format_evaluations(
-            result["evaluations"], pretraining.task.evaluated))
+            result["evaluations"], evaluated))
     if result["preempted"]:
         return result["exit_status"]  # 128 + the signal (Ctrl-C 130, SIGTERM 143): unfinished
     if "data_proportions" in result:
         say("rows drawn from each data source: " + ", ".join(
             f"{name} {share:.1%}" for name, share in result["data_proportions"].items()))
-    say(f"\ndone: step {result['step']} of {run_config.num_train_steps}"
+    say(f"\ndone: step {result['step']} of {total}"
         f"\n  checkpoints: {os.path.join(workdir, 'checkpoints')}"
         f"\n  TensorBoard: tensorboard --logdir {os.path.join(workdir, 'tensorboard')}"
         f"\n  export to Hugging Face: bert-jax convert {workdir} {workdir}_hf --to hf"

@@ -167,7 +167,7 @@ def resolve_config_file(path: str) -> str:
                     f"configs: {', '.join(shipped_config_names())}")
 
 
-def _import_config_file(path: str):
+def import_config_file(path: str):
     spec = importlib.util.spec_from_file_location(
         f"bert_jax_run_config_{abs(hash(path))}", path)
     module = importlib.util.module_from_spec(spec)
@@ -263,7 +263,7 @@ def load_run_config(path: str, overrides: list[str] | None = None) -> ml_collect
     """The locked config of `path` (or `path:arg`) with `--config.key=value` overrides applied."""
     path, _, argument = path.partition(":")
     path = resolve_config_file(path)
-    module = _import_config_file(path)
+    module = import_config_file(path)
     config = module.get_config(argument) if argument else module.get_config()
     if not isinstance(config, ml_collections.ConfigDict):
         raise UserError(f"{path}: get_config() must return an ml_collections.ConfigDict")
