@@ -1,8 +1,11 @@
 """A phased run (tasks/phases.py): three phases of a tiny ModernBERT that change the masking
 rate (0.3 -> 0.15 -> 0.05), re-weight a two-source mixture, add a source, lengthen the rows
 (32 -> 64 tokens), halve the batch and raise the global RoPE theta, under one warmup-stable-
-decay schedule. Stopped (SIGTERM) in the middle of every phase and resumed by the same call, it trains the losses and weights of the run never stopped, bit for bit."""
+decay schedule. Stopped (SIGTERM) in the middle of every phase and resumed by the same
+call, it trains the losses and weights of the run never stopped, bit for bit. `aot` answers
+for each phase."""
 
+import argparse
 import json
 import os
 import signal
@@ -12,7 +15,10 @@ import numpy as np
 import pytest
 
 import pipeline_helpers as helpers
+from bert_jax.commands import aot as aot_command
+from bert_jax.compiler import aot
 from bert_jax.errors import UserError
+from bert_jax.run_config import load_run_config
 from bert_jax.tasks import phases
 from bert_jax.training import checkpointing
 
@@ -155,3 +161,27 @@ def test_phases_must_end_at_increasing_steps(tmp_path):
     with pytest.raises(UserError, match=r"must increase; got \{'a': 10, 'b': 5\}"):
         phases.load_phases(str(path), [])
     assert phases.phases_of(f"{path}:a") is None  # FILE:PHASE runs that phase alone
+
+
+def test_aot_answers_for_each_phase_with_its_shapes_and_steps(phased_config):
+    """`aot --config PHASED` compiles each phase (`FILE:PHASE`) with the steps it trains, and
+    a mixture's lengths come from its sources' shards."""
+    assert aot_command._phase_specs(phased_config, []) == [
+        (f"{phased_config}:1", 2), (f"{phased_config}:2", 2), (f"{phased_config}:3", 2)]
+    config = load_run_config(f"{phased_config}:3")
+    assert aot.resolve_shapes(config) == ""  # nothing assumed: the shards say it
+    assert (config.data.seq_len, config.data.max_predictions) == (64, 4)  # ceil(0.05 x 64)
+
+
+def test_aot_prints_an_answer_for_every_phase(phased_config, monkeypatch, capsys):
+    import test_aot_fit as fit  # its stand-in for the compile (no libtpu compile here)
+
+    compiled = fit._fake_compiles(monkeypatch, lambda devices: fit.GIB, fit.GIB // 1024)
+    arguments = argparse.Namespace(**{**vars(fit._arguments()), "config": phased_config,
+                                      "recipe": None, "compare_meshes": False,
+                                      "search_fit": True})
+    assert aot_command.run(arguments) == 0
+    headings = [line for line in capsys.readouterr().out.splitlines()
+                if line.startswith("== phase")]
+    assert headings == [f"== phase {name} of {phased_config}" for name in ("1", "2", "3")]
+    assert len(compiled) == 3  # each phase fits: no search
