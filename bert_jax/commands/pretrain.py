@@ -48,7 +48,13 @@ Where the starting state comes from, in this order:
      pre-training heads start fresh.
   3. from scratch: parameters drawn from --config.seed.
 Phase 2 of a two-phase run uses phase 1's WORKDIR with a config whose data or seq_len
-differ: the step count and schedule continue, the new data starts at its beginning.
+differ: the step count and schedule continue, the new data starts at its beginning. A
+config file with PHASES (and get_config(phase)) runs every phase in turn in one WORKDIR,
+passing over the phases already trained (FILE:PHASE runs one alone).
+
+Data mixtures: data.sources (name -> files, weight, repeat) instead of data.train_files,
+and data.mixture_tau (p_i proportional to rows_i^tau); each source's position is in the
+checkpoint, and the shares drawn go to TensorBoard (docs/pretraining.md).
 
 WORKDIR receives model_config.json, the vocabulary (vocab.txt, sentencepiece.model or
 tokenizer.json, with its tokenizer_config.json), run_config.json, checkpoints/<step>/
@@ -90,9 +96,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("--config", default=None, metavar="FILE[:ARG]",
                         help="run config file or shipped config name, e.g. demo, laptop, "
-                             "configs/demo.py or configs/bert_large_two_phase.py:2 (with "
-                             "--model: default the family's bert_continue or "
-                             "modernbert_continue)")
+                             "configs/demo.py or configs/bert_large_two_phase.py:2; a file "
+                             "with PHASES runs every phase in turn, FILE:PHASE one "
+                             "(docs/pretraining.md) (with --model: default the family's "
+                             "bert_continue or modernbert_continue)")
     parser.add_argument("--model", default=None, metavar="SOURCE",
                         help="continue pre-training this model (transformers directory, Hub "
                              "name, bert-jax model or run directory) on --text")
