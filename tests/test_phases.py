@@ -161,6 +161,9 @@ def test_phases_must_end_at_increasing_steps(tmp_path):
     with pytest.raises(UserError, match=r"must increase; got \{'a': 10, 'b': 5\}"):
         phases.load_phases(str(path), [])
     assert phases.phases_of(f"{path}:a") is None  # FILE:PHASE runs that phase alone
+    with pytest.raises(UserError, match=r"a config of phases a, b: name one \(.*:a\); "
+                                        r"bert-jax pretrain --config .* trains them all"):
+        load_run_config(str(path))  # --print-config without a phase
 
 
 def test_aot_answers_for_each_phase_with_its_shapes_and_steps(phased_config):

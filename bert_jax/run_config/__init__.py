@@ -264,6 +264,11 @@ def load_run_config(path: str, overrides: list[str] | None = None) -> ml_collect
     path, _, argument = path.partition(":")
     path = resolve_config_file(path)
     module = import_config_file(path)
+    phases = getattr(module, "PHASES", None)
+    if phases and not argument:  # pretrain and aot run each phase (tasks/phases.py)
+        raise UserError(f"{path}: a config of phases {', '.join(map(str, phases))}: name one "
+                        f"({path}:{phases[0]}); bert-jax pretrain --config {path} trains them "
+                        "all in turn")
     config = module.get_config(argument) if argument else module.get_config()
     if not isinstance(config, ml_collections.ConfigDict):
         raise UserError(f"{path}: get_config() must return an ml_collections.ConfigDict")
