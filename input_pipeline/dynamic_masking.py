@@ -58,10 +58,12 @@ def _uniform(key: tf.Tensor) -> tf.Tensor:
     return tf.cast(tf.bitwise.right_shift(key, _u64(11)), tf.float64) * 2.0 ** -53
 
 
-def row_keys(seed: int, process_index: int, epochs: tf.Tensor, indices: tf.Tensor) -> tf.Tensor:
-    """(B,) uint64: each row's key from the run's seed, this host, and the row's (epoch,
-    index in the epoch) tags (B,) int64."""
-    base = _combine(_u64(seed % 2**64), _u64(process_index))
+def row_keys(seed, process_index: int, epochs: tf.Tensor, indices: tf.Tensor) -> tf.Tensor:
+    """(B,) uint64: each row's key from the run's seed (an int, or each row's seed (B,)
+    int64, a mixture's rows coming from sources of their own seeds), this host, and the
+    row's (epoch, index in the epoch) tags (B,) int64."""
+    seed = _u64(seed % 2**64) if isinstance(seed, int) else tf.cast(seed, tf.uint64)
+    base = _combine(seed, _u64(process_index))
     return _combine(_combine(base, tf.cast(epochs, tf.uint64)), tf.cast(indices, tf.uint64))
 
 

@@ -107,7 +107,7 @@ def check_schema(path: str, seq_len: int, max_predictions: int,
     return True
 
 
-def _manifest_counts(paths: list[str]) -> dict[str, int] | None:
+def manifest_counts(paths: list[str]) -> dict[str, int] | None:
     """Each shard's record count from the manifest beside it; None if any shard has none
     (original-tool shards carry no manifest)."""
     counts, manifests = {}, {}
@@ -142,6 +142,10 @@ class PretrainingDataset:
     the per-instance ones (segment_ids all 0).
     `deterministic=False` lets interleave and parsing run out of order for speed; `restore`
     then resumes at the same epoch and record count, but not at exactly the same records.
+    `tagged` (a mixture's source, `mixture.py`): each batch keeps every row's `epoch` and
+    `index` tags (B,) int64, and objective mlm's rows come unmasked (the mixture masks the
+    rows of each of its batches at the rate of the step it trains); `drop_remainder=False`
+    gives a last, shorter batch where the data ends (`repeat=False`).
     """
 
     def __init__(self, file_patterns: list[str], batch_size: int, seq_len: int,
@@ -152,7 +156,7 @@ class PretrainingDataset:
                  mask_id: int | None = None, special_ids: tuple[int, ...] = (),
                  masked_lm_prob: float = 0.15, cycle_length: int = 4,
                  max_sequences_per_row: int = 1, objective: str = "mlm_nsp",
-                 masking_schedule=None):
+                 masking_schedule=None, tagged: bool = False, drop_remainder: bool = True):
         if process_index is None or process_count is None:
             import jax
             process_index = jax.process_index() if process_index is None else process_index
@@ -168,7 +172,8 @@ class PretrainingDataset:
             raise UserError(f"{self.files}: these shards hold no records")
         if (dynamic_masking or objective == "mlm") and (vocab_size is None or mask_id is None):
             raise ValueError("masks drawn in the reader need vocab_size and mask_id")
-        if objective == "mlm" and (dynamic_masking or masking_schedule is None):
+        unmasked = masking_schedule is None and not tagged  # a mixture masks tagged rows
+        if objective == "mlm" and (dynamic_masking or unmasked):
             raise ValueError("objective mlm draws its masks at masking_schedule's rates")
         if dynamic_masking and max_sequences_per_row > 1:
             raise UserError(f"{file_patterns}: dynamic masking draws one instance's masks per "
@@ -186,10 +191,11 @@ class PretrainingDataset:
             vocab_size=vocab_size, mask_id=mask_id, special_ids=tuple(special_ids),
             max_predictions=max_predictions)
         self.masking_schedule = masking_schedule
+        self.tagged, self.drop_remainder = tagged, drop_remainder
         self._steps_read = (0, lambda step: 1, 0)  # see seek_step
         self._position = {"epoch": 0, "records_in_epoch": 0}
         self._iterator = None
-        self._expected_counts = _manifest_counts(self.files)  # file -> records, or None
+        self._expected_counts = manifest_counts(self.files)  # file -> records, or None
         self._last_tag = None  # (epoch, index) of the last record handed out
 
     # -- state ---------------------------------------------------------------------------
@@ -226,7 +232,8 @@ class PretrainingDataset:
         except tf.errors.InvalidArgumentError as error:
             raise UserError(f"{self.files}: a record does not match the pre-training schema "
                             f"({error.message.splitlines()[0]})") from None
-        epochs, indices = batch.pop("epoch"), batch.pop("index")
+        epochs, indices = ((batch["epoch"], batch["index"]) if self.tagged
+                           else (batch.pop("epoch"), batch.pop("index")))
         if self._expected_counts is not None and self.deterministic:
             self._check_epoch_ends(epochs, indices)
         self._position = {"epoch": int(epochs[-1]), "records_in_epoch": int(indices[-1]) + 1}
@@ -310,11 +317,14 @@ class PretrainingDataset:
 
     def _masked_rows(self, batch: dict, epochs, indices, step) -> dict:
         """Objective mlm's rows, masked at the rate of `step` (int64 scalar), from draws keyed
-        by each row's (epoch, index) tags (B,): one segment, segment_ids 0."""
+        by each row's (epoch, index) tags (B,): one segment, segment_ids 0. A tagged reader's
+        rows stay unmasked (its mixture masks them)."""
+        batch = dict(batch, segment_ids=tf.zeros_like(batch["input_ids"]))
+        if self.tagged:
+            return batch
         schedule = self.masking_schedule
         keys = dynamic_masking.row_keys(self.seed, self.process_index, epochs, indices)
         rate = dynamic_masking.rate_at(step, schedule.rates, schedule.boundaries)
-        batch = dict(batch, segment_ids=tf.zeros_like(batch["input_ids"]))
         return dynamic_masking.mask_rows(batch, keys, rate, **self.row_masking)
 
     def _build(self, epoch: int, records_in_epoch: int) -> tf.data.Dataset:
@@ -322,7 +332,7 @@ class PretrainingDataset:
         epochs = tf.data.Dataset.range(epoch, last_epoch)
         records = epochs.flat_map(lambda e: self._epoch_records(
             e, tf.constant(epoch, tf.int64), tf.constant(records_in_epoch, tf.int64)))
-        batches = records.batch(self.batch_size, drop_remainder=True).enumerate()
+        batches = records.batch(self.batch_size, drop_remainder=self.drop_remainder).enumerate()
         spec = schema.parsing_spec(self.seq_len, self.max_predictions,
                                    self.max_sequences_per_row, self.objective)
         seed, step_of_batch = self.seed, self._step_of_batch()

@@ -286,6 +286,9 @@ PLANS_BY_FILE = {
                             "--config.optimizer.decay_steps=4 --config.num_train_steps=8 "
                             "--config.optimizer.warmup_steps=2 --config.checkpoint.every_steps=4"),
                            ("--config.batch_warmup.steps=200", "--config.batch_warmup.steps=4")))],
+        "Data mixtures and phases": [Plan(
+            "slow", "two sources of the demo corpus and three phases of a tiny ModernBERT, "
+            "30 steps (about two minutes: three compiled steps)")],
     },
     "docs/question-answering.md": {
         "Question answering (SQuAD v1.1 / v2.0)": [Plan(

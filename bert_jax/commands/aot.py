@@ -27,6 +27,7 @@ examples:
   bert-jax aot --config configs/bert_large.py --topology v5e:16x16 --config.batch_size=1024
   bert-jax aot --config configs/bert_large.py --recipe original   # v3-64, v4-64, v5e-256
   bert-jax aot --config configs/bert_base.py --topology v5e:16x16 --compare-meshes
+  bert-jax aot --config phased.py --topology v5e:2x2   # each phase of a phased config
 
 topologies (GENERATION:CHIPS): v3:4x8 (v3-64), v4:4x4x2 with --chip-config megacore
 (v4-64), v5e:16x16 (v5e-256), v5e:2x2, v5e:2x4, v5p:2x2x1, v6e:2x2
@@ -155,14 +156,11 @@ def run(args: argparse.Namespace) -> int:
         return _modernbert_recipe(args)
     if args.recipe is None:
         devices = aot.topology_devices(args.topology, args.chip_config)
-        run_config, report = _compile(args.config, args.overrides, args.topology,
-                                      args.chip_config, devices)
-        print(_format(report, args.mfu, args.steps or run_config.num_train_steps))
-        reports, status = [report], 0
-        if not report.fits and args.search_fit:
-            found, status = _search_fit(args, report, devices,
-                                        args.steps or run_config.num_train_steps)
-            reports += found
+        reports, status = [], 0
+        # The config, or each phase of a phased config (tasks/phases.py) in turn.
+        for spec, steps in _phase_specs(args.config, args.overrides):
+            found, answer = _answer(args, spec, devices, steps)
+            reports, status = reports + found, max(status, answer)
         if args.json:
             _write_json(args.json, reports, args.mfu, {})
         return status
@@ -193,6 +191,36 @@ def run(args: argparse.Namespace) -> int:
                     {"recipe_days": days, "packed_recipe_days": packed_days,
                      "instances_per_row": list(per_row)})
     return 0
+
+
+def _phase_specs(config_spec: str, overrides: list[str]) -> list[tuple[str, int | None]]:
+    """(config spec, its steps) to compile: each phase of a phased config (tasks/phases.py)
+    with the steps it trains (its end less the one before), else the config itself (None:
+    its num_train_steps)."""
+    from bert_jax.tasks import phases
+
+    if not phases.phases_of(config_spec):
+        return [(config_spec, None)]
+    ends = [(name, config.num_train_steps)
+            for name, config in phases.load_phases(config_spec, overrides)]
+    return [(f"{config_spec}:{name}", end - (ends[index - 1][1] if index else 0))
+            for index, (name, end) in enumerate(ends)]
+
+
+def _answer(args: argparse.Namespace, spec: str, devices, phase_steps) -> tuple[list, int]:
+    """Compiles `spec`'s step, prints its report, and where it does not fit (unless
+    --no-search-fit) what does. Returns the reports compiled and the exit status."""
+    if spec != args.config:
+        print(f"== phase {spec.rpartition(':')[2]} of {args.config}", flush=True)
+    run_config, report = _compile(spec, args.overrides, args.topology, args.chip_config,
+                                  devices)
+    steps = args.steps or phase_steps or run_config.num_train_steps
+    print(_format(report, args.mfu, steps), flush=True)
+    if report.fits or not args.search_fit:
+        return [report], 0
+    found, status = _search_fit(argparse.Namespace(**{**vars(args), "config": spec}), report,
+                                devices, steps)
+    return [report, *found], status
 
 
 def _search_fit(args: argparse.Namespace, report, devices, steps: int) -> tuple[list, int]:

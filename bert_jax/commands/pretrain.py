@@ -48,7 +48,13 @@ Where the starting state comes from, in this order:
      pre-training heads start fresh.
   3. from scratch: parameters drawn from --config.seed.
 Phase 2 of a two-phase run uses phase 1's WORKDIR with a config whose data or seq_len
-differ: the step count and schedule continue, the new data starts at its beginning.
+differ: the step count and schedule continue, the new data starts at its beginning. A
+config file with PHASES (and get_config(phase)) runs every phase in turn in one WORKDIR,
+passing over the phases already trained (FILE:PHASE runs one alone).
+
+Data mixtures: data.sources (name -> files, weight, repeat) instead of data.train_files,
+and data.mixture_tau (p_i proportional to rows_i^tau); each source's position is in the
+checkpoint, and the shares drawn go to TensorBoard (docs/pretraining.md).
 
 WORKDIR receives model_config.json, the vocabulary (vocab.txt, sentencepiece.model or
 tokenizer.json, with its tokenizer_config.json), run_config.json, checkpoints/<step>/
@@ -90,9 +96,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("--config", default=None, metavar="FILE[:ARG]",
                         help="run config file or shipped config name, e.g. demo, laptop, "
-                             "configs/demo.py or configs/bert_large_two_phase.py:2 (with "
-                             "--model: default the family's bert_continue or "
-                             "modernbert_continue)")
+                             "configs/demo.py or configs/bert_large_two_phase.py:2; a file "
+                             "with PHASES runs every phase in turn, FILE:PHASE one "
+                             "(docs/pretraining.md) (with --model: default the family's "
+                             "bert_continue or modernbert_continue)")
     parser.add_argument("--model", default=None, metavar="SOURCE",
                         help="continue pre-training this model (transformers directory, Hub "
                              "name, bert-jax model or run directory) on --text")
@@ -233,7 +240,8 @@ def run(args: argparse.Namespace) -> int:
 
     from bert_jax.run_config import load_run_config
     from bert_jax.tasks import pretraining_data
-    from bert_jax.tasks.pretraining import format_evaluations
+    from bert_jax.tasks import phases
+    from bert_jax.tasks.pretraining import PretrainingTask, format_evaluations
     from bert_jax.training import trainer
 
     chief = jax.process_index() == 0
@@ -241,22 +249,33 @@ def run(args: argparse.Namespace) -> int:
     say = functools.partial(print, flush=True) if chief else (lambda *_, **__: None)
     if args.model:
         return continue_model(args, say)
-    run_config = load_run_config(args.config, args.overrides)
     workdir = args.workdir or default_workdir(args.config)
-    warning = warmup_warning(run_config)
-    if warning:
-        say(warning, file=sys.stderr)
-    pretraining = pretraining_data.prepare_run(run_config, say)
-    result = trainer.train(run_config, workdir, task=pretraining.task,
-                           dataset_factory=pretraining.dataset_factory,
-                           init_weights=pretraining.init_weights,
-                           show_progress=not args.no_progress, log=say)
+    if phases.phases_of(args.config):  # every phase in turn (tasks/phases.py)
+        result = phases.run_phases(args.config, args.overrides, workdir,
+                                   show_progress=not args.no_progress, log=say)
+        total = list(result["phases"].values())[-1]
+    else:
+        run_config = load_run_config(args.config, args.overrides)
+        warning = warmup_warning(run_config)
+        if warning:
+            say(warning, file=sys.stderr)
+        pretraining = pretraining_data.prepare_run(run_config, say)
+        result = trainer.train(run_config, workdir, task=pretraining.task,
+                               dataset_factory=pretraining.dataset_factory,
+                               init_weights=pretraining.init_weights,
+                               show_progress=not args.no_progress, log=say)
+        total = run_config.num_train_steps
     if result["evaluations"]:
+        evaluated = [name for name in PretrainingTask.evaluated
+                     if name in result["evaluations"][0][1]]
         say("\nevaluation on held-out shards:\n" + format_evaluations(
-            result["evaluations"], pretraining.task.evaluated))
+            result["evaluations"], evaluated))
     if result["preempted"]:
         return result["exit_status"]  # 128 + the signal (Ctrl-C 130, SIGTERM 143): unfinished
-    say(f"\ndone: step {result['step']} of {run_config.num_train_steps}"
+    if "data_proportions" in result:
+        say("rows drawn from each data source: " + ", ".join(
+            f"{name} {share:.1%}" for name, share in result["data_proportions"].items()))
+    say(f"\ndone: step {result['step']} of {total}"
         f"\n  checkpoints: {os.path.join(workdir, 'checkpoints')}"
         f"\n  TensorBoard: tensorboard --logdir {os.path.join(workdir, 'tensorboard')}"
         f"\n  export to Hugging Face: bert-jax convert {workdir} {workdir}_hf --to hf"

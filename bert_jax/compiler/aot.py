@@ -16,6 +16,8 @@ import os
 import re
 import time
 
+import ml_collections
+
 from bert_jax import quiet
 from bert_jax.compiler import aot_hlo, gpu_targets
 from bert_jax.compiler.aot_hlo import COLLECTIVES
@@ -271,11 +273,15 @@ def resolve_shapes(run_config) -> str:
     shards configured, the original phase-1 shapes (128, 20); objective mlm's
     max_predictions comes from its masking schedule either way. Returns what was filled
     without shards, for the user ("" if nothing was)."""
-    from bert_jax.tasks import pretraining_data
+    from bert_jax.tasks import mixture_data, pretraining_data
 
     data, objective = run_config.data, run_config.get("objective", "mlm_nsp")
-    if None not in (data.seq_len, data.max_predictions) or data.train_files or data.demo_dir:
-        data.update(pretraining_data.shard_shapes(data, lambda message: None, objective))
+    shards = data
+    if data.get("sources") and not data.train_files:  # a mixture: its sources' shards
+        shards = ml_collections.ConfigDict(data.to_dict())
+        shards.train_files = mixture_data.all_files(data)
+    if None not in (data.seq_len, data.max_predictions) or shards.train_files or data.demo_dir:
+        data.update(pretraining_data.shard_shapes(shards, lambda message: None, objective))
         return ""
     filled = []
     for key, value in pretraining_data.PHASE_ONE_SHAPES.items():

@@ -21,6 +21,7 @@ import ml_collections
 from bert_jax.errors import UserError
 from bert_jax.run_config.objective import check_objective
 from bert_jax.run_config.ranges import check_ranges, check_sections
+from input_pipeline.mixture_config import check_sources
 
 OVERRIDE_PREFIX = "--config."
 
@@ -67,6 +68,10 @@ def base_config(model_preset: str = "base") -> ml_collections.ConfigDict:
     config.data = ml_collections.ConfigDict()
     config.data.train_files = ""  # comma-separated TFRecord globs (may be gs://)
     config.data.eval_files = ""  # held-out shards; empty = no evaluation
+    # A mixture instead of train_files: name -> dict(files=..., weight=1.0, repeat=True), set
+    # in a config file (docs/pretraining.md); input_pipeline/mixture.py draws the rows.
+    config.data.sources = ml_collections.ConfigDict()  # named sources mixed by weight or tau
+    config.data.mixture_tau = 0.0  # > 0: p_i proportional to rows_i^tau; 0 = sources' weights
     config.data.vocab_path = ""  # the shards' vocabulary: vocab.txt, .model or tokenizer.json
     # Unset (None), the shards' manifest.json gives them when the run starts; set, they must
     # equal it (a mismatch is an error naming both). ml_collections takes an int over a None.
@@ -162,7 +167,7 @@ def resolve_config_file(path: str) -> str:
                     f"configs: {', '.join(shipped_config_names())}")
 
 
-def _import_config_file(path: str):
+def import_config_file(path: str):
     spec = importlib.util.spec_from_file_location(
         f"bert_jax_run_config_{abs(hash(path))}", path)
     module = importlib.util.module_from_spec(spec)
@@ -258,7 +263,12 @@ def load_run_config(path: str, overrides: list[str] | None = None) -> ml_collect
     """The locked config of `path` (or `path:arg`) with `--config.key=value` overrides applied."""
     path, _, argument = path.partition(":")
     path = resolve_config_file(path)
-    module = _import_config_file(path)
+    module = import_config_file(path)
+    phases = getattr(module, "PHASES", None)
+    if phases and not argument:  # pretrain and aot run each phase (tasks/phases.py)
+        raise UserError(f"{path}: a config of phases {', '.join(map(str, phases))}: name one "
+                        f"({path}:{phases[0]}); bert-jax pretrain --config {path} trains them "
+                        "all in turn")
     config = module.get_config(argument) if argument else module.get_config()
     if not isinstance(config, ml_collections.ConfigDict):
         raise UserError(f"{path}: get_config() must return an ml_collections.ConfigDict")
@@ -278,6 +288,7 @@ def load_run_config(path: str, overrides: list[str] | None = None) -> ml_collect
     check_ranges(flatten(config), source=path)
     check_sections(config, source=path)
     check_objective(config, source=path)
+    check_sources(config, where=path)
     return config
 
 

@@ -57,15 +57,20 @@ def _read_time_masks(data, split: str, tokenizer, objective: str) -> dict:
     return {}
 
 
-def reader_factory(data, seed: int, tokenizer=None, objective: str = "mlm_nsp"):
+def reader_factory(data, seed: int, tokenizer=None, objective: str = "mlm_nsp", log=print):
     """`make(split, batch_size, process_index, process_count)` over the shards of the run
-    config's (prepared) data section; `seed` orders the training data (and draws objective
+    config's (prepared) data section, its training split a mixture where data.sources
+    names one (`mixture_data.py`); `seed` orders the training data (and draws objective
     mlm's masks)."""
+    from bert_jax.tasks import mixture_data
     from input_pipeline.reader import PretrainingDataset
 
     def make(split, batch_size, process_index, process_count):
         pattern = data.train_files if split == "train" else data.eval_files
         masking = _read_time_masks(data, split, tokenizer, objective)
+        if split == "train" and mixture_data.is_mixture(data):
+            return mixture_data.open_mixture(data, seed, batch_size, process_index,
+                                             process_count, masking, log)
         return PretrainingDataset(
             [p for p in pattern.split(",") if p], batch_size, data.seq_len,
             data.max_predictions, seed=seed if split == "train" else 0,
@@ -230,8 +235,13 @@ def prepare_data(run_config, log=print,
     vocabulary). The run config is left as it is: the settings come back, to be applied by
     the caller.
     """
+    from bert_jax.tasks import mixture_data
+
     data = ml_collections.ConfigDict(run_config.data.to_dict())  # derived values go here
     objective = run_config.objective
+    if mixture_data.is_mixture(data):  # every source's shards are checked as train_files'
+        mixture_data.check_sources(run_config, "run config")
+        data.train_files = mixture_data.all_files(data)
     data.update(shard_shapes(data, log, objective))
     data.max_sequences_per_row = sequences_per_row(data, log, objective)
     # The demo corpus stands in for shards only where none are given: with the user's own
@@ -249,7 +259,8 @@ def prepare_data(run_config, log=print,
         data.vocab_path = init_vocab_path() or ""
     tokenizer, vocab_size = _vocab_size(data, run_config.model.vocab_size, log, objective)
     settings = {f"data.{key}": value for key, value in data.items()
-                if value != run_config.data[key]}
+                if value != run_config.data[key]
+                and not (key == "train_files" and mixture_data.is_mixture(data))}
     if vocab_size != run_config.model.vocab_size:
         settings["model.vocab_size"] = vocab_size
     return PreparedData(settings=settings, tokenizer=tokenizer)
@@ -292,5 +303,5 @@ def prepare_run(run_config, log=print, source=None) -> PretrainingRun:
     return PretrainingRun(
         task=pretraining.task_from_run_config(run_config),
         dataset_factory=reader_factory(run_config.data, run_config.seed, prepared.tokenizer,
-                                       run_config.objective),
+                                       run_config.objective, log),
         init_weights=init_weights, tokenizer=prepared.tokenizer)

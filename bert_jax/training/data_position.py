@@ -13,6 +13,8 @@ import jax
 
 def data_source(data, batch_size: int) -> dict:
     """What identifies a run's data stream: from the run config's data section and batch size."""
+    if data.get("sources"):  # a mixture matches each source's position itself (mixture.py)
+        return dict(mixture="each source's own position")
     source = dict(train_files=data.train_files, seq_len=data.seq_len,
                   max_predictions=data.max_predictions, batch_size=batch_size)
     if (data.max_sequences_per_row or 1) > 1:  # unpacked runs keep the checkpoints' key set

@@ -178,6 +178,8 @@ class _Loop:
             progress.close()
         self._finish(step)
         self.result["step"] = step
+        if hasattr(self.dataset, "proportions"):
+            self.result["data_proportions"] = self.dataset.proportions()
         return self.result
 
     def _step(self, state, rng, step: int, progress):
@@ -250,6 +252,9 @@ class _Loop:
         values.update(self.throughput.measure(step))
         values["batch_size"] = self._batch_size(step - 1)  # the last update's
         self.writer.scalars(step, {f"train/{name}": value for name, value in values.items()})
+        if hasattr(self.dataset, "proportions"):  # a mixture: each source's share so far
+            self.writer.scalars(step, {f"data/{name}": share for name, share
+                                       in self.dataset.proportions().items()})
         self.result["losses"].append((step, values["loss"]))
         shown = {name: f"{values[name]:.3f}" for name in logged[:2]}
         if self.warmup is not None:  # the batch in use while it grows
