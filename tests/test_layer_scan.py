@@ -181,3 +181,17 @@ def test_transformers_weights_run_scanned_and_export_back_unchanged(tmp_path):
                                      str(tmp_path / "again"))
     loaded_again = model_source.resolve(str(tmp_path / "again")).load()
     jax.tree.map(np.testing.assert_array_equal, loaded_again.params, params)
+
+
+def test_frozen_encoder_features_are_each_layers_with_scanning_on():
+    """The feature-based NER head intercepts every layer's call: it runs the encoder unrolled."""
+    from bert_jax.models.frozen_encoder_heads import FrozenEncoderTokenClassifier
+    from bert_jax.tasks.arguments import COMBINE_MODES
+
+    config = CONFIGS["bert"]
+    ids, segments, mask = _batch(2)
+    heads = [FrozenEncoderTokenClassifier(config, 3, (1, 2, 3), COMBINE_MODES[0], precision)
+             for precision in (UNROLLED, SCANNED)]
+    params = heads[0].init(jax.random.PRNGKey(2), ids, segments, mask)
+    np.testing.assert_array_equal(heads[1].apply(params, ids, segments, mask),
+                                  heads[0].apply(params, ids, segments, mask))
