@@ -22,6 +22,8 @@ from bert_jax.models.layers.attention import attend, attention, attention_probab
 from bert_jax.models.layers.dense import (FLOAT32, Dense, add_bias, batch_split, gelu,
                                           initializer, layer_norm, zeros)
 from bert_jax.models.layers.dropout import Dropout
+from bert_jax.models.layers.layer_scan import (dropout_key, layer_params, remat_layer,
+                                               scan_blocks, scanned)
 
 Array = jax.Array
 
@@ -141,8 +143,7 @@ class BertModel(nn.Module):
     def setup(self):
         config, precision = self.config, self.precision
         self.embeddings = Embeddings(config, precision)
-        layer = (nn.remat(EncoderLayer, static_argnums=(3, 4)) if precision.remat
-                 else EncoderLayer)
+        layer = remat_layer(EncoderLayer, precision, static_argnums=(3, 4))
         self.layers = [layer(config, precision, name=f"layer_{index}")
                        for index in range(config.num_layers)]
         if self.with_pooler:
@@ -165,9 +166,16 @@ class BertModel(nn.Module):
         x = self.embeddings(input_ids, segment_ids, train, position_ids)
         x = nn.with_logical_constraint(x, ("batch", "seq", "embed"))
         self.sow("intermediates", "hidden_states", x)
-        for layer in self.layers:
-            x = layer(x, instance_ids, train, max_instances)
-            self.sow("intermediates", "hidden_states", x)
+        if scanned(self, self.precision):  # one layer the block: every layer's weights alike
+            layer = EncoderLayer(self.config, self.precision, parent=None)
+            per_layer = layer_params(self, 0, self.config.num_layers)
+            x = scan_blocks([layer], [[params] for params in per_layer], x,
+                            (instance_ids, train, max_instances), dropout_key(self, train),
+                            self.precision)
+        else:
+            for layer in self.layers:
+                x = layer(x, instance_ids, train, max_instances)
+                self.sow("intermediates", "hidden_states", x)
         pooled = self.pool(x[:, 0]) if self.with_pooler else None
         return x, pooled
 

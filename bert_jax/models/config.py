@@ -14,6 +14,8 @@ RUN_TIME_KEYS = ("dtype", "param_dtype", "remat")
 DTYPES = ("float32", "bfloat16")
 # Precision.attention's choices (bert_jax/models/layers/attention_kernels.py says what each is).
 ATTENTION_IMPLEMENTATIONS = ("auto", "reference", "xla", "cudnn", "splash")
+# Precision.remat_policy's choices (bert_jax/models/layers/layer_scan.py says what each keeps).
+REMAT_POLICY_NAMES = ("full", "matmul_outputs")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,6 +24,12 @@ class Precision:
     dtype: str = "float32"  # compute dtype of activations: float32 or bfloat16
     param_dtype: str = "float32"  # storage dtype of parameters (keep float32 to train)
     remat: bool = False  # recompute each layer's activations in the backward pass
+    # With remat: full (recompute the whole layer) or matmul_outputs (keep the projections'
+    # outputs, recompute the elementwise work between them).
+    remat_policy: str = "full"
+    # The layer stack as one scanned block (bert_jax/models/layers/layer_scan.py): the compiler
+    # sees one block, not every layer; the parameter tree stays per layer.
+    scan_layers: bool = False
     # Rows per device whose attention scores are computed at once: 0 = the whole batch,
     # -1 = automatic (2 on a CPU from 160 tokens on, else 0; see bert_jax/models/layers/attention.py).
     attention_chunk_rows: int = -1
@@ -42,6 +50,9 @@ class Precision:
             if getattr(self, name) not in DTYPES:
                 raise UserError(f"precision.{name} must be 'float32' or 'bfloat16', "
                                 f"got {getattr(self, name)!r}")
+        if self.remat_policy not in REMAT_POLICY_NAMES:
+            raise UserError(f"precision.remat_policy must be one of {list(REMAT_POLICY_NAMES)}, "
+                            f"got {self.remat_policy!r}")
         if self.attention_chunk_rows < -1:
             raise UserError(f"precision.attention_chunk_rows must be -1 (automatic), 0 (off) "
                             f"or a number of rows, got {self.attention_chunk_rows}")

@@ -29,6 +29,8 @@ import jax.numpy as jnp
 from bert_jax.models.config import EuroBertConfig, Precision
 from bert_jax.models.layers.attention import attend, attention, attention_probabilities
 from bert_jax.models.layers.dense import FLOAT32, Dense, initializer, ones
+from bert_jax.models.layers.layer_scan import (dropout_key, layer_params, remat_layer,
+                                               scan_blocks, scanned)
 from bert_jax.models.layers.rotary import rotary_angles, rotate
 
 Array = jax.Array
@@ -124,7 +126,7 @@ class EuroBertModel(nn.Module):
             config.vocab_size, config.hidden_dim, dtype=precision.param_dtype,
             param_dtype=precision.param_dtype,
             embedding_init=initializer(config.initializer_std, "vocab", "embed"))
-        layer = nn.remat(EuroBertLayer, static_argnums=(4, 5)) if precision.remat else EuroBertLayer
+        layer = remat_layer(EuroBertLayer, precision, static_argnums=(4, 5))
         self.layers = [layer(config, precision, name=f"layer_{index}")
                        for index in range(config.num_layers)]
         self.final_norm = rms_norm(config, precision)
@@ -143,9 +145,16 @@ class EuroBertModel(nn.Module):
                      else position_ids)  # (B or 1, T)
         x = self.token_embeddings(input_ids).astype(self.precision.dtype)
         x = nn.with_logical_constraint(x, ("batch", "seq", "embed"))
-        for layer in self.layers:
-            self.sow("intermediates", "hidden_states", x)
-            x = layer(x, instance_ids, positions, train, max_instances)
+        arguments = (instance_ids, positions, train, max_instances)
+        if scanned(self, self.precision):  # one layer the block: every layer's weights alike
+            layer = EuroBertLayer(self.config, self.precision, parent=None)
+            per_layer = layer_params(self, 0, self.config.num_layers)
+            x = scan_blocks([layer], [[params] for params in per_layer], x, arguments,
+                            dropout_key(self, train), self.precision)
+        else:
+            for layer in self.layers:
+                self.sow("intermediates", "hidden_states", x)
+                x = layer(x, *arguments)
         x = self.final_norm(x)
         self.sow("intermediates", "hidden_states", x)
         return x, None

@@ -100,7 +100,9 @@ class FrozenEncoderTokenClassifier(nn.Module):
         states = []
         with nn.intercept_methods(_capture_hidden_states(states)):
             # Dropout in a frozen encoder would only add noise to fixed features: eval mode.
-            BertModel(self.config, dataclasses.replace(self.precision, remat=False),
+            # Unrolled: the interceptor sees each layer's call, which a scanned stack hides.
+            BertModel(self.config, dataclasses.replace(self.precision, remat=False,
+                                                       scan_layers=False),
                       with_pooler=False, name="bert")(input_ids, segment_ids, input_mask, False)
         hidden = jnp.stack([states[layer] for layer in self.layers])  # (L, B, T, H)
         logits = FeatureTokenClassifier(self.config, self.num_labels, self.combine,

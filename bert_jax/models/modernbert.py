@@ -31,6 +31,8 @@ from bert_jax.models.config import ModernBertConfig, Precision
 from bert_jax.models.layers.attention import attend, attention, attention_probabilities
 from bert_jax.models.layers.dense import FLOAT32, Dense, gelu, initializer, layer_norm
 from bert_jax.models.layers.dropout import Dropout
+from bert_jax.models.layers.layer_scan import (dropout_key, layer_params, remat_layer,
+                                               scan_blocks, scanned)
 from bert_jax.models.layers.rotary import rotary_angles, rotate
 
 Array = jax.Array
@@ -152,8 +154,7 @@ class ModernBertModel(nn.Module):
     def setup(self):
         config, precision = self.config, self.precision
         self.embeddings = ModernBertEmbeddings(config, precision)
-        layer = (nn.remat(ModernBertLayer, static_argnums=(4, 5)) if precision.remat
-                 else ModernBertLayer)
+        layer = remat_layer(ModernBertLayer, precision, static_argnums=(4, 5))
         self.layers = [layer(config, index, precision, name=f"layer_{index}")
                        for index in range(config.num_layers)]
         self.final_norm = norm(config, precision)
@@ -172,12 +173,35 @@ class ModernBertModel(nn.Module):
                      else position_ids)  # (B or 1, T)
         x = self.embeddings(input_ids, train)
         x = nn.with_logical_constraint(x, ("batch", "seq", "embed"))
-        for layer in self.layers:
-            self.sow("intermediates", "hidden_states", x)
-            x = layer(x, instance_ids, positions, train, max_instances)
+        arguments = (instance_ids, positions, train, max_instances)
+        if scanned(self, self.precision):
+            x = self._scanned_layers(x, arguments, train)
+        else:
+            for layer in self.layers:
+                self.sow("intermediates", "hidden_states", x)
+                x = layer(x, *arguments)
         x = self.final_norm(x)
         self.sow("intermediates", "hidden_states", x)
         return x, None
+
+    def _scanned_layers(self, x: Array, arguments: tuple, train: bool) -> Array:
+        """The layers with the scan's block one global layer's period: layer 0 (no attention
+        norm) alone, then blocks of layers 1 + b n .. n + b n (n = global_attention_every: n - 1
+        sliding layers and a global one; every block alike), the remainder alone. 22 layers
+        (ModernBERT-base) are 1 + 7 blocks of 3; 28 (large) 1 + 9."""
+        period = self.config.global_attention_every
+        blocks = (self.config.num_layers - 1) // period
+        x = self.layers[0](x, *arguments)
+        if blocks:
+            block = [ModernBertLayer(self.config, 1 + position, self.precision, parent=None)
+                     for position in range(period)]
+            per_layer = layer_params(self, 1, blocks * period)
+            x = scan_blocks(block, [per_layer[index:index + period]
+                                    for index in range(0, len(per_layer), period)],
+                            x, arguments, dropout_key(self, train), self.precision)
+        for layer in self.layers[1 + blocks * period:]:
+            x = layer(x, *arguments)
+        return x
 
     def word_logits(self, x: Array) -> Array:
         """Scores against the token embeddings, which the masked-LM decoder shares (tied)."""

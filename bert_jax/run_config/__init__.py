@@ -46,6 +46,9 @@ def base_config(model_preset: str = "base") -> ml_collections.ConfigDict:
     config.precision.dtype = "float32"  # activations: float32 or bfloat16
     config.precision.param_dtype = "float32"  # parameter storage (keep float32 to train)
     config.precision.remat = False  # recompute each layer's activations in the backward pass
+    config.precision.remat_policy = "full"  # with remat: full or matmul_outputs (kept, not redone)
+    # The layer stack as one scanned block: one layer compiled, not num_layers (layer_scan.py).
+    config.precision.scan_layers = False
     # Cache-sized chunks of rows for attention on a CPU (bert_jax/models/layers/attention.py).
     config.precision.attention_chunk_rows = -1  # rows per device at once (0 = all, -1 = auto)
     # layers/attention_kernels.py: auto takes splash (TPU) or, on a GPU in bf16, cuDNN for

@@ -1,0 +1,100 @@
+"""The train step's compile on this CPU, scanned layer stack against unrolled, and its step time.
+
+  compile  builds and compiles the real train step (`training.train_step`) of `--config` for
+           one CPU device, with `precision.scan_layers` as `--scan` says, and prints the
+           compile's seconds and the process's peak resident memory over it
+           (`bert_jax.peak_memory`). One compile a process: run it under `/usr/bin/time -v`
+           for the whole process's peak as well.
+  step     times the train step scanned and unrolled side by side in one process
+           (bench/model_step.py's `JaxStep`, the same weights and batch), in interleaved
+           rounds so a change in machine load hits both, and prints each round's
+           scanned / unrolled time ratio and their median.
+
+Usage: python bench/scan_compile.py compile --config configs/bert_large.py --scan on
+       python bench/scan_compile.py step --preset base --batch 8 --seq-len 128 --rounds 5
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench.host import announce_host  # noqa: E402
+
+
+def compile_once(config_path: str, scan: bool) -> None:
+    import jax
+
+    from bert_jax import sharding
+    from bert_jax.compiler import aot
+    from bert_jax.peak_memory import PeakMemory
+    from bert_jax.run_config import load_run_config
+    from bert_jax.tasks.pretraining import task_from_run_config
+    from bert_jax.training import train_step
+
+    run_config = load_run_config(config_path, [f"--config.precision.scan_layers={scan}"])
+    aot.resolve_shapes(run_config)
+    model_config, _ = aot.resolved_model_config(run_config)
+    mesh = sharding.make_mesh(devices=jax.devices()[:1])
+    start = time.perf_counter()
+    with PeakMemory() as peak:
+        bundle = train_step.build_train_step(run_config, mesh, task_from_run_config(run_config),
+                                             model_config=model_config)
+        bundle.train_step.lower(bundle.abstract_state, bundle.abstract_batch,
+                                bundle.abstract_rng).compile()
+    print(f"{config_path} scan_layers={scan}: {model_config.num_layers} layers, batch "
+          f"{run_config.batch_size} x {run_config.data.seq_len}: compiled in "
+          f"{time.perf_counter() - start:.1f} s, peak resident {peak.bytes / 2**30:.2f} GiB "
+          f"(before {peak.before / 2**30:.2f} GiB)", flush=True)
+
+
+def time_steps(preset: str, batch_size: int, seq_len: int, rounds: int, steps: int) -> None:
+    from bench.model_step import JaxStep, make_batch
+
+    batch = make_batch(batch_size, seq_len, max(1, seq_len * 15 // 100))
+    sides = {scan: JaxStep(preset, batch, precision_overrides={"scan_layers": scan},
+                           model_overrides={"dropout_rate": 0.0,
+                                            "attention_dropout_rate": 0.0})
+             for scan in (False, True)}
+    sides[True].load_params(sides[False].state.params)
+    for side in sides.values():
+        side()  # compile and warm
+    ratios = []
+    for round_index in range(rounds):
+        seconds = {}
+        for scan, side in sides.items():
+            start = time.perf_counter()
+            for _ in range(steps):
+                side()
+            seconds[scan] = (time.perf_counter() - start) / steps
+        ratios.append(seconds[True] / seconds[False])
+        print(f"round {round_index}: unrolled {seconds[False]:.3f} s, scanned "
+              f"{seconds[True]:.3f} s a step, scanned / unrolled {ratios[-1]:.3f}", flush=True)
+    print(f"{preset} {batch_size} x {seq_len}: step time scanned / unrolled, median of "
+          f"{rounds} rounds {statistics.median(ratios):.3f} (range {min(ratios):.3f} - "
+          f"{max(ratios):.3f})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("what", choices=("compile", "step"))
+    parser.add_argument("--config", default="configs/bert_large.py")
+    parser.add_argument("--scan", choices=("on", "off"), default="on")
+    parser.add_argument("--preset", default="base")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--seq-len", type=int, default=128)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=2)
+    args = parser.parse_args()
+    announce_host()
+    if args.what == "compile":
+        compile_once(args.config, args.scan == "on")
+    else:
+        time_steps(args.preset, args.batch, args.seq_len, args.rounds, args.steps)
+
+
+if __name__ == "__main__":
+    main()
