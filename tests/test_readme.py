@@ -140,8 +140,9 @@ SMALL_PRETRAINING = (_TWO_SHARDS, ("--dupe-factor 10", "--dupe-factor 1"), _TWO_
 # File -> section heading -> the plan of each of its bash blocks, in order.
 PLANS_BY_FILE = {
     "README.md": {
-        "Install": [_skip("`make pretrain` builds .venv and trains for minutes; `make test` is "
-                           "this suite")],
+        "Install": [_skip("`make test` is what CI runs (.ci/run); `make pretrain` trains the "
+                           "demo config's 1,000 steps (minutes), which .ci/recipes's pretrain "
+                           "recipe and the pretraining blocks here do at a few steps")],
         # The recipe blocks' text is branch issue-44's (.ci/recipes runs them as written).
         "Quick start: three recipes from a clone": [_skip(
             "`.ci/recipes` runs these four in a fresh virtualenv, as written, after `make test` "
@@ -289,7 +290,9 @@ PLANS_BY_FILE = {
             "GB each on 2 cores, beyond the few minutes CI gives the docs; the README's fit "
             "recipe compiles one (.ci/recipes), tests/test_aot.py a tiny config")],
         "4. Rehearse the multi-host run locally": [_skip(
-            "two multi-process pre-training runs: minutes; tests/test_launch_local.py runs them")],
+            "two 2-process runs of the demo config's 1,000 steps (many minutes, over the few "
+            "CI gives the docs); tests/test_launch_local.py runs the same command at 2 steps, "
+            "then resumed to 4")],
         "5. The job file": [_skip("gs:// data; tests/test_launch_check.py runs it against a GCS "
                                   "emulator")],
         "6. Create, install, run, watch": [_skip("rents a TPU slice")],
