@@ -253,7 +253,8 @@ PLANS_BY_FILE = {
             "slow", "a vocabulary and shards of the example corpus, then two pre-training steps",
             substitutions=SMALL_PRETRAINING)],
         "Packed rows: no compute on padding": [Plan(
-            "slow", "a vocabulary and packed shards of the example corpus, then two pre-training steps",
+            "slow", "a vocabulary and packed shards of the example corpus, then two "
+                    "pre-training steps",
             substitutions=SMALL_PRETRAINING)],
         "Masked-LM-only pre-training (ModernBERT's objective)": [Plan(
             "slow", "a vocabulary and masked-LM-only shards of the example corpus, then two "
@@ -286,9 +287,9 @@ PLANS_BY_FILE = {
         "2. Data": [_skip("a gs:// bucket; tests/test_gcs_paths.py runs create-data on an "
                           "emulator")] * 2,
         "3. Before renting: does it fit, how long will it take?": [_skip(
-            "five compiles of BERT-Large for v3/v4/v5e slices, 3 to 16 minutes and up to 8.75 "
-            "GB each on 2 cores, beyond the few minutes CI gives the docs; the README's fit "
-            "recipe compiles one (.ci/recipes), tests/test_aot.py a tiny config")],
+            "five compiles of BERT-Large for v3/v4/v5e slices (and the recipe's six), minutes "
+            "each on 2 cores, beyond the few minutes CI gives the docs; the README's fit recipe "
+            "compiles one (.ci/recipes), tests/test_aot.py a tiny config")],
         "4. Rehearse the multi-host run locally": [_skip(
             "two 2-process runs of the demo config's 1,000 steps (many minutes, over the few "
             "CI gives the docs); tests/test_launch_local.py runs the same command at 2 steps, "
