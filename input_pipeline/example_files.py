@@ -5,8 +5,10 @@ Python standard library's docstrings, see demo_corpus.py) as "your own text", an
 task files in the formats the commands read. The task files are drawn from templates and
 word lists written for this project (no text taken from anywhere), deterministically for a
 seed: film-review sentiment (a TSV, with a label and with a rating), named entities (CoNLL),
-and reading comprehension (SQuAD v1.1 JSON). Evaluation rows use phrases and names that training rows never show, so
-a score on them says something about what the pre-trained model brings.
+and reading comprehension (SQuAD v1.1 and v2.0 JSON). Evaluation rows use phrases and names
+that training rows never show, so a score on them says something about what the pre-trained
+model brings. Sentence pairs (example_pairs.py) and a treebank (example_treebank.py) are
+written beside these by the same command.
 """
 
 import json
@@ -70,6 +72,9 @@ QUESTIONS = [("When was {town} founded?", "founded"), ("Who founded {town}?", "f
              ("What was the main industry of {town} for most of its history?", "industry"),
              ("In what year was the town hall of {town} finished?", "hall"),
              ("How many people live in {town} today?", "people")]
+# SQuAD v2.0's unanswerable questions: the paragraph names no architect and no station.
+UNANSWERABLE = ["Who designed the town hall of {town}?",
+                "In what year did the railway reach {town}?"]
 
 FILES = {  # name -> what it is (printed by the command; the README's recipes read them)
     "corpus.txt": "the demo corpus: the standard library's docstrings, one sentence a line, "
@@ -86,6 +91,9 @@ FILES = {  # name -> what it is (printed by the command; the README's recipes re
     "squad_train.json": "SQuAD v1.1: 60 made-up town histories, 6 questions each "
                         "(finetune qa)",
     "squad_dev.json": "15 more towns, 90 questions (--eval, evaluate, predict)",
+    "squad2_train.json": "SQuAD v2.0: 30 more towns, 6 questions each and 2 the paragraph "
+                         "cannot answer (finetune qa)",
+    "squad2_dev.json": "10 more towns, 80 questions, 20 unanswerable (--eval, predict)",
 }
 
 
@@ -157,8 +165,9 @@ def ner_sentences(count: int, rng: random.Random, evaluation: bool) -> list[list
     return sentences
 
 
-def squad_data(towns: list[str], rng: random.Random) -> dict:
-    """SQuAD v1.1 JSON: a paragraph per town, each question's answer a span of it."""
+def squad_data(towns: list[str], rng: random.Random, version_2: bool = False) -> dict:
+    """SQuAD v1.1 JSON: a paragraph per town, each question's answer a span of it; v2.0 adds
+    to each town UNANSWERABLE's questions (`is_impossible`, no answers)."""
     founders = [name for name in NAMES["PER"] if " " in name]
     articles = []
     for town in towns:
@@ -173,8 +182,15 @@ def squad_data(towns: list[str], rng: random.Random) -> dict:
             assert context.count(answer) == 1, (answer, context)  # the span is unambiguous
             questions.append({"id": f"{town.lower()}-{number}", "question": question.format(
                 **facts), "answers": [{"text": answer, "answer_start": context.index(answer)}]})
+        if version_2:
+            for question in questions:
+                question["is_impossible"] = False
+            questions.extend({"id": f"{town.lower()}-{len(QUESTIONS) + number}",
+                              "question": question.format(town=town), "answers": [],
+                              "is_impossible": True}
+                             for number, question in enumerate(UNANSWERABLE))
         articles.append({"title": town, "paragraphs": [{"context": context, "qas": questions}]})
-    return {"version": "1.1", "data": articles}
+    return {"version": "v2.0" if version_2 else "1.1", "data": articles}
 
 
 def _table(header: str, rows) -> str:
@@ -205,6 +221,9 @@ def write_examples(directory: str, seed: int = 0) -> dict[str, str]:
             for sentence in ner_sentences(count, rng, evaluation)))
     towns = [prefix + suffix for prefix in TOWN_PARTS[0] for suffix in TOWN_PARTS[1]]
     rng.shuffle(towns)
-    for name, chosen in (("squad_train.json", towns[:60]), ("squad_dev.json", towns[60:75])):
-        files.write_text(paths[name], json.dumps(squad_data(chosen, rng), indent=1) + "\n")
+    for name, chosen in (("squad_train.json", towns[:60]), ("squad_dev.json", towns[60:75]),
+                         ("squad2_train.json", towns[75:105]),
+                         ("squad2_dev.json", towns[105:115])):
+        data = squad_data(chosen, rng, version_2=name.startswith("squad2"))
+        files.write_text(paths[name], json.dumps(data, indent=1) + "\n")
     return {paths[name]: description for name, description in FILES.items()}

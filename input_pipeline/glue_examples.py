@@ -39,7 +39,12 @@ LAYOUT = {
 }
 
 
-def _pair_label(directory: str, first, second) -> str:
+def similarity_score(first, second) -> float:
+    """STS-B's 0..5 score of two sentiment rows: how close their ratings (1..5) are."""
+    return 5.0 - 1.25 * abs(first[2] - second[2])
+
+
+def pair_label(directory: str, first, second) -> str:
     (_, label_a, stars_a), (_, label_b, stars_b) = first, second
     agree = label_a == label_b
     if directory == "MNLI":
@@ -57,11 +62,11 @@ def _cells(directory: str, index: int, first, second, dev: bool) -> list:
         return ["gj04", int(acceptable), "" if acceptable else "*", text_a]
     if directory == "SST-2":
         return [text_a, int(first[1] == "pos")]
-    label = _pair_label(directory, first, second)
+    label = pair_label(directory, first, second)
     if directory == "MRPC":
         return [label, 1000 + 2 * index, 1001 + 2 * index, text_a, text_b]
     if directory == "STS-B":
-        score = 5.0 - 1.25 * abs(first[2] - second[2])
+        score = similarity_score(first, second)
         return [index, "main-forums", "made-up", "2026", index, "none", "none", text_a, text_b,
                 f"{score:.3f}"]
     if directory == "QQP":

@@ -1,6 +1,7 @@
 """`bert-jax examples DIR`: small example inputs for every job, for recipes run from a clone."""
 
-HELP = "write small example inputs (a corpus, sentiment, ratings, CoNLL and SQuAD files) into DIR"
+HELP = ("write small example inputs (a corpus, sentiment, ratings, sentence pairs, CoNLL, SQuAD "
+        "and a treebank) into DIR")
 DESCRIPTION = """\
 Writes into DIR (created if needed; files there of the same names are replaced):
 
@@ -23,17 +24,27 @@ examples:
       --train examples/ner_train.txt --eval examples/ner_dev.txt --workdir runs/ner
   bert-jax finetune qa --model $M --learning-rate 1e-4 \\
       --train examples/squad_train.json --eval examples/squad_dev.json --workdir runs/qa
+  bert-jax finetune sentence-embedding --model $M --loss cosent \\
+      --train examples/pairs_train.jsonl --eval examples/pairs_dev.jsonl --workdir runs/pairs
+  bert-jax probe --model $M --treebank examples/treebank.conllu --output probe/
   bert-jax glue --model $M --data examples/glue --workdir runs/glue --tasks sst2,mrpc,stsb
 """
 
 
-def _description() -> str:
-    from input_pipeline.example_files import FILES
+def _writers() -> list:
+    """(FILES, write(directory, seed)) of each module that writes examples, in order."""
+    from input_pipeline import example_files, example_pairs, example_treebank
 
+    return [(example_files.FILES, example_files.write_examples),
+            (example_pairs.FILES, example_pairs.write_pairs),
+            (example_treebank.FILES, example_treebank.write_treebank)]
+
+
+def _description() -> str:
     from input_pipeline.glue_examples import DESCRIPTION as GLUE
 
-    return DESCRIPTION.format(files="\n".join(f"  {name}: {text}" for name, text in FILES.items()),
-                              glue=GLUE)
+    return DESCRIPTION.format(files="\n".join(f"  {name}: {text}" for names, _ in _writers()
+                                              for name, text in names.items()), glue=GLUE)
 
 
 def add_arguments(parser) -> None:
@@ -52,11 +63,11 @@ def outputs(args) -> list:
 
 def run(args) -> int:
     from bert_jax.storage import files
-    from input_pipeline.example_files import write_examples
     from input_pipeline.glue_examples import DESCRIPTION as GLUE, write_glue_layout
 
-    for path, description in write_examples(args.directory, seed=args.seed).items():
-        print(f"{path}: {description}")
+    for _, write in _writers():
+        for path, description in write(args.directory, seed=args.seed).items():
+            print(f"{path}: {description}")
     glue = files.join(args.directory, "glue")
     write_glue_layout(glue, seed=args.seed)
     print(f"{glue}: {GLUE}")
