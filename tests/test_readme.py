@@ -15,7 +15,8 @@ block that reads `$M` from an earlier block fails. Two checks:
     it small. "ci" blocks take seconds and run on every suite run ("Using a model" and "From
     Python" below, and the others marked "ci"); "slow" blocks take a minute or more on a CPU,
     so they run only with BERT_JAX_README_BLOCKS=all (or a comma-separated list of section
-    names): `.ci/docs` runs them all from a fresh clone after `make test`, e.g.
+    names): `bash .ci/docs` runs them all from a fresh clone (by hand: about 40 minutes on 2
+    cores, more than CI's budget leaves), e.g.
         BERT_JAX_README_BLOCKS=all python -m pytest -q tests/test_readme.py -k new_shell
     "skip" blocks need what CI cannot have (gcloud and a Google Cloud project, a gs://
     bucket, a TPU slice, an NVIDIA GPU, docker, the Hugging Face Hub), or are the README's
