@@ -47,8 +47,8 @@ def base_config(model_preset: str = "base") -> ml_collections.ConfigDict:
     config.precision.param_dtype = "float32"  # parameter storage (keep float32 to train)
     config.precision.remat = False  # recompute each layer's activations in the backward pass
     config.precision.remat_policy = "full"  # with remat: full or matmul_outputs (kept, not redone)
-    # The layer stack as one scanned block: one layer compiled, not num_layers (layer_scan.py).
-    config.precision.scan_layers = False
+    # Opt-in: measured slower to compile on the CPU, no smaller on TPU yet (docs/tpu-pods.md).
+    config.precision.scan_layers = False  # the layer stack as one scanned block (layer_scan.py)
     # Cache-sized chunks of rows for attention on a CPU (bert_jax/models/layers/attention.py).
     config.precision.attention_chunk_rows = -1  # rows per device at once (0 = all, -1 = auto)
     # layers/attention_kernels.py: auto takes splash (TPU) or, on a GPU in bf16, cuDNN for
