@@ -19,7 +19,7 @@ phase, and reads exactly the batches of a run never stopped.
 
 from bert_jax import run_config as run_config_lib
 from bert_jax.errors import UserError
-from bert_jax.storage import files
+from bert_jax.interop import source_kinds
 from bert_jax.tasks.pretraining_data import prepare_run
 from bert_jax.training import trainer, workdir as workdir_lib
 
@@ -43,21 +43,22 @@ def phases_of(config_spec: str) -> tuple[str, ...] | None:
 def load_phases(config_spec: str, overrides: list[str]) -> list[tuple[str, object]]:
     """(name, locked run config) of every phase, each with the overrides; phases must end
     at increasing steps."""
+    names = phases_of(config_spec)
     loaded = [(name, run_config_lib.load_run_config(f"{config_spec}:{name}", overrides))
-              for name in phases_of(config_spec)]
+              for name in names]
     ends = [config.num_train_steps for _, config in loaded]
     if any(later <= earlier for earlier, later in zip(ends, ends[1:])):
         raise UserError(f"{config_spec}: each phase's num_train_steps is the step it ends at, "
-                        f"so they must increase; got {dict(zip(phases_of(config_spec), ends))}")
+                        f"so they must increase; got {dict(zip(names, ends))}")
     return loaded
 
 
 def _saved_step(workdir: str) -> int:
-    """The latest checkpoint's step in `workdir`, 0 without one."""
-    directory = files.join(workdir, workdir_lib.CHECKPOINTS)
+    """The latest finished checkpoint's step in `workdir`, 0 without one."""
     if not workdir_lib.has_checkpoint(workdir):
         return 0
-    return max(int(name) for name in files.listdir(directory) if name.isdigit())
+    steps = source_kinds.finished_steps(workdir)
+    return steps[-1] if steps else 0
 
 
 def run_phases(config_spec: str, overrides: list[str], workdir: str, *,
