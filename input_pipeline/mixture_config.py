@@ -39,10 +39,20 @@ def sources_of(data, where: str = "run config") -> list[Source]:
         if weight < 0:
             raise UserError(f"{where}: data.sources.{name}.weight must be at least 0, "
                             f"got {weight}")
-        sources.append(Source(name, entry["files"], weight, bool(entry.get("repeat", True))))
+        files = _under_root(entry["files"], data.get("sources_root", ""))
+        sources.append(Source(name, files, weight, bool(entry.get("repeat", True))))
     if sources and not any(source.weight > 0 for source in sources) and not data.mixture_tau:
         raise UserError(f"{where}: every data.sources weight is 0")
     return sources
+
+
+def _under_root(files: str, root: str) -> str:
+    """`files` with each relative pattern read under `root` (data.sources_root: one override
+    moves a whole mixture, every phase's shards, to another directory or a gs:// bucket)."""
+    if not root:
+        return files
+    return ",".join(pattern if pattern.startswith("/") or "://" in pattern
+                    else f"{root.rstrip('/')}/{pattern}" for pattern in files.split(",") if pattern)
 
 
 def probabilities(weights, sizes, tau: float) -> np.ndarray:

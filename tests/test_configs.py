@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+from bert_jax.tasks import phases
 from bert_jax.training import train_step
 from bert_jax.commands.pretrain import default_workdir
 from bert_jax.errors import UserError
@@ -18,7 +19,9 @@ VARIANTS = {"bert_large_two_phase.py": ["1", "2"], "modernbert_base.py": ["1", "
 
 def _all_variants():
     for path in SHIPPED:
-        for argument in VARIANTS.get(os.path.basename(path), [""]):
+        # a phased config (PHASES, tasks/phases.py) loads one phase at a time
+        named = phases.phases_of(path) or VARIANTS.get(os.path.basename(path), [""])
+        for argument in named:
             yield path + (f":{argument}" if argument else "")
 
 

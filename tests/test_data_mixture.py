@@ -160,3 +160,15 @@ def test_mixture_settings_are_checked_when_the_config_loads(shards, tmp_path):
     config = mixture_config_of(shards, {"web": 0.0})
     with pytest.raises(UserError, match="every data.sources weight is 0"):
         mixture_config.check_sources(config, "mixed.py")
+
+
+def test_sources_root_holds_the_relative_files_of_every_source():
+    config = base_config("tiny")
+    config.data.sources.web = dict(files="web_1024,/abs/web/*.tfrecord")
+    config.data.sources.code = dict(files="gs://bucket/code_1024")
+    config.data.sources_root = "gs://corpus/shards/"
+    files = {source.name: source.files for source in mixture_config.sources_of(config.data)}
+    assert files == {"web": "gs://corpus/shards/web_1024,/abs/web/*.tfrecord",
+                     "code": "gs://bucket/code_1024"}
+    config.data.sources_root = ""
+    assert mixture_config.sources_of(config.data)[1].files == "web_1024,/abs/web/*.tfrecord"

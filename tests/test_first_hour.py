@@ -403,3 +403,40 @@ def test_compiling_for_a_tpu_this_host_lacks_is_quiet(tmp_path):
     assert result.stderr.splitlines() == [
         "<string>:5: UserWarning: Error reading persistent compilation cache entry for "
         "'jit_step': OSError: a real problem"]
+
+
+def test_a_hub_revision_loads_that_revisions_weights_offline(tmp_path, monkeypatch):
+    """NAME@REVISION (an intermediate checkpoint as the ModernBERT family publishes them):
+    refs/REVISION names the commit whose snapshot is read; without it, refs/main's."""
+    import jax
+    import numpy as np
+    import pytest
+    from safetensors.numpy import load_file, save_file
+
+    from bert_jax.errors import UserError
+    from bert_jax.interop import model_source
+
+    source = _hub_cache_with_minilm(tmp_path)  # refs/main -> commit 0...0
+    repository = tmp_path / "hub" / "models--sentence-transformers--all-MiniLM-L6-v2"
+    commit = "1" * 40
+    snapshot = repository / "snapshots" / commit
+    snapshot.mkdir()
+    for name in ("config.json", "vocab.txt", "tokenizer_config.json"):
+        (snapshot / name).symlink_to(os.path.join(source, name))
+    # the revision's weights: MiniLM's with one tensor changed, written as safetensors
+    tensors = load_file(os.path.join(source, "model.safetensors"))
+    name = next(key for key in tensors if key.endswith("LayerNorm.bias"))
+    tensors[name] = tensors[name] + 1.0
+    save_file(tensors, str(snapshot / "model.safetensors"))
+    (repository / "refs" / "step100").write_text(commit)
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    main = model_source.resolve("sentence-transformers/all-MiniLM-L6-v2").load().params
+    revision = model_source.resolve("sentence-transformers/all-MiniLM-L6-v2@step100").load()
+    changed = [not np.array_equal(a, b)
+               for a, b in zip(jax.tree.leaves(main), jax.tree.leaves(revision.params))]
+    assert sum(changed) == 1  # the one tensor the revision changed, nothing else
+    with pytest.raises(UserError, match=r"hf download sentence-transformers/all-MiniLM-L6-v2 "
+                                        r"--revision step200"):
+        model_source.resolve("sentence-transformers/all-MiniLM-L6-v2@step200").load()

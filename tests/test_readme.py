@@ -269,6 +269,9 @@ PLANS_BY_FILE = {
         "Data mixtures and phases": [Plan(
             "slow", "two sources of the demo corpus and three phases of a tiny ModernBERT, "
             "30 steps (about two minutes: three compiled steps)")],
+        "mmBERT's and Ettin's published phases": [Plan(
+            "slow", "three tiers of sources from the demo corpus and mmbert_demo's three "
+            "phases, 80 steps (about two minutes)")],
     },
     "docs/question-answering.md": {
         "Question answering (SQuAD v1.1 / v2.0)": [Plan(
@@ -333,6 +336,8 @@ def used_and_defined(code: str) -> tuple[set[str], set[str]]:
     used = set(re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", uncommented))
     defined = set(re.findall(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=", uncommented,
                              flags=re.MULTILINE))
+    defined |= set(re.findall(r"(?:^|;)\s*for\s+([A-Za-z_][A-Za-z0-9_]*)\s+in\b", uncommented,
+                              flags=re.MULTILINE))  # a loop's variable
     return used, defined
 
 

@@ -69,6 +69,40 @@ def test_warmup_stable_decay_schedule_equals_the_formula(shape):
     assert float(schedule(60)) == np.float32(peak) and float(schedule(100)) == 0.0
 
 
+def test_a_phase_schedule_starts_at_its_step_and_ends_at_its_final_ratio():
+    """Composer's phases (reset_time, alpha_f) as Ettin's files set them: phase 2 decays
+    8e-4 -> 0.5 x 8e-4 by 1-sqrt over its steps, phase 3 starts at 4e-4 and decays to
+    0.04 x 4e-4; each counted from the update its phase starts at."""
+    config = base_config().optimizer
+    config.update(schedule="wsd", decay_shape="1-sqrt", learning_rate=8e-4, warmup_steps=0,
+                  decay_steps=40, final_learning_rate_ratio=0.5, schedule_start_step=60)
+    phase_2 = schedules.make_schedule(config, total_steps=100)
+    config.update(learning_rate=4e-4, decay_steps=20, final_learning_rate_ratio=0.04,
+                  schedule_start_step=100)
+    phase_3 = schedules.make_schedule(config, total_steps=120)
+
+    def formula(peak, ratio, start, length, step):  # alpha_f + (1 - alpha_f)(1 - sqrt(x))
+        done = min(max(step - start, 0), length) / length
+        return peak * (ratio + (1 - ratio) * (1 - math.sqrt(done)))
+
+    for step in (60, 61, 70, 90, 99, 100):
+        # float32: a quotient, a root and two products of values of at most 8e-4.
+        np.testing.assert_allclose(float(phase_2(step)), formula(8e-4, 0.5, 60, 40, step),
+                                   rtol=0, atol=1e-9, err_msg=f"phase 2 at {step}")
+    for step in (100, 101, 110, 119, 120, 150):
+        np.testing.assert_allclose(float(phase_3(step)), formula(4e-4, 0.04, 100, 20, step),
+                                   rtol=0, atol=1e-9, err_msg=f"phase 3 at {step}")
+    # continuous where the published phases meet, and the end is alpha_f x the peak
+    assert float(phase_2(100)) == pytest.approx(float(phase_3(100)), rel=1e-6)
+    assert float(phase_3(120)) == pytest.approx(0.04 * 4e-4, rel=1e-6)
+    config.update(schedule_start_step=120)
+    with pytest.raises(UserError, match=r"schedule_start_step \(120\) must be before"):
+        schedules.make_schedule(config, total_steps=120)
+    config.update(schedule="linear", schedule_start_step=0)
+    with pytest.raises(UserError, match="final_learning_rate_ratio is a wsd option"):
+        schedules.make_schedule(config, total_steps=120)
+
+
 def test_schedule_and_optimizer_choices_are_checked():
     config = base_config().optimizer
     config.update(schedule="wsd", warmup_steps=10, decay_steps=95)

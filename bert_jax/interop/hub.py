@@ -6,6 +6,12 @@ cache first (`HF_HUB_CACHE`, or `HF_HOME/hub`, or ~/.cache/huggingface/hub), the
 package that ships the model whole where one is installed (`PACKAGED`), then downloaded when
 online. Only safetensors weights and the small JSON/text files beside them are fetched:
 never pickled PyTorch weights (`pytorch_model.bin`), which can run code when loaded.
+
+`NAME@REVISION` names a revision of the repository (a branch, tag or commit), as the
+ModernBERT family publishes its intermediate checkpoints (Ettin's and mmBERT's `step...`
+revisions): the weights of that revision. Optimizer states are published, where they are,
+only as Composer's pickled `.pt` files, which bert-jax does not load (a pickle runs code), so
+a run continued from a revision starts new moments.
 """
 
 import importlib.util
@@ -15,7 +21,7 @@ import re
 from bert_jax.errors import UserError
 
 # `name` or `org/name` (letters, digits, `-`, `_`, `.`), as the Hub allows.
-_HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+_HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?(@[\w.\-/]+)?$")
 # What a BERT / sentence-transformers directory needs; weights as safetensors only.
 _ALLOWED_FILES = ["config.json", "*.safetensors", "model.safetensors.index.json", "vocab.txt",
                   "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
@@ -71,8 +77,11 @@ def resolve(path: str) -> str:
         raise UserError(f"{path}: not a local directory; to read it as a Hugging Face Hub name "
                         "install huggingface_hub (pip install huggingface_hub)") from None
     cache = cache_directory()
+    repository, _, revision = path.partition("@")
+    revision = revision or None  # None: the default branch
     try:
-        directory = snapshot_download(path, allow_patterns=_ALLOWED_FILES, cache_dir=cache,
+        directory = snapshot_download(repository, revision=revision,
+                                      allow_patterns=_ALLOWED_FILES, cache_dir=cache,
                                       local_files_only=True)
     except Exception:  # not cached (huggingface_hub's error types vary across versions)
         directory = packaged_directory(path)
@@ -80,8 +89,8 @@ def resolve(path: str) -> str:
         reason = "offline (HF_HUB_OFFLINE is set)" if _offline() else None
         if reason is None:
             try:
-                directory = snapshot_download(path, allow_patterns=_ALLOWED_FILES,
-                                              cache_dir=cache)
+                directory = snapshot_download(repository, revision=revision,
+                                              allow_patterns=_ALLOWED_FILES, cache_dir=cache)
             except Exception as error:  # no network, unknown name, gated model, ...
                 reason = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
         if directory is None:
@@ -90,7 +99,8 @@ def resolve(path: str) -> str:
                 f"the cache {cache} and could not be downloaded ({reason}). Give a local model "
                 "directory (Hugging Face, bert-jax, a training run, a TF checkpoint), or "
                 "download it where there is a network (`hf download "
-                f"{path}`, huggingface_hub's command) into that cache (HF_HOME or HF_HUB_CACHE "
+                f"{repository}" + (f" --revision {revision}" if revision else "")
+                + "`, huggingface_hub's command) into that cache (HF_HOME or HF_HUB_CACHE "
                 "choose it)" + (f", or pip install --no-deps {PACKAGED[path][0].replace('_', '-')}"
                                 " (the model as a package)" if path in PACKAGED else ""))
     if not any(name.endswith(".safetensors") for name in os.listdir(directory)):

@@ -66,7 +66,7 @@ def base_config(model_preset: str = "base") -> ml_collections.ConfigDict:
     config.batch_warmup.steps = 0  # the batch reaches batch_size at this step; 0 = no warm-up
     config.batch_warmup.start_batch_size = 0  # sequences per step at step 0; 0 = one micro-batch
     config.num_train_steps = 1_000_000  # this run (or phase) stops after this step
-    config.schedule_steps = 0  # learning-rate schedule length; 0 = num_train_steps
+    config.schedule_steps = 0  # the step the learning-rate schedule ends at; 0 = num_train_steps
 
     config.data = ml_collections.ConfigDict()
     config.data.train_files = ""  # comma-separated TFRecord globs (may be gs://)
@@ -75,6 +75,7 @@ def base_config(model_preset: str = "base") -> ml_collections.ConfigDict:
     # in a config file (docs/pretraining.md); input_pipeline/mixture.py draws the rows.
     config.data.sources = ml_collections.ConfigDict()  # named sources mixed by weight or tau
     config.data.mixture_tau = 0.0  # > 0: p_i proportional to rows_i^tau; 0 = sources' weights
+    config.data.sources_root = ""  # the directory (or gs://) sources' relative files are under
     config.data.vocab_path = ""  # the shards' vocabulary: vocab.txt, .model or tokenizer.json
     # Unset (None), the shards' manifest.json gives them when the run starts; set, they must
     # equal it (a mismatch is an error naming both). ml_collections takes an int over a None.
@@ -99,6 +100,9 @@ def base_config(model_preset: str = "base") -> ml_collections.ConfigDict:
     config.optimizer.schedule = "linear"  # linear (BERT's) or wsd: warm-up, stable, then decay
     config.optimizer.decay_steps = 0  # wsd: the decay takes the schedule's last N steps
     config.optimizer.decay_shape = "1-sqrt"  # wsd: linear, cosine or 1-sqrt (ModernBERT's)
+    config.optimizer.final_learning_rate_ratio = 0.0  # wsd: the decay ends at this x the peak
+    # A phase's own schedule (Composer's reset_time): it counts from this update; 0 = the first.
+    config.optimizer.schedule_start_step = 0  # the update the warm-up (and schedule) starts at
     config.optimizer.beta1 = 0.9  # decay of the first-moment (mean) estimate
     config.optimizer.beta2 = 0.999  # decay of the second-moment (variance) estimate
     config.optimizer.epsilon = 1e-6  # added to the root of the second moment

@@ -44,6 +44,8 @@ RANGES = {
     "optimizer.weight_decay": (0, None),
     "optimizer.clip_norm": (0, None),  # 0 = no clip
     "optimizer.decay_steps": (0, None),
+    "optimizer.final_learning_rate_ratio": (0, 1),
+    "optimizer.schedule_start_step": (0, None),
     "batch_warmup.steps": (0, None),  # 0 = the full batch from the first step
     "batch_warmup.start_batch_size": (0, None),  # 0 = one micro-batch
     "checkpoint.every_steps": _AT_LEAST_ONE,

@@ -4,8 +4,14 @@
           schedule's end, counted from step 0 (google-research/bert `optimization.py`);
   wsd     warm-up, stable, decay ("trapezoidal"; Hägele et al., 2024, ModernBERT): linear
           warm-up from 0 to the peak, the peak held, then over the last `decay_steps` a decay
-          to 0 whose shape is linear, cosine or 1-sqrt (ModernBERT's: peak (1 - sqrt(x)),
-          x the fraction of the decay done).
+          to `final_learning_rate_ratio` x the peak (0 by default; Composer's alpha_f: mmBERT
+          and Ettin stop at 0.02 and 0.04) whose shape is linear, cosine or 1-sqrt
+          (ModernBERT's: peak (1 - sqrt(x)), x the fraction of the decay done).
+
+Either is counted from `schedule_start_step` (0: the run's first update) to the step the
+schedule ends at (`schedule_steps`, or num_train_steps when it is 0), so a phase of a phased
+run can start a learning-rate shape of its own, as Composer's `reset_time` does between the
+published recipes' phases (tasks/phases.py); the optimizer's update count carries on.
 """
 
 import math
@@ -40,11 +46,15 @@ def warmup_decay_schedule(peak_learning_rate: float, warmup_steps: int,
 
 def warmup_stable_decay_schedule(peak_learning_rate: float, warmup_steps: int,
                                  decay_steps: int, total_steps: int,
-                                 shape: str = "1-sqrt") -> optax.Schedule:
-    """Warm-up over [0, warmup), the peak until total - decay, then `shape` down to 0 at
-    `total_steps` (and 0 after it)."""
+                                 shape: str = "1-sqrt",
+                                 final_ratio: float = 0.0) -> optax.Schedule:
+    """Warm-up over [0, warmup), the peak until total - decay, then `shape` down to
+    final_ratio x the peak at `total_steps` (and that after it)."""
     decay_start = total_steps - decay_steps
-    fraction_left = DECAY_SHAPES[shape]
+    shape_left = DECAY_SHAPES[shape]
+
+    def fraction_left(done):  # Composer's alpha_f + (1 - alpha_f) * shape
+        return final_ratio + (1.0 - final_ratio) * shape_left(done)
 
     def schedule(step):
         step = jnp.asarray(step, jnp.float32)
@@ -57,13 +67,28 @@ def warmup_stable_decay_schedule(peak_learning_rate: float, warmup_steps: int,
 
 
 def make_schedule(config, total_steps: int) -> optax.Schedule:
-    """The schedule the run config's `optimizer` section names, over `total_steps` updates."""
+    """The schedule the run config's `optimizer` section names, from its
+    `schedule_start_step` to update `total_steps`."""
+    start = config.schedule_start_step
+    length = total_steps - start
+    if length <= 0:
+        raise UserError(f"optimizer.schedule_start_step ({start}) must be before the step the "
+                        f"schedule ends at ({total_steps}: schedule_steps, or num_train_steps "
+                        "when it is 0)")
     if config.schedule == "linear":
-        return warmup_decay_schedule(config.learning_rate, config.warmup_steps, total_steps)
-    if config.warmup_steps + config.decay_steps > total_steps:
-        raise UserError(
-            f"optimizer.warmup_steps ({config.warmup_steps}) + optimizer.decay_steps "
-            f"({config.decay_steps}) exceed the schedule's {total_steps} steps "
-            "(schedule_steps, or num_train_steps when it is 0)")
-    return warmup_stable_decay_schedule(config.learning_rate, config.warmup_steps,
-                                        config.decay_steps, total_steps, config.decay_shape)
+        if config.final_learning_rate_ratio:
+            raise UserError("optimizer.final_learning_rate_ratio is a wsd option; the linear "
+                            "schedule (BERT's) decays to 0")
+        inner = warmup_decay_schedule(config.learning_rate, config.warmup_steps, length)
+    else:
+        if config.warmup_steps + config.decay_steps > length:
+            raise UserError(
+                f"optimizer.warmup_steps ({config.warmup_steps}) + optimizer.decay_steps "
+                f"({config.decay_steps}) exceed the schedule's {length} steps (schedule_steps, "
+                "or num_train_steps when it is 0, less optimizer.schedule_start_step)")
+        inner = warmup_stable_decay_schedule(config.learning_rate, config.warmup_steps,
+                                             config.decay_steps, length, config.decay_shape,
+                                             config.final_learning_rate_ratio)
+    if not start:
+        return inner
+    return lambda count: inner(jnp.maximum(jnp.asarray(count, jnp.float32) - start, 0.0))

@@ -1,0 +1,1 @@
+../bert_jax/configs/ettin_150m.py

@@ -1,0 +1,1 @@
+../bert_jax/configs/ettin_demo.py

@@ -1,0 +1,1 @@
+../bert_jax/configs/mmbert_base.py

@@ -1,0 +1,1 @@
+../bert_jax/configs/mmbert_demo.py
