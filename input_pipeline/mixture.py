@@ -37,7 +37,7 @@ import tensorflow as tf
 
 from bert_jax.errors import UserError
 from input_pipeline import dynamic_masking
-from input_pipeline.mixture_config import Source
+from input_pipeline.mixture_config import Source, shares
 
 CHUNK_ROWS = 64  # rows a source's reader hands over at a time
 
@@ -161,10 +161,13 @@ class MixtureDataset:
         self._reads = reads_per_step or (lambda step: 1)
         self._step, self._reads_left = int(step), self._reads(int(step))
 
+    def drawn_counts(self) -> dict[str, int]:
+        """The rows drawn so far (this host) from each source."""
+        return {name: int(count) for name, count in zip(self.names, self.drawn)}
+
     def proportions(self) -> dict[str, float]:
         """The share of the rows drawn so far (this host) from each source."""
-        total = max(int(self.drawn.sum()), 1)
-        return {name: float(count) / total for name, count in zip(self.names, self.drawn)}
+        return shares(self.drawn_counts())
 
     # -- iteration -----------------------------------------------------------------------
     def __iter__(self):

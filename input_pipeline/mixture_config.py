@@ -62,6 +62,12 @@ def probabilities(weights, sizes, tau: float) -> np.ndarray:
     return values / values.sum()
 
 
+def shares(counts: dict[str, int]) -> dict[str, float]:
+    """Each source's share of the rows `counts` holds."""
+    total = max(sum(counts.values()), 1)
+    return {name: float(count) / total for name, count in counts.items()}
+
+
 def check_sources(config, where: str) -> None:
     """Refuses a mixture's unknown keys, missing files, bad weights, and sources given
     together with data.train_files (which one would the run read?)."""

@@ -172,3 +172,18 @@ def test_sources_root_holds_the_relative_files_of_every_source():
                      "code": "gs://bucket/code_1024"}
     config.data.sources_root = ""
     assert mixture_config.sources_of(config.data)[1].files == "web_1024,/abs/web/*.tfrecord"
+
+
+def test_the_shares_reported_are_every_hosts_rows(monkeypatch):
+    """Each host draws its own rows; TensorBoard and the summary sum every host's counts."""
+    from bert_jax.training import trainer
+
+    class Mixture:
+        def drawn_counts(self):
+            return {"code": 30, "web": 70}
+
+    gathered = [{"code": 30, "web": 70}, {"code": 10, "web": 90}]  # this host, then another
+    monkeypatch.setattr(trainer.distributed, "gather_json", lambda value: gathered)
+    run = object.__new__(trainer._Loop)  # only its dataset is read
+    run.dataset = Mixture()
+    assert run._drawn_shares() == {"code": 0.2, "web": 0.8}

@@ -34,6 +34,7 @@ from bert_jax.training.evaluation import TermEvaluator
 from bert_jax.training.interrupts import StopRequests
 from bert_jax.training.metrics_writer import MetricsWriter
 from bert_jax.training.run_lock import RunLock
+from input_pipeline.mixture_config import shares
 from bert_jax.training.throughput import Throughput
 
 
@@ -178,9 +179,16 @@ class _Loop:
             progress.close()
         self._finish(step)
         self.result["step"] = step
-        if hasattr(self.dataset, "proportions"):
-            self.result["data_proportions"] = self.dataset.proportions()
+        if hasattr(self.dataset, "drawn_counts"):
+            self.result["data_proportions"] = self._drawn_shares()
         return self.result
+
+    def _drawn_shares(self) -> dict[str, float]:
+        """A mixture's share of the rows every process drew so far, per source: each host
+        draws its own rows (a collective call: every process logs at the same steps)."""
+        counts = distributed.gather_json(self.dataset.drawn_counts())
+        return shares({name: sum(process[name] for process in counts)
+                               for name in counts[0]})
 
     def _step(self, state, rng, step: int, progress):
         """One train step on the next batch; a step on a batch shape not seen before also
@@ -252,9 +260,9 @@ class _Loop:
         values.update(self.throughput.measure(step))
         values["batch_size"] = self._batch_size(step - 1)  # the last update's
         self.writer.scalars(step, {f"train/{name}": value for name, value in values.items()})
-        if hasattr(self.dataset, "proportions"):  # a mixture: each source's share so far
+        if hasattr(self.dataset, "drawn_counts"):  # a mixture: each source's share so far
             self.writer.scalars(step, {f"data/{name}": share for name, share
-                                       in self.dataset.proportions().items()})
+                                       in self._drawn_shares().items()})
         self.result["losses"].append((step, values["loss"]))
         shown = {name: f"{values[name]:.3f}" for name in logged[:2]}
         if self.warmup is not None:  # the batch in use while it grows
