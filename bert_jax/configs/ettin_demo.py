@@ -13,14 +13,10 @@ corpus).
 SUMMARY = "Ettin's three encoder phases (its decay on its own data) at laptop size"
 
 from bert_jax.run_config import ettin_recipe
-from bert_jax.run_config.phase_recipe import phase_config
+from bert_jax.run_config.phase_recipe import demo_config
 
 PHASES = ettin_recipe.DEMO.phase_names()
 
 
 def get_config(phase: str):
-    config = phase_config(ettin_recipe.DEMO, phase, sources_root="shards")
-    config.data.vocab_path = "vocab/vocab.txt"
-    config.checkpoint.every_steps = 10
-    config.log_every_steps = 10
-    return config
+    return demo_config(ettin_recipe.DEMO, phase)

@@ -13,14 +13,10 @@ makes them from the demo corpus).
 SUMMARY = "mmBERT's three phases (masking, tau, languages added) at laptop size"
 
 from bert_jax.run_config import mmbert_recipe
-from bert_jax.run_config.phase_recipe import phase_config
+from bert_jax.run_config.phase_recipe import demo_config
 
 PHASES = mmbert_recipe.DEMO.phase_names()
 
 
 def get_config(phase: str):
-    config = phase_config(mmbert_recipe.DEMO, phase, sources_root="shards")
-    config.data.vocab_path = "vocab/vocab.txt"
-    config.checkpoint.every_steps = 10
-    config.log_every_steps = 10
-    return config
+    return demo_config(mmbert_recipe.DEMO, phase)

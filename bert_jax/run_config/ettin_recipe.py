@@ -13,13 +13,11 @@ it, ProLong): one source each. The files' later phases take unpacked rows of up 
 tokens; here rows are packed to 8,192 (ModernBERT's) with the same tokens a step.
 """
 
-from bert_jax.run_config.phase_recipe import Phase, Recipe
+from bert_jax.run_config.phase_recipe import Phase, full_and_demo
 
 
-def _phases(tokens: tuple[float, float, float], lengths: tuple[int, int],
+def _phases(pretrain: float, extension: float, decay: float, short: int, long: int,
             warmup_tokens: float, batch_warmup_tokens: float) -> tuple[Phase, ...]:
-    pretrain, extension, decay = tokens
-    short, long = lengths
     return (
         Phase("pretrain", pretrain, short, 0.30, 8e-4, 10_000.0, ("pretraining",),
               warmup_tokens=warmup_tokens, batch_warmup_tokens=batch_warmup_tokens),
@@ -30,11 +28,8 @@ def _phases(tokens: tuple[float, float, float], lengths: tuple[int, int],
     )
 
 
-BASE = Recipe("ettin_150m", "modernbert-base",
-              _phases((1.7e12, 250e9, 50e9), (1024, 8192), 3e9, 50e9),
-              beta2=0.98, epsilon=1e-6, weight_decay=1e-5)
-# The same phases at laptop size: 32 rows of 64 tokens a step; 40, 20 and 20 steps.
-DEMO = Recipe("ettin_demo", "modernbert-tiny",
-              _phases((74_240, 40_960, 40_960), (64, 128), 5_120, 12_800),
-              beta2=0.98, epsilon=1e-6, weight_decay=1e-5, batch_rows=32, phase_1_row=64,
-              start_rows=8, demo=True)
+BASE, DEMO = full_and_demo(
+    "ettin_150m", "ettin_demo", _phases,
+    dict(pretrain=1.7e12, extension=250e9, decay=50e9, short=1024, long=8192,
+         warmup_tokens=3e9, batch_warmup_tokens=50e9),
+    beta2=0.98, epsilon=1e-6, weight_decay=1e-5)

@@ -18,15 +18,13 @@ the 50 added in the extension; low_resource: the 1,723 added in the decay). mmBE
 each language of FineWeb2 so: a config with one source per language does exactly that.
 """
 
-from bert_jax.run_config.phase_recipe import Phase, Recipe
+from bert_jax.run_config.phase_recipe import Phase, full_and_demo
 
 TIERS = ("high_resource", "mid_resource", "low_resource")
 
 
-def _phases(tokens: tuple[float, float, float], lengths: tuple[int, int],
+def _phases(pretrain: float, extension: float, decay: float, short: int, long: int,
             warmup_tokens: float, batch_warmup_tokens: float) -> tuple[Phase, ...]:
-    pretrain, extension, decay = tokens
-    short, long = lengths
     return (
         Phase("pretrain", pretrain, short, 0.30, 8e-4, 10_000.0, TIERS[:1], mixture_tau=0.7,
               warmup_tokens=warmup_tokens, batch_warmup_tokens=batch_warmup_tokens),
@@ -37,12 +35,8 @@ def _phases(tokens: tuple[float, float, float], lengths: tuple[int, int],
     )
 
 
-BASE = Recipe("mmbert_base", "modernbert-base",
-              _phases((2.3e12, 600e9, 100e9), (1024, 8192), 3e9, 60e9),
-              beta2=0.95, epsilon=1e-8, weight_decay=8e-5)
-# The same phases at laptop size: 32 rows of 64 tokens a step; 40, 20 and 20 steps (10 of
-# batch warm-up from 8 rows, 4 of learning-rate warm-up).
-DEMO = Recipe("mmbert_demo", "modernbert-tiny",
-              _phases((74_240, 40_960, 40_960), (64, 128), 5_120, 12_800),
-              beta2=0.95, epsilon=1e-8, weight_decay=8e-5, batch_rows=32, phase_1_row=64,
-              start_rows=8, demo=True)
+BASE, DEMO = full_and_demo(
+    "mmbert_base", "mmbert_demo", _phases,
+    dict(pretrain=2.3e12, extension=600e9, decay=100e9, short=1024, long=8192,
+         warmup_tokens=3e9, batch_warmup_tokens=60e9),
+    beta2=0.95, epsilon=1e-8, weight_decay=8e-5)

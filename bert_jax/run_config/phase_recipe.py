@@ -143,3 +143,29 @@ def _warmup_steps(phase: Phase, steps: int, batch_warmup_steps: int) -> int:
     if phase.batch_warmup_tokens:
         return math.ceil(batch_warmup_steps * phase.warmup_tokens / phase.batch_warmup_tokens)
     return math.ceil(steps * phase.warmup_tokens / phase.tokens)
+
+
+# Laptop size: 32 rows of 64 tokens a step, then 16 of 128; 40, 20 and 20 steps (10 of batch
+# warm-up from 8 rows, 4 of learning-rate warm-up): the keywords of a recipe's phases.
+DEMO_SCALE = dict(pretrain=74_240, extension=40_960, decay=40_960, short=64, long=128,
+                  warmup_tokens=5_120, batch_warmup_tokens=12_800)
+
+
+def full_and_demo(name: str, demo_name: str, make_phases, full_scale: dict,
+                  **optimizer) -> tuple[Recipe, Recipe]:
+    """A recipe at its published size (ModernBERT-base's widths) and at laptop size (a
+    tiny ModernBERT), its phases from `make_phases(**scale)`: each phase's tokens
+    (pretrain, extension, decay), the row lengths (short, long) and phase 1's warm-ups."""
+    return (Recipe(name, "modernbert-base", make_phases(**full_scale), **optimizer),
+            Recipe(demo_name, "modernbert-tiny", make_phases(**DEMO_SCALE), **optimizer,
+                   batch_rows=32, phase_1_row=64, start_rows=8, demo=True))
+
+
+def demo_config(recipe: Recipe, name: str):
+    """A laptop-size phase: shards under shards/, the docs' word-piece vocabulary, and a
+    checkpoint and a log line every 10 steps."""
+    config = phase_config(recipe, name, sources_root="shards")
+    config.data.vocab_path = "vocab/vocab.txt"
+    config.checkpoint.every_steps = 10
+    config.log_every_steps = 10
+    return config
