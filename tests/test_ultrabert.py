@@ -17,13 +17,15 @@ adds no rounding): a few hundred roundings of the largest terms, ~1e-5 of the va
 at most. 5e-5 is the issue's bound; the worst differences are printed with -s.
 """
 
+import json
+
 import numpy as np
 import pytest
-from eurobert_helpers import torch_modules
+from eurobert_helpers import packed_row, torch_modules
 from modernbert_helpers import mixed_batch, randomize, torch_forward
 from test_eurobert import BOUND, _hidden_and_logits, _load, _worst
 
-from bert_jax.interop import huggingface
+from bert_jax.interop import hf_ultrabert, huggingface, tensor_map
 from bert_jax.models.config import Precision
 from bert_jax.models.families import family_of
 
@@ -120,6 +122,27 @@ def test_window_reaches_exactly_sliding_window_tokens(tmp_path):
     del torch
 
 
+def test_packed_rows_equal_each_sequence_alone(tmp_path):
+    """Two sequences in one row (instance ids, positions restarting) give what each gives
+    alone, through the reference core (the sliding layers in bands: 28 tokens >= 4 windows)
+    and XLA's kernel (its own window); the first sequence (14 tokens) is longer than the
+    window."""
+    hf_model("UltrabertModel", tmp_path)
+    config, params, _ = _load(tmp_path)
+    row, instance_ids, position_ids, sequences = packed_row()
+    for implementation in ("reference", "xla"):
+        encoder = family_of(config).encoder(config, Precision(attention=implementation))
+        packed, _ = encoder.apply({"params": params["eurobert"]}, row, np.zeros_like(row),
+                                  (instance_ids > 0).astype(np.int32), instance_ids=instance_ids,
+                                  position_ids=position_ids)
+        for ids, start in sequences:
+            alone, _ = encoder.apply({"params": params["eurobert"]}, ids, np.zeros_like(ids),
+                                     np.ones_like(ids))
+            worst = _worst(packed[:, start:start + ids.shape[1]], alone)
+            print(f"packed, {implementation}: worst difference {worst:.2e}")
+            assert worst < BOUND, implementation
+
+
 @pytest.mark.parametrize("pooling", ["cls", "mean"])
 def test_sequence_classifier_equals_transformers(tmp_path, pooling):
     reference = hf_model("UltrabertForSequenceClassification", tmp_path, num_labels=3,
@@ -185,4 +208,80 @@ def test_export_loads_in_transformers_and_round_trips_bit_identically(tmp_path, 
     for name, tensor in original.items():
         np.testing.assert_array_equal(again[name], tensor, err_msg=name)
     assert huggingface.config_from_hf(
-        __import__("json").loads((directory / "config.json").read_text()), "export") == config
+        json.loads((directory / "config.json").read_text()), "export") == config
+
+
+def test_real_width_encoder_equals_transformers():
+    """UltraBERT-150M's width (768 hidden, as its model card gives it) at 12 layers, 12 heads
+    of 64, SwiGLU 3,072 and UltrabertConfig's defaults otherwise (window 128 a side, thetas
+    10,000 and 2,560,000, prediction head 768): the card publishes no more of its config.
+    transformers' own initialisation (`post_init`, not redrawn); a 300-token row (the window
+    cuts every sliding layer's view of it) beside an 11-token row padded to 300. The
+    vocabulary is cut to 4,096 tokens: its size changes no sum, only how many logits. One
+    masked-LM pass on each side gives every hidden state and the logits."""
+    _, transformers = torch_modules()
+    reference_config = transformers.UltrabertConfig(
+        vocab_size=4096, hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
+        num_attention_heads=12, num_key_value_heads=12, pad_token_id=0, bos_token_id=1,
+        eos_token_id=2)
+    reference_config._attn_implementation = "eager"
+    reference = transformers.UltrabertForMaskedLM(reference_config).eval()
+    config = hf_ultrabert.config_from_hf(  # the fields save_pretrained writes
+        json.loads(reference_config.to_json_string()), "config")
+    assert (config.hidden_dim, config.num_layers, config.sliding_window, config.head_dim) == (
+        768, 12, 128, 64)
+    tensors = hf_ultrabert.canonical_names(
+        {name: tensor.numpy() for name, tensor in reference.state_dict().items()}, "torch")
+    params = tensor_map.tensors_to_params(  # the reader's own table, from memory, not a file
+        tensors, hf_ultrabert.name_table(config, hf_ultrabert.encoder_prefix(tensors)),
+        tensor_map.parameter_shapes(config), "torch")
+    ids, mask = mixed_batch(seed=7, batch=2, seq_len=300)
+    ids[ids >= 5] += 1000  # ids spread over more of the vocabulary
+    positions = np.array([[3, 150, 299], [1, 5, 9]], np.int32)
+    logits, state = family_of(config).masked_lm_model(config).apply(
+        {"params": params}, ids, np.zeros_like(ids), mask, positions, mutable=["intermediates"])
+    theirs = torch_forward(reference, ids, mask, output_hidden_states=True)
+    worst_hidden = max(_worst(ours, reference_state.numpy(), mask) for ours, reference_state
+                       in zip(state["intermediates"]["eurobert"]["hidden_states"],
+                              theirs.hidden_states, strict=True))
+    worst_logits = _worst(logits, np.take_along_axis(theirs.logits.numpy(),
+                                                     positions[..., None], axis=1))
+    print(f"768 wide, 12 layers: hidden states {worst_hidden:.2e}, MLM logits {worst_logits:.2e}")
+    assert worst_hidden < BOUND and worst_logits < BOUND
+
+
+def test_question_answering_equals_transformers_and_exports(tmp_path):
+    """UltrabertForQuestionAnswering's start and end logits; its export loads in
+    transformers with the same logits and the original's tensors, bit for bit."""
+    from safetensors.numpy import load_file
+
+    _, transformers = torch_modules()
+    reference = hf_model("UltrabertForQuestionAnswering", tmp_path / "hf")
+    config, params, source = _load(tmp_path / "hf")
+    head = source.task_info()["head"]
+    assert source.task_info()["task"] == "qa" and sorted(params) == ["eurobert", "qa_outputs"]
+    ids, mask = mixed_batch(seed=4)
+    start, end = family_of(config).question_answering(config).apply(
+        {"params": params}, ids, np.zeros_like(ids), mask)
+    theirs = torch_forward(reference, ids, mask)
+    worst = max(_worst(start, theirs.start_logits.numpy(), mask),
+                _worst(end, theirs.end_logits.numpy(), mask))
+    print(f"span logits: worst difference {worst:.2e}")
+    assert worst < BOUND
+
+    class Tokenizer:  # the special ids config.json records
+        pad_id, cls_id, sep_id, mask_id = 0, 1, 2, 3
+
+    (tmp_path / "export").mkdir()
+    assert huggingface.write_directory(config, params, str(tmp_path / "export"), Tokenizer(),
+                                       head=head) == "UltrabertForQuestionAnswering"
+    model, info = transformers.UltrabertForQuestionAnswering.from_pretrained(
+        str(tmp_path / "export"), output_loading_info=True, attn_implementation="eager")
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    exported = torch_forward(model.eval(), ids, mask)
+    assert _worst(exported.start_logits.numpy(), theirs.start_logits.numpy()) == 0
+    original = load_file(str(tmp_path / "hf" / "model.safetensors"))
+    again = load_file(str(tmp_path / "export" / "model.safetensors"))
+    assert sorted(original) == sorted(again)
+    for name, tensor in original.items():
+        np.testing.assert_array_equal(again[name], tensor, err_msg=name)

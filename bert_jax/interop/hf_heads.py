@@ -24,7 +24,8 @@ _KIND_OF = {SEQUENCE: SEQUENCE, TOKEN: TOKEN, SPAN: SPAN,
             "EuroBertForSequenceClassification": SEQUENCE,
             "EuroBertForTokenClassification": TOKEN,
             "UltrabertForSequenceClassification": SEQUENCE,
-            "UltrabertForTokenClassification": TOKEN}
+            "UltrabertForTokenClassification": TOKEN,
+            "UltrabertForQuestionAnswering": SPAN}
 REGRESSION = "regression"
 # The columns a sentence task read (task.json's settings.columns), kept in an exported
 # config.json so that the model reads the same columns when it comes back; transformers

@@ -1,7 +1,7 @@
 """UltraBERT's names in Hugging Face `transformers` directories: `UltrabertModel` (no prefix)
 and the `UltrabertFor*` layouts (`ultrabert.` prefix as transformers saves them, `model.` as
 its modules name them in memory; the masked-LM head's `head.linear1`, `head.linear2` and
-decoder `cls`, a classifier's `classifier`).
+decoder `cls`, a classifier's `classifier`, the span head's `qa_outputs`).
 
 UltraBERT is EuroBERT's encoder (its tensors are `hf_eurobert`'s) with a sliding window on
 the layers `layer_types` names and a rotary theta per layer type; the model is bert-jax's
@@ -25,13 +25,15 @@ ARCHITECTURES = {
     "UltrabertModel": (("encoder",), ""),
     "UltrabertForSequenceClassification": (("encoder", "classifier"), PREFIX),
     "UltrabertForTokenClassification": (("encoder", "classifier"), PREFIX),
+    "UltrabertForQuestionAnswering": (("encoder", "qa_outputs"), PREFIX),
 }
 ENCODER_ARCHITECTURE = "UltrabertModel"
-HEAD_KEYS = ("mlm_head", "classifier")
+HEAD_KEYS = ("mlm_head", "classifier", "qa_outputs")
 # The task head kinds (hf_heads, named by BERT's class) -> UltraBERT's classes.
 HEAD_ARCHITECTURES = {
     "BertForSequenceClassification": "UltrabertForSequenceClassification",
     "BertForTokenClassification": "UltrabertForTokenClassification",
+    "BertForQuestionAnswering": "UltrabertForQuestionAnswering",
 }
 _DECODER = "cls.weight"  # the masked-LM decoder (head.decoder in memory), absent when tied
 
@@ -127,10 +129,10 @@ def name_table(config: EuroBertConfig, prefix: str) -> list[Entry]:
 
 
 def head_entries(head: dict) -> list[Entry]:
-    """A classifier's `classifier` (UltraBERT's classes have no dense layer before it)."""
-    del head
-    return dense_entries(("classifier",), "classifier.weight", "classifier.bias",
-                         "classifier", transposed=True)
+    """A classifier's `classifier` (UltraBERT's classes have no dense layer before it), or
+    the span head's `qa_outputs`."""
+    name = "qa_outputs" if head["architecture"] == hf_heads.SPAN else "classifier"
+    return dense_entries((name,), f"{name}.weight", f"{name}.bias", name, transposed=True)
 
 
 def encoder_prefix(names) -> str:

@@ -299,6 +299,11 @@ class EuroBertConfig(_EncoderConfig):
     def head_dim(self) -> int:
         return self.attention_head_dim or self.hidden_dim // self.num_heads
 
+    @property
+    def has_span_head(self) -> bool:
+        """UltraBERT has transformers' span head; EuroBERT has none."""
+        return self.variant == "ultrabert"
+
     def layer_window(self, layer: int) -> int | None:
         """Layer `layer`'s reach on each side (keys with |q - k| <= it), None when global."""
         sliding = bool(self.layer_types) and self.layer_types[layer] == SLIDING_ATTENTION

@@ -9,14 +9,15 @@ convert one to one.
                   through head and classifier, then the mean of the real tokens' logits;
   tokens          `classifier` on every position's state.
 EuroBERT's heads have no dropout and no norm; there is no span head (transformers has no
-EuroBertForQuestionAnswering). UltraBERT's (`config.variant` "ultrabert"), as its
+EuroBertForQuestionAnswering: `config.has_span_head`). UltraBERT's (`config.variant` "ultrabert"), as its
 `Ultrabert*` classes:
   masked LM       `mlm_head`: `linear1` (hidden -> prediction_head_size), tanh GELU,
                   `linear2` (back to hidden), tanh GELU, then `decoder` to the vocabulary (or
                   the token embeddings when `tie_word_embeddings`); no biases;
   classification  ModernBERT's classes with an identity head: `classifier` on the first
                   token's state ("cls") or the mean of the real tokens' ("mean");
-  tokens          as EuroBERT's.
+  tokens          as EuroBERT's;
+  spans           `qa_outputs`, two outputs at every position (GenericForQuestionAnswering).
 Logits come back in float32 whatever the compute dtype.
 """
 
@@ -141,3 +142,21 @@ class EuroBertForTokenClassification(nn.Module):
             input_ids, segment_ids, input_mask, train)  # (B, T, H)
         logits = _dense(config, self.num_labels, precision, "classifier")(sequence_output)
         return nn.with_logical_constraint(logits.astype(jnp.float32), ("batch", "seq", "classes"))
+
+
+class EuroBertForQuestionAnswering(nn.Module):
+    """Span start and end logits, each (B, T): a two-output dense layer (`qa_outputs`) on
+    every position's final state (UltraBERT's; families.py refuses a EuroBERT)."""
+    config: EuroBertConfig
+    precision: Precision = FLOAT32
+
+    @nn.compact
+    def __call__(self, input_ids: Array, segment_ids: Array, input_mask: Array,
+                 train: bool = False) -> tuple[Array, Array]:
+        config, precision = self.config, self.precision
+        sequence_output, _ = EuroBertModel(config, precision, name="eurobert")(
+            input_ids, segment_ids, input_mask, train)  # (B, T, H)
+        logits = _dense(config, 2, precision, "qa_outputs")(sequence_output)  # (B, T, 2)
+        logits = nn.with_logical_constraint(logits.astype(jnp.float32),
+                                            ("batch", "seq", "classes"))
+        return logits[..., 0], logits[..., 1]
