@@ -13,7 +13,7 @@ import numpy as np
 
 from bert_jax.errors import UserError
 from bert_jax.interop import hf_eurobert, hf_heads
-from bert_jax.interop.hf_eurobert import ENCODER, encoder_entries
+from bert_jax.interop.hf_eurobert import encoder_entries
 from bert_jax.interop.tensor_map import KERNEL, Entry, dense_entries
 from bert_jax.models.config import FULL_ATTENTION, SLIDING_ATTENTION, EuroBertConfig
 

@@ -2,8 +2,9 @@
 
 The files are read and written here; each model family's names are its own module's
 (`hf_bert.py`, `hf_modernbert.py`, `hf_eurobert.py`, `hf_ultrabert.py`), chosen by
-config.json's `model_type` or the model config's family (and variant). Only safetensors are read: a `pytorch_model.bin` is a pickle, and
-unpickling a downloaded file can run arbitrary code.
+config.json's `model_type` or the model config's family (and variant). Only safetensors are
+read: a `pytorch_model.bin` is a pickle, and unpickling a downloaded file can run arbitrary
+code.
 """
 
 import json

@@ -9,8 +9,8 @@ convert one to one.
                   through head and classifier, then the mean of the real tokens' logits;
   tokens          `classifier` on every position's state.
 EuroBERT's heads have no dropout and no norm; there is no span head (transformers has no
-EuroBertForQuestionAnswering: `config.has_span_head`). UltraBERT's (`config.variant` "ultrabert"), as its
-`Ultrabert*` classes:
+EuroBertForQuestionAnswering: `config.has_span_head`). UltraBERT's (`config.variant`
+"ultrabert"), as its `Ultrabert*` classes:
   masked LM       `mlm_head`: `linear1` (hidden -> prediction_head_size), tanh GELU,
                   `linear2` (back to hidden), tanh GELU, then `decoder` to the vocabulary (or
                   the token embeddings when `tie_word_embeddings`); no biases;
