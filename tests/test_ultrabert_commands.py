@@ -47,7 +47,8 @@ def _hf_encode(directory, texts):
 
 def test_load_gives_transformers_hidden_states(model_dir):
     """`bert_jax.load` on the directory: an ultrabert-variant model whose every layer's
-    hidden state is transformers' on rows longer than the window beside shorter ones."""
+    hidden state is transformers' on rows longer than the window beside shorter ones, and
+    whose fill-mask ranks first the token transformers' masked-LM logits rank first."""
     model, directory, _ = model_dir
     loaded = bert_jax.load(directory)
     assert loaded.config.variant == "ultrabert" and loaded.config.sliding_window == 4
@@ -61,6 +62,12 @@ def test_load_gives_transformers_hidden_states(model_dir):
                 for layer in layers)
     print(f"bert_jax.load features: worst difference {worst:.2e}")
     assert worst < BOUND
+    text = "The quick brown <|mask|> jumps over the lazy dog."
+    ids, mask = _hf_encode(directory, [text])
+    position = int(np.flatnonzero(ids[0] == loaded.tokenizer.mask_id)[0])
+    best = int(np.argmax(torch_forward(model, ids, mask).logits.numpy()[0, position]))
+    [candidates] = loaded.fill_mask(text, top_k=1)  # UltraBERT's two-layer head, then decoder
+    assert candidates[0][0].strip() == loaded.tokenizer.decode([best]).strip()
 
 
 def test_convert_to_hf_loads_in_transformers_and_imports_again_bit_identically(model_dir):
