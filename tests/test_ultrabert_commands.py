@@ -1,12 +1,14 @@
 """An UltraBERT directory as transformers saves one (config.json + model.safetensors, beside a
 byte-level BPE tokenizer.json) through the path every Hugging Face directory takes:
-`bert_jax.load` and `bert-jax convert`, held to transformers' `Ultrabert*` classes.
+`bert_jax.load`, `bert-jax convert` and `embed`, held to transformers' `Ultrabert*` classes
+and sentence-transformers.
 
 Bounds: random tiny models, float32 both sides, values of size ~1-5: 5e-5 as in
 tests/test_ultrabert.py (its docstring says why).
 """
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -98,3 +100,23 @@ def test_convert_to_hf_loads_in_transformers_and_imports_again_bit_identically(m
         assert sorted(again) == sorted(original)
         for name, tensor in original.items():
             np.testing.assert_array_equal(again[name], tensor, err_msg=f"{path.name}: {name}")
+
+
+def test_embed_equals_sentence_transformers_of_the_export(model_dir):
+    """`convert --to sentence-transformers` writes a directory sentence-transformers loads
+    as an UltrabertModel; `embed` on the original and on the export gives its embeddings."""
+    sentence_transformers = pytest.importorskip("sentence_transformers")
+    _, directory, work = model_dir
+    (work / "lines.txt").write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    exported = work / "st"
+    assert main(["convert", directory, str(exported), "--to", "sentence-transformers"]) == 0
+    reference = sentence_transformers.SentenceTransformer(str(exported), device="cpu")
+    assert type(reference[0].auto_model).__name__ == "UltrabertModel"
+    theirs = reference.encode(LINES, convert_to_numpy=True)
+    for model in (directory, str(exported)):
+        output = work / f"embeddings_{os.path.basename(model)}.npy"
+        assert main(["embed", "--model", model, "--input", str(work / "lines.txt"),
+                     "--output", str(output)]) == 0
+        worst = np.abs(np.load(output) - theirs).max()
+        print(f"embed {os.path.basename(model)}: worst difference {worst:.2e}")
+        assert worst < BOUND
