@@ -14,8 +14,9 @@ from test_ultrabert import hf_model
 
 def test_fine_tuning_steps_equal_pytorch_adamw_on_transformers_ultrabert(tmp_path):
     """Mean pooling (cls is the first row of the same states); the gradients flow through
-    the sliding layers' window (rows of up to 16 tokens, window 4) and the classifier with no dense layer before it. The token
-    classifier is EuroBERT's own (test_eurobert_finetune.py's ner)."""
+    the sliding layers' window (rows of up to 16 tokens, window 4) and the classifier with
+    no dense layer before it. The token classifier is EuroBERT's own (test_eurobert_finetune
+    .py's ner)."""
     labels = ["a", "b", "c"]
     model = hf_model("UltrabertForSequenceClassification", tmp_path, seed=2,
                      num_labels=len(labels), classifier_pooling="mean")
