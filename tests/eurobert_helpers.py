@@ -66,3 +66,109 @@ def eurobert_directory(directory, architecture: str = "EuroBertForMaskedLM", see
                mask_token_id=tokenizer.mask_id)
     model = hf_model(architecture, directory, seed, **{**ids, **overrides})
     return model, directory
+
+
+def packed_differences(config, params):
+    """[(implementation, the worst difference between a sequence packed with another and the
+    same sequence alone)] through the reference core and XLA's kernel, for each of
+    `packed_row`'s two sequences (padding positions not compared: none is in a sequence)."""
+    from bert_jax.models.config import Precision
+    from bert_jax.models.families import family_of
+
+    row, instance_ids, position_ids, sequences = packed_row()
+    differences = []
+    for implementation in ("reference", "xla"):
+        encoder = family_of(config).encoder(config, Precision(attention=implementation))
+        packed, _ = encoder.apply({"params": params["eurobert"]}, row, np.zeros_like(row),
+                                  (instance_ids > 0).astype(np.int32), instance_ids=instance_ids,
+                                  position_ids=position_ids)
+        for ids, start in sequences:
+            alone, _ = encoder.apply({"params": params["eurobert"]}, ids, np.zeros_like(ids),
+                                     np.ones_like(ids))
+            worst = np.abs(np.asarray(packed[:, start:start + ids.shape[1]]) - alone).max()
+            differences.append((implementation, float(worst)))
+    return differences
+
+
+def load_directory(directory):
+    """(config, params, model source) of an HF directory, read as every command reads it."""
+    from bert_jax.interop import model_source
+
+    source = model_source.in_directory(str(directory))
+    loaded = source.load()
+    return loaded.config, loaded.params, source
+
+
+def worst_difference(ours, theirs, mask=None) -> float:
+    ours, theirs = np.asarray(ours), np.asarray(theirs)
+    if mask is not None:  # padding positions' outputs are not compared (no loss reads them)
+        real = mask.reshape(mask.shape + (1,) * (ours.ndim - mask.ndim)) > 0
+        ours, theirs = np.where(real, ours, 0), np.where(real, theirs, 0)
+    return float(np.max(np.abs(ours - theirs)))
+
+
+def hidden_and_logits(reference, config, params, ids, mask):
+    """The worst differences of every hidden state and of the MLM logits at 3 positions."""
+    from bert_jax.models.families import family_of
+
+    theirs = torch_forward(reference, ids, mask, output_hidden_states=True)
+    family = family_of(config)
+    (_, pooled), state = family.encoder(config).apply(
+        {"params": params["eurobert"]}, ids, np.zeros_like(ids), mask,
+        mutable=["intermediates"])
+    assert pooled is None
+    hidden = state["intermediates"]["hidden_states"]
+    assert len(hidden) == config.num_layers + 1 == len(theirs.hidden_states)
+    worst = [worst_difference(ours, reference_state.numpy(), mask)
+             for ours, reference_state in zip(hidden, theirs.hidden_states)]
+    positions = np.array([[3, 10, 17], [1, 5, 9], [1, 2, 3]], np.int32)[:len(ids)]
+    logits = family.masked_lm_model(config).apply({"params": params}, ids, np.zeros_like(ids),
+                                                  mask, positions)
+    expected = np.take_along_axis(theirs.logits.numpy(), positions[..., None], axis=1)
+    return worst, worst_difference(logits, expected)
+
+
+def classifier_difference(reference, directory, num_labels: int, seed: int, tokens: bool):
+    """(config, the worst difference of our sequence classifier's logits, or the token
+    classifier's at real tokens, read from `directory`, against `reference`'s)."""
+    from bert_jax.models.families import family_of
+
+    config, params, source = load_directory(directory)
+    assert source.task_info()["task"] == ("ner" if tokens else "classify")
+    family = family_of(config)
+    model = (family.token_classifier if tokens else family.sequence_classifier)(config,
+                                                                                num_labels)
+    ids, mask = mixed_batch(seed=seed)
+    logits = model.apply({"params": params}, ids, np.zeros_like(ids), mask)
+    return config, worst_difference(logits, torch_forward(reference, ids, mask).logits.numpy(),
+                                    mask if tokens else None)
+
+
+class SpecialIds:  # the special ids an exported config.json records
+    pad_id, cls_id, sep_id, mask_id = 0, 1, 2, 3
+
+
+def export_difference(directory, architecture: str, reference) -> tuple:
+    """Reads the HF directory `directory`/hf, exports it to `directory`/export and loads that
+    in transformers (no missing or unexpected key allowed); checks its tensors are the
+    original's, bit for bit. Returns (the export's transformers model, the bert-jax config)."""
+    from safetensors.numpy import load_file
+
+    from bert_jax.interop import huggingface
+
+    _, transformers = torch_modules()
+    config, params, source = load_directory(directory / "hf")
+    head = (source.task_info() or {}).get("head")
+    (directory / "export").mkdir()
+    written = huggingface.write_directory(config, params, str(directory / "export"),
+                                          SpecialIds(), head=head)
+    assert written == architecture
+    model, info = getattr(transformers, architecture).from_pretrained(
+        str(directory / "export"), output_loading_info=True, attn_implementation="eager")
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    original = load_file(str(directory / "hf" / "model.safetensors"))
+    again = load_file(str(directory / "export" / "model.safetensors"))
+    assert sorted(original) == sorted(again)
+    for name, tensor in original.items():
+        np.testing.assert_array_equal(again[name], tensor, err_msg=name)
+    return model.eval(), config

@@ -11,53 +11,21 @@ layers): a few hundred roundings of the largest terms, ~1e-5 of the values' scal
 5e-5 is the issue's bound; the worst differences are printed with -s.
 """
 
-import numpy as np
 import pytest
-from eurobert_helpers import EUROBERT_210M, hf_model, mixed_batch, packed_row, torch_forward
+from eurobert_helpers import (EUROBERT_210M, classifier_difference, export_difference,
+                              hf_model, hidden_and_logits, load_directory, mixed_batch,
+                              packed_differences, torch_forward, worst_difference)
 
-from bert_jax.interop import huggingface, model_source
-from bert_jax.models.config import EuroBertConfig, Precision, preset
+from bert_jax.interop import huggingface
+from bert_jax.models.config import EuroBertConfig, preset
 from bert_jax.models.families import family_of
 
 BOUND = 5e-5
 
 
-def _load(directory):
-    source = model_source.in_directory(str(directory))
-    loaded = source.load()
-    return loaded.config, loaded.params, source
-
-
-def _worst(ours, theirs, mask=None) -> float:
-    ours, theirs = np.asarray(ours), np.asarray(theirs)
-    if mask is not None:  # padding positions' outputs are not compared (no loss reads them)
-        real = mask.reshape(mask.shape + (1,) * (ours.ndim - mask.ndim)) > 0
-        ours, theirs = np.where(real, ours, 0), np.where(real, theirs, 0)
-    return float(np.max(np.abs(ours - theirs)))
-
-
-def _hidden_and_logits(reference, config, params, ids, mask):
-    """The worst differences of every hidden state and of the MLM logits at 3 positions."""
-    theirs = torch_forward(reference, ids, mask, output_hidden_states=True)
-    family = family_of(config)
-    (_, pooled), state = family.encoder(config).apply(
-        {"params": params["eurobert"]}, ids, np.zeros_like(ids), mask,
-        mutable=["intermediates"])
-    assert pooled is None
-    hidden = state["intermediates"]["hidden_states"]
-    assert len(hidden) == config.num_layers + 1 == len(theirs.hidden_states)
-    worst = [_worst(ours, reference_state.numpy(), mask)
-             for ours, reference_state in zip(hidden, theirs.hidden_states)]
-    positions = np.array([[3, 10, 17], [1, 5, 9], [1, 2, 3]], np.int32)[:len(ids)]
-    logits = family.masked_lm_model(config).apply({"params": params}, ids, np.zeros_like(ids),
-                                                  mask, positions)
-    expected = np.take_along_axis(theirs.logits.numpy(), positions[..., None], axis=1)
-    return worst, _worst(logits, expected)
-
-
 def test_config_fields_read_and_refused(tmp_path):
     hf_model("EuroBertModel", tmp_path)
-    config, _, _ = _load(tmp_path)
+    config, _, _ = load_directory(tmp_path)
     assert isinstance(config, EuroBertConfig)
     assert (config.hidden_dim, config.num_layers, config.num_heads, config.num_kv_heads,
             config.head_dim, config.rope_theta) == (32, 3, 4, 2, 8, 250000.0)
@@ -79,9 +47,9 @@ def test_hidden_states_and_masked_lm_logits_equal_transformers(tmp_path, tied):
     logits, grouped-query attention, on a long row beside short padded ones; untied output
     embeddings (EuroBERT-210m's) and tied ones (the decoder's bias kept)."""
     reference = hf_model("EuroBertForMaskedLM", tmp_path, tie_word_embeddings=tied)
-    config, params, _ = _load(tmp_path)
+    config, params, _ = load_directory(tmp_path)
     assert config.tie_word_embeddings == tied and ("kernel" in params["mlm_head"]) != tied
-    worst_hidden, worst_logits = _hidden_and_logits(reference, config, params, *mixed_batch())
+    worst_hidden, worst_logits = hidden_and_logits(reference, config, params, *mixed_batch())
     print(f"tied={tied}: hidden states {max(worst_hidden):.2e}, MLM logits {worst_logits:.2e}")
     assert max(worst_hidden) < BOUND and worst_logits < BOUND
 
@@ -121,11 +89,11 @@ def test_eurobert_210m_widths_equal_transformers(tmp_path):
     transformers.EuroBertForMaskedLM(config).eval().save_pretrained(str(tmp_path))
     reference = transformers.EuroBertForMaskedLM.from_pretrained(
         str(tmp_path), attn_implementation="eager").eval()
-    ours, params, _ = _load(tmp_path)
+    ours, params, _ = load_directory(tmp_path)
     assert (ours.hidden_dim, ours.mlp_dim, ours.head_dim) == (768, 3072, 64)
     ids, mask = mixed_batch(seed=7)
     ids[ids >= 5] += 1000  # ids spread over more of the vocabulary
-    worst_hidden, worst_logits = _hidden_and_logits(reference, ours, params, ids, mask)
+    worst_hidden, worst_logits = hidden_and_logits(reference, ours, params, ids, mask)
     print(f"210m widths: hidden states {max(worst_hidden):.2e}, MLM logits {worst_logits:.2e}")
     assert max(worst_hidden) < BOUND and worst_logits < BOUND
 
@@ -134,24 +102,15 @@ def test_eurobert_210m_widths_equal_transformers(tmp_path):
 def test_sequence_classifier_equals_transformers(tmp_path, pooling):
     reference = hf_model("EuroBertForSequenceClassification", tmp_path, num_labels=3,
                          classifier_pooling=pooling)
-    config, params, source = _load(tmp_path)
-    assert source.task_info()["task"] == "classify" and config.classifier_pooling == pooling
-    ids, mask = mixed_batch(seed=1)
-    logits = family_of(config).sequence_classifier(config, 3).apply(
-        {"params": params}, ids, np.zeros_like(ids), mask)
-    worst = _worst(logits, torch_forward(reference, ids, mask).logits.numpy())
+    config, worst = classifier_difference(reference, tmp_path, 3, seed=1, tokens=False)
     print(f"{pooling} pooling: worst difference {worst:.2e}")
-    assert worst < BOUND
+    assert config.classifier_pooling == pooling and worst < BOUND
 
 
 def test_token_classifier_equals_transformers_and_there_is_no_span_head(tmp_path):
-    ids, mask = mixed_batch(seed=2)
     reference = hf_model("EuroBertForTokenClassification", tmp_path, num_labels=5)
-    config, params, source = _load(tmp_path)
-    assert source.task_info()["task"] == "ner"
-    logits = family_of(config).token_classifier(config, 5).apply(
-        {"params": params}, ids, np.zeros_like(ids), mask)
-    assert _worst(logits, torch_forward(reference, ids, mask).logits.numpy(), mask) < BOUND
+    config, worst = classifier_difference(reference, tmp_path, 5, seed=2, tokens=True)
+    assert worst < BOUND
     with pytest.raises(Exception, match="a eurobert model has no span head"):
         family_of(config).question_answering(config)
 
@@ -160,17 +119,9 @@ def test_packed_rows_equal_each_sequence_alone(tmp_path):
     """Two sequences in one row (instance ids, positions restarting) give what each gives
     alone, through the reference core and XLA's kernel (which takes the key/value groups)."""
     hf_model("EuroBertModel", tmp_path)
-    config, params, _ = _load(tmp_path)
-    row, instance_ids, position_ids, sequences = packed_row()
-    for implementation in ("reference", "xla"):
-        encoder = family_of(config).encoder(config, Precision(attention=implementation))
-        packed, _ = encoder.apply({"params": params["eurobert"]}, row, np.zeros_like(row),
-                                  (instance_ids > 0).astype(np.int32), instance_ids=instance_ids,
-                                  position_ids=position_ids)
-        for ids, start in sequences:
-            alone, _ = encoder.apply({"params": params["eurobert"]}, ids, np.zeros_like(ids),
-                                     np.ones_like(ids))
-            assert _worst(packed[:, start:start + ids.shape[1]], alone) < BOUND, implementation
+    config, params, _ = load_directory(tmp_path)
+    for implementation, worst in packed_differences(config, params):
+        assert worst < BOUND, implementation
 
 
 @pytest.mark.parametrize("architecture,labels", [
@@ -180,33 +131,12 @@ def test_export_loads_in_transformers_and_round_trips_bit_identically(tmp_path, 
                                                                       labels):
     """bert-jax -> HF: transformers loads the class with no missing or unexpected keys and
     gives the original's logits; HF -> bert-jax -> HF writes the same tensors, bit for bit."""
-    from safetensors.numpy import load_file
-
-    transformers = pytest.importorskip("transformers")
     extra = {} if labels is None else {"num_labels": labels}
     reference = hf_model(architecture, tmp_path / "hf", **extra)
-    config, params, source = _load(tmp_path / "hf")
-    head = (source.task_info() or {}).get("head")
-
-    class Tokenizer:  # the special ids config.json records
-        pad_id, cls_id, sep_id, mask_id = 0, 1, 2, 3
-
-    directory = tmp_path / "export"
-    directory.mkdir()
-    written = huggingface.write_directory(config, params, str(directory), Tokenizer(),
-                                          head=head)
-    assert written == architecture
-    model, info = getattr(transformers, architecture).from_pretrained(
-        str(directory), output_loading_info=True, attn_implementation="eager")
-    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    model, _ = export_difference(tmp_path, architecture, reference)
     ids, mask = mixed_batch(seed=6)
-    ours = torch_forward(model.eval(), ids, mask).logits.numpy()
-    assert _worst(ours, torch_forward(reference, ids, mask).logits.numpy()) < BOUND
-    original = load_file(str(tmp_path / "hf" / "model.safetensors"))
-    again = load_file(str(directory / "model.safetensors"))
-    assert sorted(original) == sorted(again)
-    for name, tensor in original.items():
-        np.testing.assert_array_equal(again[name], tensor, err_msg=name)
+    ours = torch_forward(model, ids, mask).logits.numpy()
+    assert worst_difference(ours, torch_forward(reference, ids, mask).logits.numpy()) < BOUND
 
 
 def test_flops_count_every_kernel_of_the_encoder_once():

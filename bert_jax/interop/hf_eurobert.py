@@ -33,7 +33,7 @@ HEAD_ARCHITECTURES = {
 _TIED_DECODER = "lm_head.weight"  # tied to the token embeddings when tie_word_embeddings
 
 # config.json key -> EuroBertConfig field.
-_CONFIG_KEYS = {
+CONFIG_KEYS = {
     "vocab_size": "vocab_size", "hidden_size": "hidden_dim", "intermediate_size": "mlp_dim",
     "num_hidden_layers": "num_layers", "num_attention_heads": "num_heads",
     "num_key_value_heads": "num_kv_heads", "max_position_embeddings": "max_positions",
@@ -55,46 +55,56 @@ _NOT_MODEL = {
 _REQUIRED = {"hidden_act": "silu", "pretraining_tp": 1}
 
 
-def _rope_theta(values: dict, source: str) -> float:
-    """The rotary base, from `rope_parameters` (transformers 5) or an older `rope_theta`;
-    scaled rotary kinds refused."""
-    parameters = values.get("rope_parameters") or {}
+def rope_theta_of(parameters: dict, source: str, default: float) -> float:
+    """The rotary base of one `rope_parameters` dict; scaled rotary kinds refused."""
     unknown = sorted(set(parameters) - {"rope_type", "rope_theta"})
     if parameters.get("rope_type", "default") != "default" or unknown:
         raise UserError(f"{source}: rope_parameters is {parameters}; bert-jax implements only "
                         "rope_type 'default' (plain rotary positions)")
-    return float(parameters.get("rope_theta", values.get("rope_theta",
-                                                         EuroBertConfig.rope_theta)))
+    return float(parameters.get("rope_theta", default))
 
 
-def config_from_hf(values: dict, source: str) -> EuroBertConfig:
-    """A EuroBertConfig from an HF EuroBERT config.json, refusing every field that bert-jax
-    would otherwise ignore."""
-    unknown = sorted(set(values) - set(_CONFIG_KEYS) - _NOT_MODEL - set(_REQUIRED)
-                     - {"rope_parameters", "rope_theta", "head_dim"})
+def model_fields(values: dict, source: str, config_keys: dict, required: dict,
+                 also_read: set, what: str) -> dict:
+    """The EuroBertConfig fields of an HF config.json of the Llama-style family:
+    `config_keys` renamed, the heads' sizes (key/value heads, head_dim) with transformers'
+    defaults; a field not among `config_keys`, `required`, `also_read` (the caller reads
+    them) or the non-model ones refused by name, never ignored."""
+    unknown = sorted(set(values) - set(config_keys) - _NOT_MODEL - set(required) - also_read
+                     - {"head_dim"})
     if unknown:
         raise UserError(f"{source}: config field(s) {unknown} are not implemented by bert-jax's "
-                        "EuroBERT (it would compute another model)")
-    for key, expected in _REQUIRED.items():
+                        f"{what} (it would compute another model)")
+    for key, expected in required.items():
         if values.get(key, expected) != expected:
             raise UserError(f"{source}: {key} is {values[key]!r}; bert-jax implements only "
                             f"{key}={expected!r}")
-    fields = {field: values[key] for key, field in _CONFIG_KEYS.items()
+    fields = {field: values[key] for key, field in config_keys.items()
               if values.get(key) is not None}
-    fields["rope_theta"] = _rope_theta(values, source)
     hidden = fields.get("hidden_dim", EuroBertConfig.hidden_dim)
     heads = fields.get("num_heads", EuroBertConfig.num_heads)
     fields.setdefault("num_kv_heads", heads)  # transformers' default: one per query head
     head_dim = values.get("head_dim")
     if head_dim is not None and head_dim * heads != hidden:  # the default is hidden / heads
         fields["attention_head_dim"] = head_dim
+    return fields
+
+
+def config_from_hf(values: dict, source: str) -> EuroBertConfig:
+    """A EuroBertConfig from an HF EuroBERT config.json, refusing every field that bert-jax
+    would otherwise ignore."""
+    fields = model_fields(values, source, CONFIG_KEYS, _REQUIRED,
+                          {"rope_parameters", "rope_theta"}, "EuroBERT")
+    fields["rope_theta"] = rope_theta_of(
+        values.get("rope_parameters") or {}, source,
+        values.get("rope_theta", EuroBertConfig.rope_theta))  # an older file's rope_theta
     return EuroBertConfig.from_dict(fields, source=source)
 
 
 def config_to_hf(config: EuroBertConfig, tokenizer) -> dict:
     """config.json's model fields (the architecture and head fields are the caller's), with
     the special token ids of `tokenizer` (EuroBERT's BOS and EOS are its [CLS] and [SEP])."""
-    values = {key: getattr(config, field) for key, field in _CONFIG_KEYS.items()}
+    values = {key: getattr(config, field) for key, field in CONFIG_KEYS.items()}
     return dict(model_type=MODEL_TYPE, hidden_act="silu", head_dim=config.head_dim,
                 rope_parameters={"rope_type": "default", "rope_theta": config.rope_theta},
                 pad_token_id=tokenizer.pad_id, bos_token_id=tokenizer.cls_id,
@@ -131,13 +141,19 @@ def _layer_entries(config: EuroBertConfig, index: int, prefix: str) -> list[Entr
     ]
 
 
-def name_table(config: EuroBertConfig, prefix: str) -> list[Entry]:
-    """Every tensor of a EuroBertForMaskedLM, its encoder names starting with `prefix`."""
+def encoder_entries(config: EuroBertConfig, prefix: str) -> list[Entry]:
+    """Every tensor of the encoder (EuroBERT's and UltraBERT's alike), named from `prefix`."""
     entries = [Entry((ENCODER, "token_embeddings", "embedding"), f"{prefix}embed_tokens.weight",
                      "encoder", COPY)]
     for index in range(config.num_layers):
         entries += _layer_entries(config, index, prefix)
-    entries.append(Entry((ENCODER, "final_norm", "scale"), f"{prefix}norm.weight", "encoder"))
+    return entries + [Entry((ENCODER, "final_norm", "scale"), f"{prefix}norm.weight",
+                            "encoder")]
+
+
+def name_table(config: EuroBertConfig, prefix: str) -> list[Entry]:
+    """Every tensor of a EuroBertForMaskedLM, its encoder names starting with `prefix`."""
+    entries = encoder_entries(config, prefix)
     if not config.tie_word_embeddings:
         return entries + _dense(("mlm_head",), "lm_head", "mlm_head", config.mlp_bias)
     if config.mlp_bias:  # the tied decoder's own bias
@@ -161,12 +177,15 @@ def encoder_prefix(names) -> str:
     return "model." if any(name.startswith("model.") for name in names) else ""
 
 
-def canonical_names(tensors: dict[str, np.ndarray], source: str) -> dict[str, np.ndarray]:
+def canonical_names(tensors: dict[str, np.ndarray], source: str,
+                    tied_decoder: str = _TIED_DECODER, prefix: str | None = None
+                    ) -> dict[str, np.ndarray]:
     """Drops a tied decoder weight (transformers writes none; an older file may), after
-    checking it is the token embeddings."""
+    checking it is the token embeddings (named from `prefix`, by default EuroBERT's)."""
     tensors = dict(tensors)
-    embeddings = tensors.get(f"{encoder_prefix(tensors)}embed_tokens.weight")
-    decoder = tensors.get(_TIED_DECODER)
+    prefix = encoder_prefix(tensors) if prefix is None else prefix
+    embeddings = tensors.get(f"{prefix}embed_tokens.weight")
+    decoder = tensors.get(tied_decoder)
     if decoder is not None and embeddings is not None and np.array_equal(decoder, embeddings):
-        tensors.pop(_TIED_DECODER)
+        tensors.pop(tied_decoder)
     return tensors

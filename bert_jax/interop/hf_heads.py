@@ -22,7 +22,10 @@ _KIND_OF = {SEQUENCE: SEQUENCE, TOKEN: TOKEN, SPAN: SPAN,
             "ModernBertForTokenClassification": TOKEN,
             "ModernBertForQuestionAnswering": SPAN,
             "EuroBertForSequenceClassification": SEQUENCE,
-            "EuroBertForTokenClassification": TOKEN}
+            "EuroBertForTokenClassification": TOKEN,
+            "UltrabertForSequenceClassification": SEQUENCE,
+            "UltrabertForTokenClassification": TOKEN,
+            "UltrabertForQuestionAnswering": SPAN}
 REGRESSION = "regression"
 # The columns a sentence task read (task.json's settings.columns), kept in an exported
 # config.json so that the model reads the same columns when it comes back; transformers

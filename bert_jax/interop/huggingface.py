@@ -1,9 +1,10 @@
 """Hugging Face `transformers` directories (config.json + safetensors) <-> bert-jax params.
 
 The files are read and written here; each model family's names are its own module's
-(`hf_bert.py`, `hf_modernbert.py`, `hf_eurobert.py`), chosen by config.json's `model_type` or
-the model config's family. Only safetensors are read: a `pytorch_model.bin` is a pickle, and
-unpickling a downloaded file can run arbitrary code.
+(`hf_bert.py`, `hf_modernbert.py`, `hf_eurobert.py`, `hf_ultrabert.py`), chosen by
+config.json's `model_type` or the model config's family (and variant). Only safetensors are
+read: a `pytorch_model.bin` is a pickle, and unpickling a downloaded file can run arbitrary
+code.
 """
 
 import json
@@ -12,18 +13,21 @@ import os
 import numpy as np
 
 from bert_jax.errors import UserError
-from bert_jax.interop import hf_bert, hf_eurobert, hf_heads, hf_modernbert, tensor_map
+from bert_jax.interop import (hf_bert, hf_eurobert, hf_heads, hf_modernbert, hf_ultrabert,
+                              tensor_map)
 from bert_jax.models.families import family_of
 
 SAFETENSORS = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 # model_type -> the module holding that family's names.
-_FAMILIES = {module.MODEL_TYPE: module for module in (hf_bert, hf_modernbert, hf_eurobert)}
+_FAMILIES = {module.MODEL_TYPE: module
+             for module in (hf_bert, hf_modernbert, hf_eurobert, hf_ultrabert)}
 
 
 def names_of(config):
-    """The names module of a model config's family."""
-    return _FAMILIES[family_of(config).name]
+    """The names module of a model config's family, or of its variant where the family has
+    several transformers model types (the Llama-style family: eurobert, ultrabert)."""
+    return _FAMILIES[getattr(config, "variant", None) or family_of(config).name]
 
 
 def config_from_hf(values: dict, source: str):

@@ -209,17 +209,31 @@ class ModernBertConfig(_EncoderConfig):
         return self.global_rope_theta if self.is_global(layer) else self.local_rope_theta
 
 
-# EuroBERT's classifier pooling choices (transformers' `classifier_pooling`): the first
-# token's state, the mean of the states, or the mean of every token's logits ("late").
-EUROBERT_POOLING = ("bos", "mean", "late")
+# The Llama-style family's variants, each its own transformers classes (model_type), and the
+# classifier pooling each defines (transformers' `classifier_pooling`): EuroBERT's the first
+# token's state, the mean of the states, or the mean of every token's logits ("late");
+# UltraBERT's (ModernBERT's classes) the first token's state or the mean.
+LLAMA_STYLE_POOLING = {"eurobert": ("bos", "mean", "late"), "ultrabert": ("cls", "mean")}
+FULL_ATTENTION, SLIDING_ATTENTION = "full_attention", "sliding_attention"  # HF layer_types
+
+
+def ultrabert_layer_types(num_layers: int) -> tuple[str, ...]:
+    """UltraBERT's default pattern (transformers' UltrabertConfig): every third layer global,
+    layer i sliding iff (i + 1) % 3."""
+    return tuple(SLIDING_ATTENTION if (index + 1) % 3 else FULL_ATTENTION
+                 for index in range(num_layers))
 
 
 @dataclasses.dataclass(frozen=True)
 class EuroBertConfig(_EncoderConfig):
-    """EuroBERT (Boizard et al., 2025): a Llama layer stack read both ways: pre-RMSNorm,
-    grouped-query attention with rotary positions, a SwiGLU MLP, no biases, untied output
-    embeddings. Field by field the transformers `EuroBertConfig` (its name in a comment
-    where ours differs); the defaults are EuroBERT-210m's."""
+    """The Llama-style encoders: a Llama layer stack read both ways: pre-RMSNorm,
+    grouped-query attention with rotary positions, a SwiGLU MLP, no biases. Field by field
+    the transformers `EuroBertConfig` and `UltrabertConfig` (its name in a comment where ours
+    differs); the defaults are EuroBERT-210m's (Boizard et al., 2025).
+
+    `variant` "ultrabert" is UltraBERT: the same layers, a sliding window on the layers
+    `layer_types` names (two of every three by default), a rotary theta per layer type, a
+    two-layer masked-LM head and ModernBERT's classifier heads (eurobert_heads.py)."""
     vocab_size: int = 128256  # the Llama-3 byte-level BPE vocabulary
     hidden_dim: int = 768  # hidden_size
     num_layers: int = 12  # num_hidden_layers
@@ -229,13 +243,20 @@ class EuroBertConfig(_EncoderConfig):
     mlp_dim: int = 3072  # intermediate_size: SwiGLU's width (gate and up projections)
     max_positions: int = 8192  # max_position_embeddings: the longest input (rotary, no table)
     layer_norm_eps: float = 1e-5  # rms_norm_eps: RMSNorm's epsilon
-    rope_theta: float = 250000.0  # rope_parameters.rope_theta
+    rope_theta: float = 250000.0  # rope_parameters(.full_attention).rope_theta
     attention_bias: bool = False  # q/k/v/o projections with biases
     mlp_bias: bool = False  # gate/up/down projections (and the MLM decoder) with biases
     tie_word_embeddings: bool = False  # the MLM decoder shares the token embeddings
     attention_dropout_rate: float = 0.0  # attention_dropout: on the attention probabilities
-    classifier_pooling: str = "late"  # bos, mean or late (module docstring of eurobert_heads)
+    classifier_pooling: str = "late"  # LLAMA_STYLE_POOLING[variant] (eurobert_heads.py)
     initializer_std: float = 0.02  # initializer_range: std of every weight matrix
+    variant: str = "eurobert"  # eurobert or ultrabert (transformers' model_type)
+    # UltraBERT's: each layer's "full_attention" or "sliding_attention" (() = every layer
+    # full; an ultrabert variant left at () gets ultrabert_layer_types).
+    layer_types: tuple[str, ...] = ()
+    sliding_window: int = 0  # a sliding layer's reach on each side: keys with |q - k| <= this
+    sliding_rope_theta: float = 10000.0  # rope_parameters.sliding_attention.rope_theta
+    prediction_head_size: int = 768  # UltraBERT's MLM head: hidden -> this -> hidden
 
     def __post_init__(self):
         if not self.attention_head_dim:
@@ -246,9 +267,30 @@ class EuroBertConfig(_EncoderConfig):
         if self.head_dim % 2:
             raise UserError(f"the head size is {self.head_dim}: rotary positions rotate "
                             "pairs of dimensions, so a head needs an even size")
-        if self.classifier_pooling not in EUROBERT_POOLING:
-            raise UserError(f"model.classifier_pooling must be one of "
-                            f"{list(EUROBERT_POOLING)}, got {self.classifier_pooling!r}")
+        if self.variant not in LLAMA_STYLE_POOLING:
+            raise UserError(f"model.variant must be one of {list(LLAMA_STYLE_POOLING)}, "
+                            f"got {self.variant!r}")
+        if self.classifier_pooling not in LLAMA_STYLE_POOLING[self.variant]:
+            raise UserError(f"model.classifier_pooling of a {self.variant} model must be one "
+                            f"of {list(LLAMA_STYLE_POOLING[self.variant])}, "
+                            f"got {self.classifier_pooling!r}")
+        layer_types = tuple(self.layer_types)  # a JSON list read back; frozen and hashable
+        if not layer_types and self.variant == "ultrabert":
+            layer_types = ultrabert_layer_types(self.num_layers)
+        object.__setattr__(self, "layer_types", layer_types)
+        self._check_layer_types()
+
+    def _check_layer_types(self):
+        if self.layer_types and len(self.layer_types) != self.num_layers:
+            raise UserError(f"model.layer_types has {len(self.layer_types)} entries for "
+                            f"{self.num_layers} layers (model.num_layers)")
+        unknown = sorted(set(self.layer_types) - {FULL_ATTENTION, SLIDING_ATTENTION})
+        if unknown:
+            raise UserError(f"model.layer_types holds {unknown}; expected "
+                            f"{FULL_ATTENTION!r} or {SLIDING_ATTENTION!r}")
+        if SLIDING_ATTENTION in self.layer_types and self.sliding_window < 1:
+            raise UserError(f"model.sliding_window is {self.sliding_window}: sliding layers "
+                            "need a window of at least 1 token on each side")
 
     # SwiGLU; no pooler, no transform before the decoder, no next-sentence head.
     gated_mlp, has_pooler, mlm_transform, next_sentence_head = True, False, False, False
@@ -256,6 +298,32 @@ class EuroBertConfig(_EncoderConfig):
     @property
     def head_dim(self) -> int:
         return self.attention_head_dim or self.hidden_dim // self.num_heads
+
+    @property
+    def has_span_head(self) -> bool:
+        """UltraBERT has transformers' span head; EuroBERT has none."""
+        return self.variant == "ultrabert"
+
+    def layer_window(self, layer: int) -> int | None:
+        """Layer `layer`'s reach on each side (keys with |q - k| <= it), None when global."""
+        sliding = bool(self.layer_types) and self.layer_types[layer] == SLIDING_ATTENTION
+        return self.sliding_window if sliding else None
+
+    def layer_rope_theta(self, layer: int) -> float:
+        return self.rope_theta if self.layer_window(layer) is None else self.sliding_rope_theta
+
+    def keys_read(self, layer: int, seq_len: int) -> int:
+        window = self.layer_window(layer)
+        return seq_len if window is None else min(seq_len, 2 * window + 1)
+
+    @property
+    def layer_period(self) -> int:
+        """The fewest layers after which the layer types repeat (1: every layer alike), the
+        scanned stack's block."""
+        types = self.layer_types
+        return next(period for period in range(1, len(types) + 1)
+                    if all(kind == types[index % period] for index, kind in enumerate(types))
+                    ) if types else 1
 
 
 # (num_layers, hidden_dim, num_heads); the small ones follow Turc et al. (2019).

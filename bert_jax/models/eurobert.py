@@ -11,6 +11,9 @@ layers come from `layers/`, and what differs is here. Against ModernBERT:
     num_kv_heads query heads, never copied per query head (layers/attention.py groups the
     queries; XLA's and cuDNN's kernels take the groups as they are);
   - SwiGLU MLP: silu(gate(x)) x up(x), then down; every layer global, no biases by default.
+UltraBERT (`config.variant` "ultrabert") is these modules with the layers `config.layer_types`
+names sliding: keys within `sliding_window` tokens on either side (the ModernBERT family's
+window, layers/visibility.py) and their own rotary theta.
 Packed rows work as for the other families: instance ids keep instances apart, and position
 ids restart at each instance.
 
@@ -45,8 +48,10 @@ def rms_norm(config: EuroBertConfig, precision: Precision, name: str | None = No
 
 class EuroBertAttention(nn.Module):
     """Query, key and value projections (keys and values with `num_kv_heads` heads), rotary
-    queries and keys, attention within each instance, the output projection."""
+    queries and keys, attention within each instance (and the window in a sliding layer),
+    the output projection."""
     config: EuroBertConfig
+    layer_index: int = 0
     precision: Precision = FLOAT32
 
     @nn.compact
@@ -62,17 +67,19 @@ class EuroBertAttention(nn.Module):
         kv_shape = (config.num_kv_heads, config.head_dim)
         key = dense(kv_shape, ("embed",), ("heads", "kv"), name="key")(x)  # (B, T, nkv, hd)
         value = dense(kv_shape, ("embed",), ("heads", "kv"), name="value")(x)
-        cos, sin = rotary_angles(positions, config.head_dim, config.rope_theta)
+        cos, sin = rotary_angles(positions, config.head_dim,
+                                 config.layer_rope_theta(self.layer_index))
+        window = config.layer_window(self.layer_index)
         query, key = rotate(query, cos, sin), rotate(key, cos, sin)
         rate = config.attention_dropout_rate if train else 0.0
         dropout_key = self.make_rng("dropout") if rate else None
         if self.is_mutable_collection("intermediates"):  # attention maps asked for: keep them
-            probabilities = attention_probabilities(query, key, instance_ids)
+            probabilities = attention_probabilities(query, key, instance_ids, window)
             self.sow("intermediates", "attention_probabilities", probabilities)
             context = attend(probabilities, value, rate, dropout_key, precision.dtype)
         else:
             context = attention(query, key, value, instance_ids, rate, dropout_key, precision,
-                                max_instances, zlib.crc32("/".join(self.path).encode()))
+                                max_instances, zlib.crc32("/".join(self.path).encode()), window)
         return dense((config.hidden_dim,), ("heads", "kv"), ("embed",), name="output")(context)
 
 
@@ -94,13 +101,14 @@ class SwiGluMlp(nn.Module):
 class EuroBertLayer(nn.Module):
     """Pre-RMSNorm: x + Attention(RMS(x)), then x + SwiGluMlp(RMS(x))."""
     config: EuroBertConfig
+    layer_index: int = 0
     precision: Precision = FLOAT32
 
     @nn.compact
     def __call__(self, x: Array, instance_ids: Array, positions: Array, train: bool,
                  max_instances: int | None = None) -> Array:
         config, precision = self.config, self.precision
-        x = x + EuroBertAttention(config, precision, name="attention")(
+        x = x + EuroBertAttention(config, self.layer_index, precision, name="attention")(
             rms_norm(config, precision, "attention_norm")(x), instance_ids, positions, train,
             max_instances)
         x = x + SwiGluMlp(config, precision, name="mlp")(
@@ -127,7 +135,7 @@ class EuroBertModel(nn.Module):
             param_dtype=precision.param_dtype,
             embedding_init=initializer(config.initializer_std, "vocab", "embed"))
         layer = remat_layer(EuroBertLayer, precision, static_argnums=(4, 5))
-        self.layers = [layer(config, precision, name=f"layer_{index}")
+        self.layers = [layer(config, index, precision, name=f"layer_{index}")
                        for index in range(config.num_layers)]
         self.final_norm = rms_norm(config, precision)
 
@@ -146,11 +154,8 @@ class EuroBertModel(nn.Module):
         x = self.token_embeddings(input_ids).astype(self.precision.dtype)
         x = nn.with_logical_constraint(x, ("batch", "seq", "embed"))
         arguments = (instance_ids, positions, train, max_instances)
-        if scanned(self, self.precision):  # one layer the block: every layer's weights alike
-            layer = EuroBertLayer(self.config, self.precision, parent=None)
-            per_layer = layer_params(self, 0, self.config.num_layers)
-            x = scan_blocks([layer], [[params] for params in per_layer], x, arguments,
-                            dropout_key(self, train), self.precision)
+        if scanned(self, self.precision):
+            x = self._scanned_layers(x, arguments, train)
         else:
             for layer in self.layers:
                 self.sow("intermediates", "hidden_states", x)
@@ -158,6 +163,22 @@ class EuroBertModel(nn.Module):
         x = self.final_norm(x)
         self.sow("intermediates", "hidden_states", x)
         return x, None
+
+    def _scanned_layers(self, x: Array, arguments: tuple, train: bool) -> Array:
+        """The layers as blocks of one period of the layer types (EuroBERT: one layer;
+        UltraBERT: two sliding layers and a global one), every block alike; the remainder
+        after the last whole block unrolled."""
+        period = self.config.layer_period
+        blocks = self.config.num_layers // period
+        block = [EuroBertLayer(self.config, position, self.precision, parent=None)
+                 for position in range(period)]
+        per_layer = layer_params(self, 0, blocks * period)
+        x = scan_blocks(block, [per_layer[index:index + period]
+                                for index in range(0, len(per_layer), period)],
+                        x, arguments, dropout_key(self, train), self.precision)
+        for layer in self.layers[blocks * period:]:
+            x = layer(x, *arguments)
+        return x
 
     def word_logits(self, x: Array) -> Array:
         """Scores against the token embeddings (the decoder when `tie_word_embeddings`)."""

@@ -9,7 +9,16 @@ convert one to one.
                   through head and classifier, then the mean of the real tokens' logits;
   tokens          `classifier` on every position's state.
 EuroBERT's heads have no dropout and no norm; there is no span head (transformers has no
-EuroBertForQuestionAnswering). Logits come back in float32 whatever the compute dtype.
+EuroBertForQuestionAnswering: `config.has_span_head`). UltraBERT's (`config.variant`
+"ultrabert"), as its `Ultrabert*` classes:
+  masked LM       `mlm_head`: `linear1` (hidden -> prediction_head_size), tanh GELU,
+                  `linear2` (back to hidden), tanh GELU, then `decoder` to the vocabulary (or
+                  the token embeddings when `tie_word_embeddings`); no biases;
+  classification  ModernBERT's classes with an identity head: `classifier` on the first
+                  token's state ("cls") or the mean of the real tokens' ("mean");
+  tokens          as EuroBERT's;
+  spans           `qa_outputs`, two outputs at every position (GenericForQuestionAnswering).
+Logits come back in float32 whatever the compute dtype.
 """
 
 import flax.linen as nn
@@ -38,6 +47,31 @@ def _masked_mean(x: Array, input_mask: Array) -> Array:
     return (x * weights).sum(axis=1) / jnp.maximum(weights.sum(axis=1), 1)
 
 
+def gelu_tanh(x: Array) -> Array:
+    """GELU's tanh approximation (transformers' `gelu_pytorch_tanh`)."""
+    return jax.nn.gelu(x, approximate=True)
+
+
+class UltraBertPredictionHead(nn.Module):
+    """UltraBERT's masked-LM head (transformers' `UltrabertPredictionHead`): two bias-free
+    dense layers, each followed by tanh GELU, then the bias-free `decoder` to the
+    vocabulary; with `tie_word_embeddings` the decoder is the token embeddings' `table`."""
+    config: EuroBertConfig
+    precision: Precision = FLOAT32
+
+    @nn.compact
+    def __call__(self, x: Array, table: Array) -> Array:
+        config, precision = self.config, self.precision
+        x = Dense(config, (config.prediction_head_size,), ("embed",), ("mlp",), precision,
+                  use_bias=False, activation=gelu_tanh, name="linear1")(x)
+        x = Dense(config, (config.hidden_dim,), ("mlp",), ("embed",), precision,
+                  use_bias=False, activation=gelu_tanh, name="linear2")(x)
+        if not config.tie_word_embeddings:
+            return _dense(config, config.vocab_size, precision, "decoder", "vocab",
+                          use_bias=False)(x)
+        return jnp.einsum("...h,vh->...v", x, table.astype(precision.dtype))  # (..., vocab)
+
+
 class EuroBertForMaskedLM(nn.Module):
     """Masked-LM logits (B, P, vocab) at the P gathered positions of the final states."""
     config: EuroBertConfig
@@ -54,6 +88,10 @@ class EuroBertForMaskedLM(nn.Module):
                                      position_ids, max_instances)  # (B, T, H)
         gathered = batch_split(jnp.take_along_axis(
             sequence_output, masked_lm_positions[..., None], axis=1))  # (B, P, H)
+        if config.variant == "ultrabert":
+            table = encoder.token_embeddings.embedding
+            return UltraBertPredictionHead(config, precision, name="mlm_head")(
+                gathered, table).astype(jnp.float32)
         if not config.tie_word_embeddings:
             logits = _dense(config, config.vocab_size, precision, "mlm_head", "vocab",
                             use_bias=config.mlp_bias)(gathered)
@@ -76,8 +114,12 @@ class EuroBertForSequenceClassification(nn.Module):
         config, precision = self.config, self.precision
         sequence_output, _ = EuroBertModel(config, precision, name="eurobert")(
             input_ids, segment_ids, input_mask, train)  # (B, T, H)
-        head = _dense(config, config.hidden_dim, precision, "head", "embed_out")
         classifier = _dense(config, self.num_labels, precision, "classifier")
+        if config.variant == "ultrabert":  # no head before the classifier
+            pooled = (sequence_output[:, 0] if config.classifier_pooling == "cls"
+                      else _masked_mean(sequence_output, input_mask))  # (B, H)
+            return classifier(batch_split(pooled)).astype(jnp.float32)
+        head = _dense(config, config.hidden_dim, precision, "head", "embed_out")
         if config.classifier_pooling == "late":
             logits = classifier(gelu(head(sequence_output))).astype(jnp.float32)  # (B, T, C)
             return _masked_mean(logits, input_mask)
@@ -100,3 +142,21 @@ class EuroBertForTokenClassification(nn.Module):
             input_ids, segment_ids, input_mask, train)  # (B, T, H)
         logits = _dense(config, self.num_labels, precision, "classifier")(sequence_output)
         return nn.with_logical_constraint(logits.astype(jnp.float32), ("batch", "seq", "classes"))
+
+
+class EuroBertForQuestionAnswering(nn.Module):
+    """Span start and end logits, each (B, T): a two-output dense layer (`qa_outputs`) on
+    every position's final state (UltraBERT's; families.py refuses a EuroBERT)."""
+    config: EuroBertConfig
+    precision: Precision = FLOAT32
+
+    @nn.compact
+    def __call__(self, input_ids: Array, segment_ids: Array, input_mask: Array,
+                 train: bool = False) -> tuple[Array, Array]:
+        config, precision = self.config, self.precision
+        sequence_output, _ = EuroBertModel(config, precision, name="eurobert")(
+            input_ids, segment_ids, input_mask, train)  # (B, T, H)
+        logits = _dense(config, 2, precision, "qa_outputs")(sequence_output)  # (B, T, 2)
+        logits = nn.with_logical_constraint(logits.astype(jnp.float32),
+                                            ("batch", "seq", "classes"))
+        return logits[..., 0], logits[..., 1]

@@ -62,9 +62,10 @@ class Family:
             config, num_labels, **_precision(precision))
 
     def question_answering(self, config, precision=None):
-        """Span start and end logits, each (B, T)."""
-        return self._class(self.heads, self.question_answering_class, "span head")(
-            config, **_precision(precision))
+        """Span start and end logits, each (B, T) (where the config's variant has them:
+        UltraBERT's, not EuroBERT's)."""
+        name = self.question_answering_class if getattr(config, "has_span_head", True) else None
+        return self._class(self.heads, name, "span head")(config, **_precision(precision))
 
 
 def _precision(precision) -> dict:
@@ -96,7 +97,8 @@ EUROBERT = Family(
     masked_lm_class="EuroBertForMaskedLM",
     sequence_classifier_class="EuroBertForSequenceClassification",
     token_classifier_class="EuroBertForTokenClassification",
-    question_answering_class=None)  # transformers has no EuroBertForQuestionAnswering
+    # UltraBERT's (transformers has no EuroBertForQuestionAnswering: config.has_span_head)
+    question_answering_class="EuroBertForQuestionAnswering")
 
 FAMILIES = {family.name: family for family in (BERT, MODERNBERT, EUROBERT)}
 
