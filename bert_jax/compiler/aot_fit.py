@@ -23,13 +23,34 @@ def micro_batch_counts(rows_per_device: int) -> list[int]:
     return [count for count in range(1, rows_per_device + 1) if rows_per_device % count == 0]
 
 
-def fewest_fitting(counts: list[int], fits) -> int | None:
+def fewest_fitting(counts: list[int], fits, first: int | None = None) -> int | None:
     """The smallest count in `counts` (ascending) for which `fits(count)` holds, by
     bisection: a count that fits means every larger count fits too (fewer rows at once).
-    None where the largest does not fit. `fits` is called about log2(len(counts)) times."""
+    None where the largest does not fit. `fits` is called about log2(len(counts)) times, never
+    twice for one count. `first`, an index into `counts` (a count that fitted a like slice),
+    is tried before the rest, then its neighbours at 1, 2, 4, ... places towards the answer
+    (an exponential search: where `first` fits and the count before it does not, two
+    compiles), then the bisection between the last two tried; this keeps the search near a
+    good guess, off the largest micro-batches, whose compiles are the slowest."""
     low, high = 0, len(counts) - 1
-    if not fits(counts[high]):
-        return None
+    if first is None:
+        if not fits(counts[high]):
+            return None
+    elif fits(counts[first]):
+        high, step = first, 1
+        while high - step >= 0 and fits(counts[high - step]):
+            high, step = high - step, step * 2
+        low = max(high - step + 1, 0)
+    else:
+        low, step = first + 1, 1
+        while True:
+            probe = min(first + step, len(counts) - 1)
+            if probe < low:  # `first` was the largest count
+                return None
+            if fits(counts[probe]):
+                high = probe
+                break
+            low, step = probe + 1, step * 2
     while low < high:
         middle = (low + high) // 2
         if fits(counts[middle]):
