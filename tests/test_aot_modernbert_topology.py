@@ -137,7 +137,8 @@ def test_the_largest_micro_batch_is_searched_from_the_stand_ins_rows(tmp_path, m
     assert compiled == [("v5e:2x4", rows, 1024) for rows in (6, 8, 12, 9)] + [
         ("v5e:2x4", rows, 8192) for rows in (1, 2)]
     out = capsys.readouterr().out
-    assert "v5e:2x4, phase 1: the largest micro-batch that fits is 9 rows a device (64 a step" in out
+    assert ("v5e:2x4, phase 1: the largest micro-batch that fits is 9 rows a device (64 "
+            "micro-batches a step") in out
     assert "  v5e:2x4  1       1,700B  9 x 64 of 1024" in out
     assert "  v5e:2x4  2         250B  1 x 72 of 8192" in out
     assert out.rstrip().endswith("(--rows-per-chip 9,1 compiles just these)")

@@ -115,7 +115,7 @@ def _fit_phase(args: argparse.Namespace, phase, devices, chips: int,
         return aot_search.smallest_slice(args, compiled)
     print(aot_search.format_report(compiled[fewest], args.mfu, steps), flush=True)
     print(f"{args.topology}, phase {phase.name}: the largest micro-batch that fits is "
-          f"{rows // fewest} rows a device ({fewest} a step; "
+          f"{rows // fewest} rows a device ({fewest} micro-batches a step; "
           f"{aot_report.fit_line(compiled[fewest])})", flush=True)
     return list(compiled.values()), 0
 

@@ -5,10 +5,13 @@ A step's memory falls as its rows are split into more micro-batches (gradient
 accumulation: the same rows a step, fewer held at once), so the counts that divide a
 device's rows a step are searched by bisection: `aot --config modernbert_base --topology
 v5e:2x2` does not fit at 6 micro-batches of 192 rows a chip and fits at 96, which a user
-otherwise finds by hand, one multi-minute compile at a time. Where even one row a device
-does not fit, the model's weights and optimizer state are what is too big: more chips, with
-all of it sharded over them (FSDP), is the way out, so slices of the same generation are
-compiled at twice the chips each time, one row a device, up to MAX_SLICE_CHIPS.
+otherwise finds by hand, one multi-minute compile at a time. With a guess (`aot --recipe
+modernbert --topology T` starts from what fitted the generation's stand-in) the search steps
+out from it instead, sparing the compiles of many rows at once, the slowest. Where even one
+row a device does not fit, the model's weights and optimizer state are what is too big: more
+chips, with all of it sharded over them (FSDP), is the way out, so slices of the same
+generation are compiled at twice the chips each time, one row a device, up to
+MAX_SLICE_CHIPS.
 """
 
 import math
