@@ -20,6 +20,15 @@ def compile_report(directory, config_text: str, *arguments: str,
     """(the JSON report, stdout) of `bert-jax aot` on a config file written from
     `config_text` into `directory`; skips the test where libtpu is not installed (for a TPU
     topology: a GPU target's caller checks for jax's CUDA plugin)."""
+    written, stdout = compile_reports(directory, config_text, *arguments,
+                                      needs_libtpu=needs_libtpu)
+    (report,) = written["reports"]
+    return report, stdout
+
+
+def compile_reports(directory, config_text: str, *arguments: str,
+                    needs_libtpu: bool = True) -> tuple[dict, str]:
+    """(the whole --json file, stdout) of `bert-jax aot`, as compile_report."""
     if needs_libtpu and importlib.util.find_spec("libtpu") is None:
         pytest.skip("libtpu is not installed (pip install -r requirements-tpu.txt)")
     config = directory / "config.py"
@@ -31,8 +40,7 @@ def compile_report(directory, config_text: str, *arguments: str,
          "--json", str(output)],
         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
-    (report,) = json.loads(output.read_text())["reports"]
-    return report, result.stdout
+    return json.loads(output.read_text()), result.stdout
 
 
 def run_config_text(preset: str, settings: dict) -> str:

@@ -8,7 +8,7 @@ import argparse
 
 import pytest
 
-from bert_jax.commands import aot as aot_command
+from bert_jax.commands import aot_search
 from bert_jax.compiler import aot, aot_fit
 
 GIB = 2**30
@@ -68,9 +68,9 @@ def _fake_compiles(monkeypatch, fixed_by_devices, bytes_per_row):
         return None, report
 
     chips = {"v5e:2x2": 4, "v5e:2x4": 8, "v5e:4x4": 16, "v5e:4x8": 32, "v5e:8x8": 64}
-    monkeypatch.setattr(aot_command, "_compile", compile_stand_in)
+    monkeypatch.setattr(aot_search, "compile_step", compile_stand_in)
     monkeypatch.setattr(aot, "topology_devices", lambda topology, chip: [None] * chips[topology])
-    monkeypatch.setattr(aot_command, "_format", lambda report, mfu, steps: "(report)")
+    monkeypatch.setattr(aot_search, "format_report", lambda report, mfu, steps: "(report)")
     return compiled
 
 
@@ -83,7 +83,7 @@ def test_a_step_too_big_is_answered_with_the_largest_micro_batch_that_fits(monke
     # 192 rows a device a step; 1 GiB a row: 16 GiB of HBM holds the 8 GiB fixed and 8 rows.
     compiled = _fake_compiles(monkeypatch, lambda devices: 8 * GIB, GIB)
     first = _report("v5e:2x2", 4, 768, 1, {"data": 4, "fsdp": 1, "tensor": 1}, GIB, 8 * GIB)
-    reports, status = aot_command._search_fit(_arguments(), first, [None] * 4, 100)
+    reports, status = aot_search.search_fit(_arguments(), first, [None] * 4, 100)
     answer = capsys.readouterr().out.splitlines()[-1]
     assert status == 0
     assert answer.startswith("v5e:2x2: the config's 1 micro-batches of 192 rows a device do "
@@ -97,7 +97,7 @@ def test_nothing_fits_at_one_row_names_the_smallest_slice_and_fails(monkeypatch,
     # row: 16 GiB of HBM holds it from 32 chips on (8 GiB + 1 GiB), not at 16 (16 + 1 GiB).
     compiled = _fake_compiles(monkeypatch, lambda devices: 256 * GIB // devices, GIB)
     first = _report("v5e:2x2", 4, 768, 1, {"data": 4, "fsdp": 1, "tensor": 1}, GIB, 64 * GIB)
-    _, status = aot_command._search_fit(_arguments(), first, [None] * 4, 100)
+    _, status = aot_search.search_fit(_arguments(), first, [None] * 4, 100)
     error = capsys.readouterr().err
     assert status == 2
     assert error.strip() == (
@@ -106,3 +106,19 @@ def test_nothing_fits_at_one_row_names_the_smallest_slice_and_fails(monkeypatch,
     # One compile on v5e:2x2 (one row a device: no micro-batch fits), then each slice in turn.
     assert [topology for topology, _ in compiled] == ["v5e:2x2", "v5e:2x4", "v5e:4x4",
                                                       "v5e:4x8"]
+
+
+@pytest.mark.parametrize("fewest", [None, *aot_fit.micro_batch_counts(576)])
+def test_a_search_from_a_guess_finds_the_same_count_and_two_compiles_a_right_guess(fewest):
+    counts = aot_fit.micro_batch_counts(576)  # 21 counts: phase 1's rows a chip on 8 chips
+    for first in range(len(counts)):
+        calls = []
+
+        def fits(count):
+            calls.append(count)
+            return fewest is not None and count >= fewest
+
+        assert aot_fit.fewest_fitting(counts, fits, first) == fewest
+        assert len(calls) == len(set(calls))  # no count compiled twice
+        if fewest is not None and counts[first] == fewest and first > 0:
+            assert calls == [fewest, counts[first - 1]]  # it fits, the next larger does not

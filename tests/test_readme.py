@@ -215,9 +215,10 @@ PLANS_BY_FILE = {
                   "tests/test_configs.py)")],
         "ModernBERT before renting: `aot --recipe modernbert`": [_skip(
             "six compiles of ModernBERT-base for TPU pods on libtpu (about 17 minutes on 2 "
-            "cores, beyond the few minutes CI gives the docs; the recipe takes only the base "
-            "and large configs); tests/test_aot_modernbert.py compiles a tiny ModernBERT for "
-            "v5e:2x2 and checks the recipe's phases")],
+            "cores, beyond the few minutes CI gives the docs), then two or more on v5e:2x4; "
+            "tests/test_aot_modernbert.py compiles a tiny ModernBERT for v5e:2x2 and checks "
+            "the recipe's phases, tests/test_aot_modernbert_topology.py compiles a tiny one "
+            "in the recipe's phases on v5e:2x2 and checks the search and the projection")],
         "ModernBERT": [Plan(
             "slow", "a random tiny ModernBERT (the Hub is out of reach) fine-tuned for 3 "
                     "epochs on four rows, predicted, exported and read by transformers' pipeline",

@@ -317,7 +317,6 @@ def compile_train_step(run_config, devices: list, topology: str = "") -> Compile
         else:
             compiled, out_of_memory = _compile(bundle)
     compile_seconds = time.perf_counter() - start
-    generation = accelerator(device.device_kind)
     # Out of memory: no memory analysis or cost to read (the fields stay 0).
     measured = dict.fromkeys(("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes",
                               "code_bytes", "compiled_flops_per_device"), 0)
@@ -327,7 +326,7 @@ def compile_train_step(run_config, devices: list, topology: str = "") -> Compile
                                        kernels)
     return CompileReport(
         topology=topology, device_kind=device.device_kind, num_devices=len(devices),
-        devices_per_chip=generation.cores_per_chip // getattr(device, "num_cores", 1),
+        devices_per_chip=devices_per_chip(device),
         mesh_shape=dict(mesh.shape), batch_size=run_config.batch_size, seq_len=data.seq_len,
         max_predictions=data.max_predictions, **measured,
         model_flops_per_step=float(flops.train_step_flops(
@@ -335,6 +334,11 @@ def compile_train_step(run_config, devices: list, topology: str = "") -> Compile
         compile_seconds=compile_seconds, compile_peak_resident_bytes=peak.bytes,
         resident_before_compile_bytes=peak.before, out_of_memory=out_of_memory or "",
         micro_batches=run_config.grad_accum_steps, window=getattr(model_config, "window", 0))
+
+
+def devices_per_chip(device) -> int:
+    """2 for a v3 or v4 chip whose cores are devices, 1 with megacore or a 1-core chip."""
+    return accelerator(device.device_kind).cores_per_chip // getattr(device, "num_cores", 1)
 
 
 def format_bytes(num_bytes: float) -> str:

@@ -5,10 +5,13 @@ A step's memory falls as its rows are split into more micro-batches (gradient
 accumulation: the same rows a step, fewer held at once), so the counts that divide a
 device's rows a step are searched by bisection: `aot --config modernbert_base --topology
 v5e:2x2` does not fit at 6 micro-batches of 192 rows a chip and fits at 96, which a user
-otherwise finds by hand, one multi-minute compile at a time. Where even one row a device
-does not fit, the model's weights and optimizer state are what is too big: more chips, with
-all of it sharded over them (FSDP), is the way out, so slices of the same generation are
-compiled at twice the chips each time, one row a device, up to MAX_SLICE_CHIPS.
+otherwise finds by hand, one multi-minute compile at a time. With a guess (`aot --recipe
+modernbert --topology T` starts from what fitted the generation's stand-in) the search steps
+out from it instead, sparing the compiles of many rows at once, the slowest. Where even one
+row a device does not fit, the model's weights and optimizer state are what is too big: more
+chips, with all of it sharded over them (FSDP), is the way out, so slices of the same
+generation are compiled at twice the chips each time, one row a device, up to
+MAX_SLICE_CHIPS.
 """
 
 import math
@@ -23,13 +26,34 @@ def micro_batch_counts(rows_per_device: int) -> list[int]:
     return [count for count in range(1, rows_per_device + 1) if rows_per_device % count == 0]
 
 
-def fewest_fitting(counts: list[int], fits) -> int | None:
+def fewest_fitting(counts: list[int], fits, first: int | None = None) -> int | None:
     """The smallest count in `counts` (ascending) for which `fits(count)` holds, by
     bisection: a count that fits means every larger count fits too (fewer rows at once).
-    None where the largest does not fit. `fits` is called about log2(len(counts)) times."""
+    None where the largest does not fit. `fits` is called about log2(len(counts)) times, never
+    twice for one count. `first`, an index into `counts` (a count that fitted a like slice),
+    is tried before the rest, then its neighbours at 1, 2, 4, ... places towards the answer
+    (an exponential search: where `first` fits and the count before it does not, two
+    compiles), then the bisection between the last two tried; this keeps the search near a
+    good guess, off the largest micro-batches, whose compiles are the slowest."""
     low, high = 0, len(counts) - 1
-    if not fits(counts[high]):
-        return None
+    if first is None:
+        if not fits(counts[high]):
+            return None
+    elif fits(counts[first]):
+        high, step = first, 1
+        while high - step >= 0 and fits(counts[high - step]):
+            high, step = high - step, step * 2
+        low = max(high - step + 1, 0)
+    else:
+        low, step = first + 1, 1
+        while True:
+            probe = min(first + step, len(counts) - 1)
+            if probe < low:  # `first` was the largest count
+                return None
+            if fits(counts[probe]):
+                high = probe
+                break
+            low, step = probe + 1, step * 2
     while low < high:
         middle = (low + high) // 2
         if fits(counts[middle]):

@@ -15,12 +15,18 @@ holding the pod's rows per chip, in micro-batches of `rows` a chip (gradient acc
 (bert_jax.compiler.aot_pod). A phase's time is its tokens over the tokens a step takes at
 the step's bound (or at an MFU): the warm-up's shorter steps run the same program fewer
 times round, so a token costs what it costs in a full step (the update aside).
+
+With `--topology T` the phases are compiled on T itself, the slice the user will train on,
+at the recipe's whole step (4,608 and 576 rows, so T's chips must divide 576), and each
+phase's time is T's own bound: the same table, with T's chips for the pod's.
 """
 
 import dataclasses
+import math
 
 from bert_jax.compiler.aot import CompileReport
 from bert_jax.compiler.aot_pod import pod_terms
+from bert_jax.errors import UserError
 from bert_jax.run_config import modernbert_recipe as recipe
 
 STAND_IN_CHIPS = 8
@@ -59,6 +65,30 @@ PHASES = tuple(Phase(name, recipe.TOKENS[name], length, rows) for name, length, 
     ("2", recipe.LONG_ROW, recipe.BATCH_ROWS * recipe.PHASE_1_ROW // recipe.LONG_ROW),
     ("3", recipe.LONG_ROW, recipe.BATCH_ROWS * recipe.PHASE_1_ROW // recipe.LONG_ROW)))
 COMPILED_PHASES = PHASES[:2]  # phase 3 runs phase 2's program
+# Chip counts that hold whole rows in every phase's step: the divisors of 576.
+DIVIDING_CHIPS = tuple(chips for chips in range(1, math.gcd(*(
+    phase.rows_per_step for phase in PHASES)) + 1) if all(
+    phase.rows_per_step % chips == 0 for phase in PHASES))
+
+
+def check_slice(topology: str, chips: int, devices: int) -> None:
+    """UserError unless every phase's rows a step split into whole rows over `topology`'s
+    chips (and devices, where a chip is two)."""
+    if all(phase.rows_per_step % devices == 0 for phase in PHASES):
+        return
+    steps = " and ".join(f"{phase.rows_per_step:,}" for phase in COMPILED_PHASES)
+    parts = f"{chips} chips" + (f" ({devices} devices)" if devices != chips else "")
+    raise UserError(f"--topology {topology}: {parts} do not split the recipe's steps of {steps} "
+                    f"rows into whole rows a chip; chip counts that do: "
+                    + ", ".join(map(str, DIVIDING_CHIPS)))
+
+
+def default_rows(size: str | None, topology: str) -> tuple[int, int] | None:
+    """The rows a chip per micro-batch that fitted the stand-in of `topology`'s generation
+    (DEFAULT_ROWS), a first guess for a search on it; None for another generation or model."""
+    generation = topology.split(":")[0]
+    return next((DEFAULT_ROWS[size, pod] for pod, stand_in, _ in TARGETS
+                 if stand_in.split(":")[0] == generation and (size, pod) in DEFAULT_ROWS), None)
 
 
 def phase_overrides(phase: Phase, rows: int) -> tuple[str, ...]:
@@ -75,31 +105,48 @@ def phase_overrides(phase: Phase, rows: int) -> tuple[str, ...]:
     return overrides
 
 
-def phase_seconds(report: CompileReport, phase: Phase, mfu: float | None) -> float:
-    """Seconds of `phase` on the pod: its steps at the pod's roofline bound (mfu None) or at
-    `mfu` of the pod's peak."""
+def slice_terms(report: CompileReport, chips: int) -> dict:
+    """The roofline terms on `chips` chips: the report's own where it was compiled on them,
+    else its stand-in's carried there (bert_jax.compiler.aot_pod)."""
+    if chips == report.num_chips:
+        return report.roofline_terms()
+    return pod_terms(report, chips)
+
+
+def micro_batch_rows(report: CompileReport) -> int:
+    """Rows a chip per micro-batch."""
+    return report.batch_size // report.micro_batches // report.num_chips
+
+
+def phase_seconds(report: CompileReport, phase: Phase, mfu: float | None,
+                  chips: int = POD_CHIPS) -> float:
+    """Seconds of `phase` on `chips` chips (the pod's by default): its steps at their
+    roofline bound (mfu None) or at `mfu` of their peak."""
     if mfu is None:
-        step = max(pod_terms(report, POD_CHIPS).values())
+        step = max(slice_terms(report, chips).values())
     else:
         step = report.step_seconds(mfu)  # the model's FLOPs a chip: the same on the pod
     return phase.steps * step
 
 
-def summary_rows(reports: dict[str, list[CompileReport]], mfu: float) -> list[dict]:
+def summary_rows(reports: dict[str, list[CompileReport]], mfu: float,
+                 chips: dict[str, int] | None = None) -> list[dict]:
     """One row per (pod, phase) and one total per pod: rows a chip, fit, the pod's bound and
-    its terms, days and chip-hours at the bound and at `mfu`."""
+    its terms, days and chip-hours at the bound and at `mfu`. `chips`: each pod's chips
+    (default: POD_CHIPS each; a slice compiled on itself has its own)."""
     rows = []
     for pod, compiled in reports.items():
+        pod_chips = (chips or {}).get(pod, POD_CHIPS)
         totals = {"bound": 0.0, "mfu": 0.0}
         for phase in PHASES:
             report = compiled[min(int(phase.name), 2) - 1]
-            terms = pod_terms(report, POD_CHIPS)
-            seconds = {"bound": phase_seconds(report, phase, None),
-                       "mfu": phase_seconds(report, phase, mfu)}
+            terms = slice_terms(report, pod_chips)
+            seconds = {"bound": phase_seconds(report, phase, None, pod_chips),
+                       "mfu": phase_seconds(report, phase, mfu, pod_chips)}
             totals = {key: totals[key] + value for key, value in seconds.items()}
             rows.append(dict(pod=pod, phase=phase.name, report=report, terms=terms,
-                             seconds=seconds))
-        rows.append(dict(pod=pod, phase="total", seconds=totals,
+                             seconds=seconds, chips=pod_chips))
+        rows.append(dict(pod=pod, phase="total", seconds=totals, chips=pod_chips,
                          fits=all(report.fits for report in compiled)))
     return rows
 
@@ -116,38 +163,54 @@ def answer_line(model: str, rows: list[dict], mfu: float) -> str:
         return line
     best = min(fitting, key=lambda row: row["seconds"]["bound"])
     bound, at_mfu = best["seconds"]["bound"], best["seconds"]["mfu"]
-    return (f"{line}; fastest {best['pod']}: no sooner than {bound / 86400:.2f} days "
-            f"({bound / 3600 * POD_CHIPS:,.0f} chip-hours), {at_mfu / 86400:.2f} days at "
+    fastest = f"; fastest {best['pod']}:" if len(totals) > 1 else ","
+    return (f"{line}{fastest} no sooner than {bound / 86400:.2f} days "
+            f"({bound / 3600 * best['chips']:,.0f} chip-hours), {at_mfu / 86400:.2f} days at "
             f"{mfu:.0%} MFU; the paper: {PAPER_HOURS / 24:.1f} days on {PAPER_GPUS} H100s")
 
 
-def format_summary(model: str, reports: dict[str, list[CompileReport]], mfu: float) -> str:
-    """The answer line, the projection table, then the paper's figure beside it."""
-    rows = summary_rows(reports, mfu)
+def _rows_text(row: dict) -> str:
+    """"12 x 6 of 1024": rows a chip per micro-batch, micro-batches, tokens a row."""
+    report = row["report"]
+    return f"{micro_batch_rows(report)} x {report.micro_batches} of {report.seq_len}"
+
+
+def format_summary(model: str, reports: dict[str, list[CompileReport]], mfu: float,
+                   chips: dict[str, int] | None = None) -> str:
+    """The answer line, the projection table, then the paper's figure beside it. `chips`
+    (summary_rows): slices compiled on themselves, named by their topology, for the pods'
+    stand-ins."""
+    rows = summary_rows(reports, mfu, chips)
+    where = (f"on {POD_CHIPS}-chip pods (each compiled as an {STAND_IN_CHIPS}-chip stand-in at "
+             "the pod's rows a chip)") if chips is None else "on " + ", ".join(
+        f"{name} ({count} chips, compiled on it)" for name, count in chips.items())
+    width = max(9, *(len(name) + 1 for name in reports))  # the pods' names fit 9
+    # "12 x 6 of 1024" on a pod; a small slice's step is many more micro-batches.
+    rows_width = max(16, *(len(_rows_text(row)) + 1 for row in rows if "report" in row))
     lines = [answer_line(model, rows, mfu),
-             f"ModernBERT-{model}, the paper's recipe on {POD_CHIPS}-chip pods (each compiled as "
-             f"an {STAND_IN_CHIPS}-chip stand-in at the pod's rows a chip): days and chip-hours "
+             f"ModernBERT-{model}, the paper's recipe {where}: days and chip-hours "
              f"at the roofline bound (no faster) and at {mfu:.0%} MFU",
-             f"  {'pod':<9}{'phase':<7}{'tokens':>7}{'rows a chip':>16}{'peak HBM':>11}{'fits':>5}"
+             f"  {'pod' if chips is None else 'slice':<{width}}{'phase':<7}{'tokens':>7}"
+             f"{'rows a chip':>{rows_width}}{'peak HBM':>11}{'fits':>5}"
              f"{'bound ms/step (compute/memory/ICI)':>38}{'days':>7}{'chip-h':>9}"
              f"{'days@MFU':>9}{'chip-h':>9}"]
     for row in rows:
         bound, at_mfu = row["seconds"]["bound"], row["seconds"]["mfu"]
-        hours = (bound / 3600 * POD_CHIPS, at_mfu / 3600 * POD_CHIPS)
+        hours = (bound / 3600 * row["chips"], at_mfu / 3600 * row["chips"])
         days = f"{bound / 86400:>7.2f}{hours[0]:>9,.0f}{at_mfu / 86400:>9.2f}{hours[1]:>9,.0f}"
         if row["phase"] == "total":
             total = sum(phase.tokens for phase in PHASES) / 1e12
-            lines.append(f"  {row['pod']:<9}{'total':<7}{f'{total:.1f}T':>7}{'':>16}{'':>11}"
-                         f"{'yes' if row['fits'] else 'NO':>5}{'':>38}{days}")
+            lines.append(f"  {row['pod']:<{width}}{'total':<7}{f'{total:.1f}T':>7}"
+                         f"{'':>{rows_width}}"
+                         f"{'':>11}{'yes' if row['fits'] else 'NO':>5}{'':>38}{days}")
             continue
         report, terms = row["report"], row["terms"]
         phase = PHASES[int(row["phase"]) - 1]
-        micro = report.batch_size // report.micro_batches // report.num_chips
         split = "/".join(f"{terms.get(key, 0) * 1e3:.0f}"
                          for key in ("compute", "memory", "interconnect"))
         bound_ms = f"{max(terms.values()) * 1e3:,.0f} ({split})"
-        lines.append(f"  {row['pod']:<9}{row['phase']:<7}{phase.tokens / 1e9:>6,.0f}B"
-                     f"{f'{micro} x {report.micro_batches} of {phase.seq_len}':>16}"
+        lines.append(f"  {row['pod']:<{width}}{row['phase']:<7}{phase.tokens / 1e9:>6,.0f}B"
+                     f"{_rows_text(row):>{rows_width}}"
                      f"{report.peak_bytes / 2**30:>9.2f} G{'yes' if report.fits else 'NO':>5}"
                      f"{bound_ms:>38}{days}")
     paper = PAPER_HOURS * PAPER_GPUS
