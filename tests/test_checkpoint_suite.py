@@ -9,10 +9,13 @@ import os
 import pytest
 
 import pipeline_helpers as helpers
+from finetune_helpers import tiny_model_directory
 from bert_jax.cli import main
+from bert_jax.errors import UserError
 from bert_jax.evaluation import glue
-from bert_jax.interop import source_kinds
+from bert_jax.interop import model_source, source_kinds
 from bert_jax.run_config import load_run_config
+from bert_jax.tasks import continued_pretraining
 from input_pipeline.glue_examples import write_glue_layout
 
 CONFIG = '''
@@ -99,6 +102,10 @@ def test_a_task_or_data_the_suite_cannot_use_fails_before_training(config_file, 
     assert "checkpoint_suite.data:" in error and "STS-B/train.tsv" in error
     assert len(error.strip().splitlines()) == 1
     assert not os.path.exists(run)  # nothing trained, nothing written
+    # Continued pre-training (--model M --text) runs no suite, so it refuses to keep for one.
+    with pytest.raises(UserError, match="checkpoint_suite.tasks runs with `pretrain --config`"):
+        continued_pretraining.recipe_config(model_source.resolve(tiny_model_directory(
+            tmp_path)), overrides=["--config.checkpoint_suite.tasks=sst2"])
 
 
 def test_print_config_shows_the_section_with_its_descriptions(capsys):
