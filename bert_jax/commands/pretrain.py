@@ -284,15 +284,16 @@ def run(args: argparse.Namespace) -> int:
     if "data_proportions" in result:
         say("rows drawn from each data source: " + ", ".join(
             f"{name} {share:.1%}" for name, share in result["data_proportions"].items()))
+    run_checkpoint_suite(suite_config, workdir, not args.no_progress, say)
     say(f"\ndone: step {result['step']} of {total}"
         f"\n  checkpoints: {os.path.join(workdir, 'checkpoints')}"
         f"\n  TensorBoard: tensorboard --logdir {os.path.join(workdir, 'tensorboard')}"
         f"\n  export to Hugging Face: bert-jax convert {workdir} {workdir}_hf --to hf"
         "\n(exiting: JAX and TensorFlow release their threads, which can take some seconds)")
-    return run_checkpoint_suite(suite_config, workdir, not args.no_progress, say)
+    return 0
 
 
-def run_checkpoint_suite(run_config, workdir: str, show_progress: bool, say) -> int:
+def run_checkpoint_suite(run_config, workdir: str, show_progress: bool, say) -> None:
     """The GLUE suite the config names at the run's kept checkpoints (checkpoint_suite.*)."""
     import jax
 
@@ -301,15 +302,14 @@ def run_checkpoint_suite(run_config, workdir: str, show_progress: bool, say) -> 
 
     tasks = checkpoint_suite.tasks(run_config)
     if not tasks:
-        return 0
+        return
     suite = os.path.join(workdir, glue_steps.SUITE_DIRECTORY)
     if jax.process_count() > 1:  # fine-tuning would wait on processes that have exited
         say(f"checkpoint_suite: run on one host: bert-jax glue --model {workdir} --data "
             f"{run_config.checkpoint_suite.data} --workdir {suite} --tasks {','.join(tasks)} "
             "--every-checkpoint 1")
-        return 0
+        return
     say(f"\nGLUE at the kept checkpoints ({','.join(tasks)}) into {suite}")
     rows = glue_steps.run_config_suite(run_config, workdir, show_progress, say)
     say("\n" + glue_steps.markdown(rows, tasks) + f"  {suite}/glue_steps.json  "
         f"{suite}/glue_steps.md  {suite}/glue_TASK.png")
-    return 0
