@@ -285,6 +285,15 @@ PLANS_BY_FILE = {
             "slow", "fine-tunes all-MiniLM-L6-v2 on two made-up GLUE tasks",
             substitutions=(("--tasks cola,sst2,mrpc,stsb,rte,wnli", "--tasks mrpc,wnli"),
                            ("--seeds 0,1", "--seeds 0"), ("--epochs 2", "--epochs 1")))],
+        "A suite at a pre-training run's checkpoints": [Plan(
+            "slow", "pre-trains the ModernBERT demo 8 steps with a suite on SST-2 and STS-B "
+                    "(made-up) at its two checkpoints",
+            substitutions=(("--workdir runs/modernbert_suite",
+                            "--workdir runs/modernbert_suite --config.num_train_steps=8 "
+                            "--config.optimizer.warmup_steps=2 "
+                            "--config.optimizer.decay_steps=2 "
+                            "--config.checkpoint.every_steps=4 "
+                            "--config.checkpoint.keep=1 --config.eval.every_steps=8"),))],
     },
     "docs/tests-and-benchmarks.md": {
         "Tests and benchmarks": [_skip("the benchmarks themselves: hours of CPU, and bench/gpu "

@@ -114,8 +114,9 @@ def run(args) -> int:
 
         if args.every_checkpoint < 0:
             raise UserError(f"--every-checkpoint {args.every_checkpoint}: expected N >= 1")
-        rows = glue_steps.run_over_steps(args.model, args.data, args.workdir, tasks, recipe,
-                                         args.every_checkpoint, **suite)
+        rows = glue_steps.run_over_steps(
+            args.model, args.data, args.workdir, tasks, recipe,
+            glue_steps.chosen_steps(args.model, args.every_checkpoint), **suite)
         print("\n" + glue_steps.markdown(rows, tasks))
         print(f"  {args.workdir}/glue_steps.json  {args.workdir}/glue_steps.md  "
               f"{args.workdir}/glue_TASK.png")

@@ -64,6 +64,12 @@ Ctrl-C exits at once) and tensorboard/. One run at a time: a second run on the s
 WORKDIR is refused, naming the first (a lock file; on gs://, a lease object).
 With --no-progress, one line per log_every_steps carries the training loss instead.
 
+A GLUE suite at checkpoints (checkpoint_suite.*: tasks, data, recipe, learning_rates,
+seeds, epochs, batch_size, max_seq_len, every): the checkpoints it needs (every Nth saved
+one and the last) are kept from checkpoint.keep's deletion, and when training has finished
+the suite runs over them into WORKDIR/glue/ as `bert-jax glue --every-checkpoint` writes one
+(steps/STEP/, glue_steps.md, a PNG per task); a rerun repeats no finished fine-tuning run.
+
 Several processes (multi-host): pass --coordinator-address/--num-processes/--process-id
 to every process, or nothing on a Cloud TPU VM (peers are discovered). Each process reads
 its own share of the shard files. (--text makes its shards on one machine: on several,
@@ -238,7 +244,7 @@ def run(args: argparse.Namespace) -> int:
     distributed.initialize(args.coordinator_address, args.num_processes, args.process_id)
     import jax
 
-    from bert_jax.run_config import load_run_config
+    from bert_jax.run_config import checkpoint_suite, load_run_config
     from bert_jax.tasks import pretraining_data
     from bert_jax.tasks import phases
     from bert_jax.tasks.pretraining import PretrainingTask, format_evaluations
@@ -251,11 +257,14 @@ def run(args: argparse.Namespace) -> int:
         return continue_model(args, say)
     workdir = args.workdir or default_workdir(args.config)
     if phases.phases_of(args.config):  # every phase in turn (tasks/phases.py)
+        suite_config = phases.load_phases(args.config, args.overrides)[-1][1]
+        checkpoint_suite.check_data(suite_config, args.config)  # before hours, not after
         result = phases.run_phases(args.config, args.overrides, workdir,
                                    show_progress=not args.no_progress, log=say)
         total = list(result["phases"].values())[-1]
     else:
-        run_config = load_run_config(args.config, args.overrides)
+        run_config = suite_config = load_run_config(args.config, args.overrides)
+        checkpoint_suite.check_data(run_config, args.config)
         warning = warmup_warning(run_config)
         if warning:
             say(warning, file=sys.stderr)
@@ -275,9 +284,32 @@ def run(args: argparse.Namespace) -> int:
     if "data_proportions" in result:
         say("rows drawn from each data source: " + ", ".join(
             f"{name} {share:.1%}" for name, share in result["data_proportions"].items()))
+    run_checkpoint_suite(suite_config, workdir, not args.no_progress, say)
     say(f"\ndone: step {result['step']} of {total}"
         f"\n  checkpoints: {os.path.join(workdir, 'checkpoints')}"
         f"\n  TensorBoard: tensorboard --logdir {os.path.join(workdir, 'tensorboard')}"
         f"\n  export to Hugging Face: bert-jax convert {workdir} {workdir}_hf --to hf"
         "\n(exiting: JAX and TensorFlow release their threads, which can take some seconds)")
     return 0
+
+
+def run_checkpoint_suite(run_config, workdir: str, show_progress: bool, say) -> None:
+    """The GLUE suite the config names at the run's kept checkpoints (checkpoint_suite.*)."""
+    import jax
+
+    from bert_jax.evaluation import glue_steps
+    from bert_jax.run_config import checkpoint_suite
+
+    tasks = checkpoint_suite.tasks(run_config)
+    if not tasks:
+        return
+    suite = os.path.join(workdir, glue_steps.SUITE_DIRECTORY)
+    if jax.process_count() > 1:  # fine-tuning would wait on processes that have exited
+        say(f"checkpoint_suite: run on one host: bert-jax glue --model {workdir} --data "
+            f"{run_config.checkpoint_suite.data} --workdir {suite} --tasks {','.join(tasks)} "
+            "--every-checkpoint 1")
+        return
+    say(f"\nGLUE at the kept checkpoints ({','.join(tasks)}) into {suite}")
+    rows = glue_steps.run_config_suite(run_config, workdir, show_progress, say)
+    say("\n" + glue_steps.markdown(rows, tasks) + f"  {suite}/glue_steps.json  "
+        f"{suite}/glue_steps.md  {suite}/glue_TASK.png")

@@ -1,10 +1,12 @@
 """The GLUE suite over a pre-training run's saved checkpoints: a table per step and, per task,
 a PNG of its score against the step and the tokens seen.
 
-`run_over_steps(...)` runs `glue.run_suite` on RUN/checkpoints/STEP for every Nth finished
-step (the last always) into WORKDIR/steps/STEP/ (each a suite directory of its own, resumed
-as any), then writes WORKDIR/glue_steps.json ({step: {"tokens_seen", task: metrics, ...,
-"average"}}), WORKDIR/glue_steps.md (one row per step) and WORKDIR/glue_TASK.png. Tokens
+`run_over_steps(...)` runs `glue.run_suite` on RUN/checkpoints/STEP for every chosen step
+(`glue --every-checkpoint N`: every Nth finished one and the last, `chosen_steps`; a
+pre-training config's checkpoint_suite: the steps kept for it, `suite_steps`) into
+WORKDIR/steps/STEP/ (each a suite directory of its own, resumed as any), then writes
+WORKDIR/glue_steps.json ({step: {"tokens_seen", task: metrics, ..., "average"}}),
+WORKDIR/glue_steps.md (one row per step) and WORKDIR/glue_TASK.png. Tokens
 seen are the run's batch size x sequence length x step (run_config.json): the token
 positions trained on, padding included, which is what a packed run's count is too.
 """
@@ -17,9 +19,11 @@ from matplotlib.figure import Figure
 from bert_jax.errors import UserError
 from bert_jax.evaluation import glue, glue_table
 from bert_jax.interop import source_kinds
+from bert_jax.run_config import checkpoint_suite
 from bert_jax.storage import files, json_values
 
 STEPS_JSON, STEPS_MD = "glue_steps.json", "glue_steps.md"
+SUITE_DIRECTORY = "glue"  # RUN/glue/: the suite a pre-training config names
 
 
 def chosen_steps(run: str, every: int) -> list[int]:
@@ -75,12 +79,19 @@ def markdown(rows: dict, tasks: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_over_steps(run: str, data: str, workdir: str, tasks: list[str], recipe, every: int,
-                   log=print, **suite) -> dict:
-    """The suite at each chosen checkpoint of `run`; `suite` goes to `glue.run_suite`."""
+def suite_steps(run: str, period: int) -> list[int]:
+    """The finished checkpoints a pre-training config's suite scores: every multiple of
+    `period` (kept for it from checkpoint.keep's deletion) and the last."""
+    steps = source_kinds.finished_steps(run)
+    return [step for step in steps if step % period == 0 or step == steps[-1]]
+
+
+def run_over_steps(run: str, data: str, workdir: str, tasks: list[str], recipe,
+                   steps: list[int], log=print, **suite) -> dict:
+    """The suite at each of `steps` (checkpoints of `run`); `suite` goes to `glue.run_suite`."""
     per_step = tokens_per_step(run)
     rows = {}
-    for step in chosen_steps(run, every):
+    for step in steps:
         log(f"GLUE at step {step} of {run}")
         table = glue.run_suite(files.join(run, source_kinds.CHECKPOINTS, str(step)), data,
                                files.join(workdir, "steps", str(step)), tasks, recipe,
@@ -95,3 +106,16 @@ def run_over_steps(run: str, data: str, workdir: str, tasks: list[str], recipe, 
         with files.atomic_write(files.join(workdir, f"glue_{task}.png"), "wb") as file:
             file.write(image.getvalue())
     return rows
+
+
+def run_config_suite(run_config, run: str, show_progress: bool = True, log=print) -> dict:
+    """The suite `run_config` names (checkpoint_suite.*) over the checkpoints of `run` kept
+    for it, into RUN/glue/ as `glue --every-checkpoint` writes a suite; {} without one."""
+    tasks = checkpoint_suite.tasks(run_config)
+    if not tasks:
+        return {}
+    steps = suite_steps(run, checkpoint_suite.keep_period(run_config))
+    return run_over_steps(run, run_config.checkpoint_suite.data,
+                          files.join(run, SUITE_DIRECTORY), tasks,
+                          checkpoint_suite.recipe(run_config), steps,
+                          show_progress=show_progress, log=log)

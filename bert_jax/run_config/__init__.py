@@ -19,6 +19,7 @@ import os
 import ml_collections
 
 from bert_jax.errors import UserError
+from bert_jax.run_config.checkpoint_suite import check_section
 from bert_jax.run_config.objective import check_objective
 from bert_jax.run_config.ranges import check_ranges, check_sections
 from input_pipeline.mixture_config import check_sources
@@ -128,6 +129,18 @@ def base_config(model_preset: str = "base") -> ml_collections.ConfigDict:
 
     config.log_every_steps = 100  # host sync for metrics, TensorBoard and the progress bar
     config.peak_flops_per_device = 0.0  # for MFU; 0 = not reported
+
+    # A small GLUE suite at this run's checkpoints, run when training ends (checkpoint_suite.py).
+    config.checkpoint_suite = ml_collections.ConfigDict()
+    config.checkpoint_suite.tasks = ""  # GLUE tasks, comma-separated (sst2,stsb); '' = no suite
+    config.checkpoint_suite.data = ""  # the GLUE download, tfds:glue or datasets files (as --data)
+    config.checkpoint_suite.recipe = "bert"  # bert, modernbert-base or modernbert-large
+    config.checkpoint_suite.learning_rates = ()  # the grid for every task; () = the recipe's
+    config.checkpoint_suite.seeds = ()  # fine-tuning seeds; () = the recipe's
+    config.checkpoint_suite.epochs = 0  # epochs for every task; 0 = the recipe's
+    config.checkpoint_suite.batch_size = 0  # examples per fine-tuning step; 0 = the recipe's
+    config.checkpoint_suite.max_seq_len = 0  # longest input in tokens; 0 = the recipe's
+    config.checkpoint_suite.every = 1  # every Nth saved checkpoint (and the last); kept for it
     return config
 
 
@@ -295,6 +308,7 @@ def load_run_config(path: str, overrides: list[str] | None = None) -> ml_collect
     check_ranges(flatten(config), source=path)
     check_sections(config, source=path)
     check_objective(config, source=path)
+    check_section(config, source=path)
     check_sources(config, where=path)
     return config
 

@@ -55,6 +55,10 @@ RANGES = {
     "eval.batch_size": _AT_LEAST_ONE,
     "log_every_steps": _AT_LEAST_ONE,
     "peak_flops_per_device": (0, None),
+    "checkpoint_suite.epochs": (0, None),  # 0 = the recipe's
+    "checkpoint_suite.batch_size": (0, None),
+    "checkpoint_suite.max_seq_len": (0, None),
+    "checkpoint_suite.every": _AT_LEAST_ONE,
     # Fine-tuning's own section (bert_jax/training/finetune.py).
     "finetune.epochs": _AT_LEAST_ONE,
     "finetune.warmup_fraction": (0, 1),

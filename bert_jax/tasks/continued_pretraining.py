@@ -34,7 +34,7 @@ import ml_collections
 from bert_jax.errors import UserError
 from bert_jax.interop import model_source
 from bert_jax.models.families import FAMILIES, config_to_dict, family_of
-from bert_jax.run_config import (apply_overrides, flatten, load_run_config,
+from bert_jax.run_config import (apply_overrides, checkpoint_suite, flatten, load_run_config,
                                  parse_overrides)
 from bert_jax.run_config.objective import check_objective
 from bert_jax.run_config.ranges import check_ranges, check_sections
@@ -81,6 +81,9 @@ def recipe_config(source, config: str | None = None, overrides=()):
     check_ranges(flatten(run_config), source=spec)
     check_sections(run_config, source=spec)
     check_objective(run_config, source=spec)
+    if checkpoint_suite.tasks(run_config):  # it would keep checkpoints for a suite never run
+        raise UserError(f"{spec}: checkpoint_suite.tasks runs with `pretrain --config`; after "
+                        "--model M --text, run bert-jax glue --every-checkpoint on the workdir")
     return run_config, {key for key, _ in pairs}
 
 

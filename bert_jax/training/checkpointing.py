@@ -35,11 +35,15 @@ ITEMS = ("params", "opt_state", "meta")
 class Checkpoints:
     """Saves and restores (params, opt_state, meta) by step under `directory` (local or gs://)."""
 
-    def __init__(self, directory: str, keep: int = 3, async_save: bool = True):
+    def __init__(self, directory: str, keep: int = 3, async_save: bool = True,
+                 keep_period: int | None = None):
+        """`keep` the newest checkpoints, and besides them every step that is a multiple of
+        `keep_period` (those a suite at checkpoints scores: run_config/checkpoint_suite.py)."""
         # Orbax wants absolute paths; gs:// and other URLs already are.
         self.directory = epath.Path(files.absolute(directory))
         options = ocp.CheckpointManagerOptions(
-            max_to_keep=keep, enable_async_checkpointing=async_save, create=True)
+            max_to_keep=keep, keep_period=keep_period, enable_async_checkpointing=async_save,
+            create=True)
         self._manager = ocp.CheckpointManager(self.directory, item_names=ITEMS, options=options)
         self._needed, self._saving = 0, None  # the last checkpoint started: bytes, step
 

@@ -46,6 +46,7 @@ def run_config_for(model_config, settings: Settings, overrides=()) -> ml_collect
     Its values go through the same range check as a pre-training config's; an error names
     the flag (or `--config.KEY`) that set the value."""
     config = base_config()
+    del config.checkpoint_suite  # pre-training's: a fine-tuning run has no suite of its own
     config.model = ml_collections.ConfigDict(config_to_dict(model_config))
     config.seed = settings.seed
     config.batch_size = settings.batch_size

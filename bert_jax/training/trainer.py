@@ -27,6 +27,7 @@ from bert_jax.storage import files
 from bert_jax import sharding
 from bert_jax.errors import UserError
 from bert_jax.progress import CompileWatch
+from bert_jax.run_config import checkpoint_suite
 from bert_jax.training import batch_warmup, checkpointing, distributed, initial_state
 from bert_jax.training import train_step as train_step_lib, workdir as workdir_lib
 from bert_jax.training.data_position import data_source, restore_position, seek_step
@@ -89,7 +90,8 @@ def train(run_config, workdir: str, *, task, dataset_factory: Callable,
     with RunLock(workdir) if is_chief else contextlib.nullcontext():
         checkpoints = checkpointing.Checkpoints(
             files.join(workdir, workdir_lib.CHECKPOINTS), keep=run_config.checkpoint.keep,
-            async_save=run_config.checkpoint.async_save)
+            async_save=run_config.checkpoint.async_save,
+            keep_period=checkpoint_suite.keep_period(run_config))
         try:
             state, meta = initial_state.initial_state(bundle, checkpoints, run_config.seed, log,
                                                       weights)
