@@ -25,9 +25,9 @@ import numpy as np
 import pytest
 from tolerances import ENCODER_STEPS, assert_close
 
-from bert_jax.models.config import Precision, preset
+from bert_jax.models.config import REMAT_POLICY_NAMES, Precision, preset
 from bert_jax.models.families import family_of
-from bert_jax.models.layers.layer_scan import stack_layers, unstack_layers
+from bert_jax.models.layers.layer_scan import REMAT_POLICIES, stack_layers, unstack_layers
 from bert_jax.training import checkpointing, trainer
 from test_training_support import pretraining, synthetic_factory, tiny_run_config
 
@@ -93,6 +93,11 @@ def _assert_trees_close(actual, expected):
     for path, value in jax.tree_util.tree_leaves_with_path(actual):
         assert_close(value, flat_expected[path], TREE_STEPS, scale,
                      err_msg=jax.tree_util.keystr(path))
+
+
+def test_the_config_accepts_exactly_the_remat_policies_the_scan_has():
+    """models/config.py checks the name without importing JAX; the two lists must agree."""
+    assert sorted(REMAT_POLICY_NAMES) == sorted(REMAT_POLICIES)
 
 
 def test_stack_and_unstack_are_inverse():
