@@ -19,6 +19,8 @@ packed rows (create-data --objective mlm). The paper averages the decay phase's 
 import math
 
 from bert_jax.errors import UserError
+from bert_jax.run_config import pod_config
+from bert_jax.run_config.phase_recipe import token_steps
 
 TOKENS = {"1": 1.7e12, "2": 250e9, "3": 50e9}
 PHASE_1_ROW, LONG_ROW = 1024, 8192
@@ -29,21 +31,17 @@ LEARNING_RATE_WARMUP_TOKENS = 3e9
 
 
 def _phase_steps() -> dict[str, int]:
-    """Optimizer steps of each phase from its token budget. Phase 1's batch warm-up grows
-    linearly from 1 to 6 micro-batches, 3.5 on average, over its first WARMUP_TOKENS."""
-    micro_tokens = MICRO_BATCH_ROWS * PHASE_1_ROW
-    micro_batches = BATCH_ROWS // MICRO_BATCH_ROWS
-    warmup_steps = math.ceil(WARMUP_TOKENS / (micro_tokens * (1 + micro_batches) / 2))
-    steady = math.ceil((TOKENS["1"] - WARMUP_TOKENS) / (micro_tokens * micro_batches))
-    long_tokens = BATCH_ROWS * PHASE_1_ROW  # phases 2 and 3 keep the tokens a step
-    return {"1": warmup_steps + steady, "batch_warmup": warmup_steps,
-            "2": math.ceil(TOKENS["2"] / long_tokens), "3": math.ceil(TOKENS["3"] / long_tokens)}
+    """Optimizer steps of each phase from its token budget: every step holds phase 1's
+    4.72M tokens; phase 1's batch warms up from one micro-batch over WARMUP_TOKENS."""
+    step_tokens = BATCH_ROWS * PHASE_1_ROW  # phases 2 and 3 keep the tokens a step
+    first, warmup = token_steps(TOKENS["1"], step_tokens, WARMUP_TOKENS,
+                                MICRO_BATCH_ROWS * PHASE_1_ROW)
+    return {"1": first, "batch_warmup": warmup, "2": token_steps(TOKENS["2"], step_tokens)[0],
+            "3": token_steps(TOKENS["3"], step_tokens)[0]}
 
 
 def modernbert_config(size: str, phase: str, learning_rate: float):
     """The run config of `size` ("base", "large") in `phase` ("1", "2", "3")."""
-    from bert_jax.run_config import pod_config
-
     if phase not in TOKENS:
         raise UserError(f"modernbert_{size}.py: phase must be 1, 2 or 3, got {phase!r}")
     steps = _phase_steps()

@@ -72,19 +72,24 @@ def _rows(recipe: Recipe, phase: Phase) -> int:
     return rows
 
 
-def phase_steps(recipe: Recipe, phase: Phase) -> tuple[int, int]:
-    """(optimizer steps of the phase, of them the batch warm-up's). The warm-up grows
-    linearly from 1 micro-batch of start_rows to batch_rows / start_rows of them, so a
-    warm-up step holds (1 + that) / 2 micro-batches on average."""
-    rows = _rows(recipe, phase)
-    step_tokens = rows * phase.seq_len
-    if not phase.batch_warmup_tokens:
-        return math.ceil(phase.tokens / step_tokens), 0
-    micro_batches = rows // recipe.start_rows
-    micro_tokens = recipe.start_rows * phase.seq_len
-    warmup = math.ceil(phase.batch_warmup_tokens / (micro_tokens * (1 + micro_batches) / 2))
-    steady = math.ceil((phase.tokens - phase.batch_warmup_tokens) / step_tokens)
+def token_steps(tokens: float, step_tokens: int, batch_warmup_tokens: float = 0.0,
+                start_tokens: int = 0) -> tuple[int, int]:
+    """(optimizer steps that train `tokens` at `step_tokens` a step, of them the batch
+    warm-up's). The warm-up grows linearly over `batch_warmup_tokens` from one micro-batch
+    of `start_tokens` to a whole step, so a warm-up step holds (1 + step_tokens /
+    start_tokens) / 2 micro-batches on average (modernbert_recipe's phase 1 too)."""
+    if not batch_warmup_tokens:
+        return math.ceil(tokens / step_tokens), 0
+    micro_batches = step_tokens // start_tokens
+    warmup = math.ceil(batch_warmup_tokens / (start_tokens * (1 + micro_batches) / 2))
+    steady = math.ceil((tokens - batch_warmup_tokens) / step_tokens)
     return warmup + steady, warmup
+
+
+def phase_steps(recipe: Recipe, phase: Phase) -> tuple[int, int]:
+    """(optimizer steps of the phase, of them the batch warm-up's, from start_rows a step)."""
+    return token_steps(phase.tokens, _rows(recipe, phase) * phase.seq_len,
+                       phase.batch_warmup_tokens, recipe.start_rows * phase.seq_len)
 
 
 def phase_ends(recipe: Recipe) -> dict[str, int]:

@@ -35,8 +35,8 @@ from bert_jax.training.evaluation import TermEvaluator
 from bert_jax.training.interrupts import StopRequests
 from bert_jax.training.metrics_writer import MetricsWriter
 from bert_jax.training.run_lock import RunLock
-from input_pipeline.mixture_config import shares
 from bert_jax.training.throughput import Throughput
+from input_pipeline.mixture_config import shares
 
 
 _BUNDLES = {}
@@ -190,7 +190,7 @@ class _Loop:
         draws its own rows (a collective call: every process logs at the same steps)."""
         counts = distributed.gather_json(self.dataset.drawn_counts())
         return shares({name: sum(process[name] for process in counts)
-                               for name in counts[0]})
+                       for name in counts[0]})
 
     def _step(self, state, rng, step: int, progress):
         """One train step on the next batch; a step on a batch shape not seen before also
