@@ -114,7 +114,8 @@ def layout_lengths(layout: str, rows: int, seq_len: int, window: int, rng) -> li
 
 
 def make_rows(layout: str, rows: int, seq_len: int, window: int, vocab_size: int,
-              seed: int = 0) -> Rows:
+              seed: int = 0, mask_rate: float = MASK_RATE) -> Rows:
+    """`rows` rows of `layout`, `mask_rate` of each sequence's tokens masked."""
     rng = np.random.default_rng(seed)
     ids = np.zeros((rows, seq_len), np.int32)
     sequences, masked = [], []
@@ -122,7 +123,7 @@ def make_rows(layout: str, rows: int, seq_len: int, window: int, vocab_size: int
         starts = np.cumsum([0, *lengths[:-1]])
         ids[row, :sum(lengths)] = rng.integers(5, vocab_size, sum(lengths))
         sequences.append(list(zip(starts.tolist(), lengths)))
-        masked.append([np.sort(rng.choice(length, int(MASK_RATE * length), replace=False))
+        masked.append([np.sort(rng.choice(length, int(mask_rate * length), replace=False))
                        for length in lengths])
     return Rows(ids, sequences, masked)
 
@@ -139,15 +140,21 @@ def instances(rows: Rows) -> tuple[np.ndarray, np.ndarray]:
     return instance_ids, position_ids
 
 
-def jax_batch(rows: Rows, max_predictions: int) -> dict:
-    """The masked-LM task's batch (tasks/masked_lm.py's schema) of `rows`."""
+def jax_batch(rows: Rows, max_predictions: int, every_position: bool = False) -> dict:
+    """The masked-LM task's batch (tasks/masked_lm.py's schema) of `rows`: the masked
+    positions in the first slots or, with `every_position` (max_predictions = T), slot t at
+    position t weighing 1 where t is masked: a head that scores every token."""
     instance_ids, position_ids = instances(rows)
     positions = np.zeros((len(rows.ids), max_predictions), np.int32)
     weights = np.zeros((len(rows.ids), max_predictions), np.float32)
     for row, (spans, masked) in enumerate(zip(rows.sequences, rows.masked)):
         row_positions = np.concatenate([start + m for (start, _), m in zip(spans, masked)])
-        positions[row, :len(row_positions)] = row_positions
-        weights[row, :len(row_positions)] = 1.0
+        if every_position:
+            positions[row] = np.arange(max_predictions)
+            weights[row, row_positions] = 1.0
+        else:
+            positions[row, :len(row_positions)] = row_positions
+            weights[row, :len(row_positions)] = 1.0
     return dict(input_ids=rows.ids, segment_ids=np.zeros_like(rows.ids),
                 input_mask=(instance_ids > 0).astype(np.int32), instance_ids=instance_ids,
                 position_ids=position_ids, masked_lm_positions=positions,
@@ -182,24 +189,24 @@ def unpacked(rows: Rows) -> Rows:
     return Rows(ids, [[(0, length)] for _, _, length in spans], [[m] for m in masked])
 
 
-class TorchModernBert:
-    """transformers' ModernBertForMaskedLM (sparse prediction) and torch-optimi's StableAdamW;
+def decay_groups(model) -> list[dict]:
+    """torch parameter groups as bert-jax's `decay_mask`: no weight decay on norms and
+    biases."""
+    named = list(model.named_parameters())
+    no_decay = [p for n, p in named if "norm" in n or n.endswith("bias")]
+    decay = [p for n, p in named if not ("norm" in n or n.endswith("bias"))]
+    return [{"params": decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+class TorchMaskedLM:
+    """A transformers masked-LM `model` and its `optimizer`, optionally `torch.compile`d;
     `inputs` per side name, each run with its attention implementation."""
 
-    def __init__(self, directory: str):
+    def __init__(self, model, optimizer, compile_model: bool = False):
         import torch
-        import transformers
-        from optimi import StableAdamW
-        self.model = transformers.ModernBertForMaskedLM.from_pretrained(directory)
+        self.model, self.optimizer = model, optimizer
         self.model.train()  # dropout rates are 0: train mode changes nothing but autograd use
-        named = list(self.model.named_parameters())
-        no_decay = [p for n, p in named if "norm" in n or n.endswith("bias")]
-        decay = [p for n, p in named if not ("norm" in n or n.endswith("bias"))]
-        self.optimizer = StableAdamW(
-            [{"params": decay}, {"params": no_decay, "weight_decay": 0.0}], lr=LEARNING_RATE,
-            betas=BETAS, eps=EPSILON, weight_decay=WEIGHT_DECAY, decouple_lr=True,
-            foreach=True, triton=False)
-        self.compiled = None
+        self.compiled = torch.compile(model) if compile_model else None
         self.no_grad = torch.no_grad
 
     def loss(self, inputs: dict, attention: str, compiled: bool = False):
@@ -217,6 +224,20 @@ class TorchModernBert:
         loss.backward()
         self.optimizer.step()
         return float(loss.detach())
+
+
+class TorchModernBert(TorchMaskedLM):
+    """transformers' ModernBertForMaskedLM (sparse prediction) and torch-optimi's
+    StableAdamW."""
+
+    def __init__(self, directory: str, compile_model: bool = False):
+        import transformers
+        from optimi import StableAdamW
+        model = transformers.ModernBertForMaskedLM.from_pretrained(directory)
+        super().__init__(model, StableAdamW(
+            decay_groups(model), lr=LEARNING_RATE, betas=BETAS, eps=EPSILON,
+            weight_decay=WEIGHT_DECAY, decouple_lr=True, foreach=True, triton=False),
+            compile_model)
 
 
 def hf_model_config(layers: int):
@@ -246,17 +267,24 @@ def save_initial_weights(layers: int, directory: str):
     return model.config
 
 
-def torch_sides(rows: Rows, window: int, args) -> dict:
-    """Side name -> (inputs, attention implementation, compiled) of transformers' sides."""
+def torch_sides(rows: Rows, window: int | None, args) -> dict:
+    """Side name -> (inputs, attention implementation, compiled) of transformers' sides.
+    Packed rows' `attention_mask` is the dict of 4-D masks per layer type, or with `window`
+    None (a model whose every layer is full, EuroBERT) the full-attention mask alone."""
     import torch
     inputs = dict(input_ids=torch.from_numpy(rows.ids).long(), labels=torch_labels(rows))
     instance_ids, position_ids = instances(rows)
     if any(len(row) > 1 for row in rows.sequences):
-        masks = packed_masks(rows, window)
+        masks = packed_masks(rows, window or 0)
         position_ids = torch.from_numpy(position_ids).long()
-        attention = {"sdpa": masks, "eager": {
-            name: torch.where(mask, 0.0, torch.finfo(torch.float32).min)
-            for name, mask in masks.items()}}  # eager adds its mask to the scores
+        # eager adds its mask to the scores
+        additive = lambda mask: torch.where(mask, 0.0, torch.finfo(torch.float32).min)  # noqa: E731
+        if window is None:
+            attention = {"sdpa": masks["full_attention"],
+                         "eager": additive(masks["full_attention"])}
+        else:
+            attention = {"sdpa": masks, "eager": {
+                name: additive(mask) for name, mask in masks.items()}}
         sides = {f"transformers {name}": (dict(inputs, attention_mask=mask,
                                                 position_ids=position_ids), name, False)
                  for name, mask in attention.items()}
@@ -290,15 +318,19 @@ def modernbert_jax_step(rows: Rows, layers: int, precision_overrides: dict | Non
                        decouple_learning_rate=True, clip_norm=0.0))
 
 
-def jax_attention(rows: int, seq_len: int, window: int) -> str:
-    """What bert-jax's attention does on this batch (precision.attention=auto, a CPU)."""
+def jax_attention(rows: int, seq_len: int, window: int | None) -> str:
+    """What bert-jax's attention does on this batch (precision.attention=auto, a CPU); a
+    `window` of None: every layer full."""
     from bert_jax.models.layers import attention, attention_kernels
     implementation = attention_kernels.choose("auto", "cpu", 0.0, seq_len, "float32")
     chunks = attention.chunk_count(rows, seq_len, -1, "cpu")
     block = attention.band_block(seq_len, window, "cpu")
-    return (f"{implementation}, {chunks} chunk(s) of {rows // chunks} row(s), sliding layers "
-            + (f"in bands ({block} queries x {block + 2 * window} keys)" if block else
-               "on the full T x T scores"))
+    chunked = f"{implementation}, {chunks} chunk(s) of {rows // chunks} row(s)"
+    if window is None:
+        return chunked + ", every layer full"
+    return (chunked + ", sliding layers " + (
+        f"in bands ({block} queries x {block + 2 * window} keys)" if block else
+        "on the full T x T scores"))
 
 
 def summary_lines(mode: str, times: dict, real_tokens: int) -> list[str]:
@@ -326,24 +358,33 @@ def summary_lines(mode: str, times: dict, real_tokens: int) -> list[str]:
 def compare(layout: str, seq_len: int, hf_config, directory: str, args) -> list[str]:
     """One layout at one length: losses at equal weights (those saved in `directory`), then
     each mode's timed rounds."""
-    import functools
-
-    import torch
     from bert_jax.interop import model_source
     window = hf_config.local_attention // 2
     rows = make_rows(layout, args.rows, seq_len, hf_config.local_attention,
                      hf_config.vocab_size, args.seed)
     jax_step = modernbert_jax_step(rows, hf_config.num_hidden_layers)
     jax_step.load_params(model_source.in_directory(directory).load().params)
-    reference = TorchModernBert(directory)
-    if args.compile:
-        reference.compiled = torch.compile(reference.model)
-    sides = torch_sides(rows, window, args)
-    count = sum(len(row) for row in rows.sequences)
-    lines = [f"{seq_len} tokens, {layout}: {args.rows} rows x {seq_len}, {count} sequences, "
-             f"{rows.real_tokens} real tokens ({100 * rows.real_tokens / rows.ids.size:.1f}%), "
-             f"{rows.num_masked} masked; bert-jax attention {jax_attention(args.rows, seq_len, window)};"
-             f" load average {os.getloadavg()[0]:.1f}"]
+    reference = TorchModernBert(directory, args.compile)
+    header = layout_line(layout, rows, jax_attention(args.rows, seq_len, window))
+    return compare_steps(header, rows, jax_step, reference, torch_sides(rows, window, args),
+                         args)
+
+
+def layout_line(layout: str, rows: Rows, attention: str) -> str:
+    """A layout's first line: its rows, sequences, tokens, bert-jax's `attention`, the load."""
+    count, (height, seq_len) = sum(len(row) for row in rows.sequences), rows.ids.shape
+    return (f"{seq_len} tokens, {layout}: {height} rows x {seq_len}, {count} sequences, "
+            f"{rows.real_tokens} real tokens ({100 * rows.real_tokens / rows.ids.size:.1f}%), "
+            f"{rows.num_masked} masked; bert-jax attention {attention};"
+            f" load average {os.getloadavg()[0]:.1f}")
+
+
+def compare_steps(header: str, rows: Rows, jax_step: JaxStep, reference: TorchMaskedLM,
+                  sides: dict, args) -> list[str]:
+    """`header`, the masked-LM loss of bert-jax and of each of transformers' `sides` (at
+    equal weights), then each mode's timed rounds; returns the lines it printed."""
+    import functools
+    lines = [header]
     losses = {"bert-jax": jax_step.forward(),
               **{name: reference.forward(*side) for name, side in sides.items()}}
     worst = max(abs(loss - losses["bert-jax"]) for loss in losses.values())
@@ -367,9 +408,11 @@ def compare(layout: str, seq_len: int, hf_config, directory: str, args) -> list[
     return lines + [tail]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--layers", type=int, default=22, help="encoder layers (base: 22)")
+def argument_parser(description: str) -> argparse.ArgumentParser:
+    """This bench's options, which bench/eurobert_step.py shares (with its own defaults)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--layers", type=int, default=22,
+                        help="encoder layers (default %(default)s; ModernBERT-base has 22)")
     parser.add_argument("--seq-lens", default="512,1024", help="comma-separated row lengths")
     parser.add_argument("--rows", type=int, default=4, help="rows per batch")
     parser.add_argument("--layouts", default="padded,packed", help="padded and/or packed")
@@ -381,7 +424,11 @@ def main() -> None:
     parser.add_argument("--unpacked", action="store_true",
                         help="packed layout: also transformers on the sequences unpacked")
     parser.add_argument("--compile", action="store_true", help="also torch.compile (sdpa)")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = argument_parser(__doc__.splitlines()[0]).parse_args()
     announce_host()  # the CPU, its ISA, threads and load: figures carry their host
     import jax
     import torch
