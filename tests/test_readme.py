@@ -245,6 +245,9 @@ PLANS_BY_FILE = {
                                  "--config.optimizer.decay_steps=2 "
                                  "--config.checkpoint.every_steps=8 "
                                  "--config.eval.every_steps=8"),))],
+        "EuroBERT's step on a CPU": [_skip(
+            "the bench itself: about 8 minutes of both cores and 17 GB of memory at "
+            "EuroBERT-210m's widths; tests/test_bench_host.py holds its host header")],
     },
     "docs/moving-weights.md": {
         "Serving with TensorFlow Serving": [_skip("docker and a tensorflow/serving image; "
