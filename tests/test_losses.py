@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 from tolerances import assert_close
 
-from bert_jax.losses import pretraining_loss
+import jax
+
+from bert_jax.losses import cross_entropy, pretraining_loss, top_class_is
 
 
 def naive_reference(mlm_logits, nsp_logits, masked_lm_ids, masked_lm_weights, labels):
@@ -95,3 +97,36 @@ def test_batch_without_predictions_gives_zero_not_nan():
     _, metrics = pretraining_loss(mlm_logits, nsp_logits, ids, np.zeros_like(weights), labels)
     assert float(metrics["mlm_loss"]) == 0.0
     assert np.isfinite(float(metrics["loss"]))
+
+
+def test_cross_entropy_gradient_is_softmax_minus_one_hot_in_float64():
+    """The hand-written gradient (losses.py) against the textbook one, computed in float64:
+    d/dlogits of sum(w * nll) = w * (softmax - one_hot)."""
+    rng = np.random.default_rng(6)
+    logits = rng.normal(0, 3, (3, 5, 50)).astype(np.float32)
+    labels = rng.integers(0, 50, (3, 5))
+    weights = rng.random((3, 5)).astype(np.float32)
+    gradient = jax.grad(lambda x: jnp.sum(cross_entropy(x, jnp.asarray(labels)) * weights))(
+        jnp.asarray(logits))
+    wide = logits.astype(np.float64)
+    softmax = np.exp(wide - wide.max(-1, keepdims=True))
+    softmax /= softmax.sum(-1, keepdims=True)
+    expected = weights[..., None] * (softmax - np.eye(50)[labels])
+    # exp(x - lse) in float32: the exponent's argument is off by a few steps of |x| <= ~15,
+    # which moves exp by that much relative (so steps of 15 x its value, at most 1): 64 steps.
+    assert_close(np.asarray(gradient), expected, 64, scale=1.0)
+
+
+def test_top_class_is_argmax_with_its_first_of_tied_maxima():
+    logits = jnp.asarray([[1.0, 3.0, 3.0, 2.0],  # tied at 1 and 2: argmax says 1
+                          [0.5, 0.5, 0.5, 0.5],  # all tied: 0
+                          [-1.0, -3.0, -2.0, -0.5]], jnp.bfloat16)
+    for label in range(4):
+        labels = jnp.full((3,), label)
+        expected = (np.argmax(np.asarray(logits, np.float32), -1) == label).astype(np.float32)
+        np.testing.assert_array_equal(np.asarray(top_class_is(logits, labels)), expected)
+    many = jnp.asarray(np.random.default_rng(7).normal(size=(4, 6, 1000)), jnp.bfloat16)
+    labels = jnp.asarray(np.random.default_rng(8).integers(0, 1000, (4, 6)))
+    labels = labels.at[:, :3].set(jnp.argmax(many, -1)[:, :3])
+    np.testing.assert_array_equal(np.asarray(top_class_is(many, labels)),
+                                  np.asarray(jnp.argmax(many, -1) == labels, np.float32))

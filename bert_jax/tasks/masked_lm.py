@@ -103,7 +103,7 @@ class MaskedLMTask(MaskedLMRows, FineTuningTask):
     def sums(self, outputs, batch):
         weights = batch["masked_lm_weights"].astype(jnp.float32)  # (B, P)
         ids = batch["masked_lm_ids"]
-        correct = (jnp.argmax(outputs, axis=-1) == ids).astype(jnp.float32)
+        correct = losses.top_class_is(outputs, ids)
         return {"mlm_loss": jnp.sum(losses.cross_entropy(outputs, ids) * weights),
                 "mlm_accuracy": jnp.sum(correct * weights)}
 
