@@ -60,9 +60,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.host import announce_host  # noqa: E402
 from bench.model_step import JaxStep  # noqa: E402
+from bench.masked_lm_rows import Rows, jax_batch, make_rows  # noqa: E402
 from bench.modernbert_step import (  # noqa: E402
-    Rows, TorchMaskedLM, argument_parser, compare_steps, decay_groups, jax_attention,
-    jax_batch, layout_line, make_rows, torch_sides)
+    TorchMaskedLM, argument_parser, compare_steps, decay_groups, jax_attention, layout_line,
+    torch_sides)
 
 PRESET = "eurobert-210m"
 MASK_RATE = 0.5  # EuroBERT's pre-training masking rate
@@ -124,7 +125,7 @@ def compare(layout: str, seq_len: int, hf_config, directory: str, args) -> list[
     each mode's timed rounds."""
     from bert_jax.interop import model_source
     rows = make_rows(layout, args.rows, seq_len, SHORT, hf_config.vocab_size, args.seed,
-                     MASK_RATE)
+                     mask_rate=MASK_RATE)
     jax_step = eurobert_jax_step(rows, hf_config.num_hidden_layers, args.sparse)
     jax_step.load_params(model_source.in_directory(directory).load().params)
     reference = TorchEuroBert(directory, args.compile)

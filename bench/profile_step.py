@@ -143,9 +143,10 @@ def main() -> None:
         step = QuestionAnsweringStep(args.batch or 32, args.seq_len or 256)
         title = f"qa (MiniLM) {args.batch or 32} x {args.seq_len or 256}"
     elif args.task == "modernbert":
-        from modernbert_step import make_rows, modernbert_jax_step
+        from modernbert_step import MASK_RATE, make_rows, modernbert_jax_step
         batch, seq_len = args.batch or 4, args.seq_len or 1024
-        rows = make_rows(args.layout, batch, seq_len, window=128, vocab_size=50368)
+        rows = make_rows(args.layout, batch, seq_len, window=128, vocab_size=50368,
+                         mask_rate=MASK_RATE)
         step = modernbert_jax_step(rows, args.layers)
         title = f"ModernBERT-base ({args.layers} layers) {batch} x {seq_len} {args.layout}"
     else:
