@@ -62,8 +62,8 @@ from bench.host import announce_host  # noqa: E402
 from bench.model_step import JaxStep  # noqa: E402
 from bench.masked_lm_rows import Rows, jax_batch, make_rows  # noqa: E402
 from bench.modernbert_step import (  # noqa: E402
-    TorchMaskedLM, argument_parser, compare_steps, decay_groups, jax_attention, layout_line,
-    torch_sides)
+    TorchMaskedLM, argument_parser, compare_all, compare_steps, decay_groups, jax_attention,
+    layout_line, run_line, torch_sides)
 
 PRESET = "eurobert-210m"
 MASK_RATE = 0.5  # EuroBERT's pre-training masking rate
@@ -144,23 +144,17 @@ def main() -> None:
                         help="bert-jax scores only the masked slots (different work)")
     args = parser.parse_args()
     announce_host()  # the CPU, its ISA, threads and load: figures carry their host
-    import jax
     import torch
     import transformers
     torch.set_num_threads(os.cpu_count())
     print(f"EuroBERT-210m's widths ({args.layers} of its 12 layers, hidden 768, 12 heads, 12 "
-          f"key/value heads, SwiGLU 3,072, vocabulary 128,256), float32, dropout off, "
-          f"{MASK_RATE:.0%} masked; {args.rounds} rounds x {args.steps} call(s) a side; "
-          f"threads: torch {torch.get_num_threads()} (OMP_WAIT_POLICY="
-          f"{os.environ['OMP_WAIT_POLICY']}), XLA {os.cpu_count()}; jax {jax.__version__}, "
-          f"torch {torch.__version__}, transformers {transformers.__version__}", flush=True)
+          f"key/value heads, SwiGLU 3,072, vocabulary 128,256), {run_line(args, MASK_RATE)}",
+          flush=True)
     with tempfile.TemporaryDirectory(prefix="eurobert-bench-") as directory:
         torch.manual_seed(0)
         hf_config = hf_model_config(args.layers)
         transformers.EuroBertForMaskedLM(hf_config).save_pretrained(directory)
-        for seq_len in (int(n) for n in args.seq_lens.split(",")):
-            for layout in args.layouts.split(","):
-                compare(layout, seq_len, hf_config, directory, args)
+        compare_all(compare, hf_config, directory, args)
 
 
 if __name__ == "__main__":

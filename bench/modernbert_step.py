@@ -307,24 +307,35 @@ def argument_parser(description: str) -> argparse.ArgumentParser:
     return parser
 
 
-def main() -> None:
-    args = argument_parser(__doc__.splitlines()[0]).parse_args()
-    announce_host()  # the CPU, its ISA, threads and load: figures carry their host
+def run_line(args, mask_rate: float) -> str:
+    """The settings every masked-LM step bench prints after its model: masking, rounds,
+    threads and versions."""
     import jax
     import torch
     import transformers
+    return (f"float32, dropout off, {mask_rate:.0%} masked; {args.rounds} rounds x "
+            f"{args.steps} call(s) a side; threads: torch {torch.get_num_threads()} "
+            f"(OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}), XLA {os.cpu_count()}; "
+            f"jax {jax.__version__}, torch {torch.__version__}, transformers "
+            f"{transformers.__version__}")
+
+
+def compare_all(compare, hf_config, directory: str, args) -> None:
+    """`compare` at every `--seq-lens` and `--layouts`."""
+    for seq_len in (int(n) for n in args.seq_lens.split(",")):
+        for layout in args.layouts.split(","):
+            compare(layout, seq_len, hf_config, directory, args)
+
+
+def main() -> None:
+    args = argument_parser(__doc__.splitlines()[0]).parse_args()
+    announce_host()  # the CPU, its ISA, threads and load: figures carry their host
+    import torch
     torch.set_num_threads(os.cpu_count())
     print(f"ModernBERT ({args.layers} layers, hidden 768, MLP 1152, 12 heads, vocabulary "
-          f"50,368), float32, dropout off, {MASK_RATE:.0%} masked; {args.rounds} rounds x "
-          f"{args.steps} call(s) a side; threads: torch {torch.get_num_threads()} "
-          f"(OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}), XLA {os.cpu_count()}; "
-          f"jax {jax.__version__}, torch {torch.__version__}, transformers "
-          f"{transformers.__version__}", flush=True)
+          f"50,368), {run_line(args, MASK_RATE)}", flush=True)
     with tempfile.TemporaryDirectory(prefix="modernbert-bench-") as directory:
-        hf_config = save_initial_weights(args.layers, directory)
-        for seq_len in (int(n) for n in args.seq_lens.split(",")):
-            for layout in args.layouts.split(","):
-                compare(layout, seq_len, hf_config, directory, args)
+        compare_all(compare, save_initial_weights(args.layers, directory), directory, args)
 
 
 if __name__ == "__main__":
