@@ -1,7 +1,8 @@
 """EuroBERT on the CPU, bert-jax against transformers' `EuroBertForMaskedLM`: the forward
 pass and the train step at EuroBERT-210m's widths, like for like, timed in one process.
 
-The design is bench/modernbert_step.py's, and so is most of the code (imported from it):
+The design is bench/modernbert_step.py's, and so is most of the code (imported from it
+and from bench/masked_lm_rows.py, the rows both benches feed their sides):
 both sides hold the same weights (transformers' random initialisation, saved to a temporary
 directory and read into bert-jax through its Hugging Face reader `bert_jax.interop.
 model_source`) and see the same batch: the same rows, the same masked positions (50% of

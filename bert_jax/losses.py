@@ -23,10 +23,10 @@ def _label_scores(logits: Array, labels: Array) -> Array:
 # take_along_axis scatters into a zeroed (..., classes) buffer and adds it to the log-softmax's
 # gradient, and behind a masked-LM decoder XLA's CPU compiler wrote that sum out a second time,
 # transposed, for the weight gradient's product: 3.9 s of a 17 s EuroBERT-210m step (3 layers,
-# 2 x 1,024 tokens, 128,256 classes), 0.7 s with this form (bench/eurobert_step.py; docs/cpu.md).
+# 2 x 1,024 tokens, 128,256 classes), 0.7 s with this form (bench/eurobert_step.py; docs/eurobert.md).
 @jax.custom_vjp
 def _negative_log_likelihood(logits: Array, labels: Array) -> Array:
-    return jax.nn.logsumexp(logits, axis=-1) - _label_scores(logits, labels)
+    return _negative_log_likelihood_forward(logits, labels)[0]
 
 
 def _negative_log_likelihood_forward(logits: Array, labels: Array):

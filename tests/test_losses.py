@@ -2,12 +2,11 @@
 
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from tolerances import assert_close
-
-import jax
 
 from bert_jax.losses import cross_entropy, pretraining_loss, top_class_is
 
