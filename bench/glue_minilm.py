@@ -1,17 +1,20 @@
 """`bert-jax glue` beside transformers' own fine-tuning of the same model, same recipe, same seeds.
 
-STS-B from ../shared/data (sts-train.tsv, sts-dev.tsv) is laid out as the GLUE download lays
-it out (STS-B/train.tsv, STS-B/dev.tsv with its ten columns) in a temporary directory;
-`bert-jax glue` runs on it as a user runs it (a subprocess), and transformers
-(`AutoModelForSequenceClassification` with one output: its regression head and MSE loss,
-`DataCollatorWithPadding`, torch AdamW with the recipe of bench/finetune_recipe.py) trains
-on the very rows bert-jax read (input_pipeline/tasks/glue.py) with each seed, truncating
-pairs longest-first at the same length. Both are scored by the same scipy Pearson and
-Spearman (bert_jax/evaluation/glue_metrics.py). Printed: each seed's figures and their
-median, a side.
+The task's data from ../shared/data (STS-B: sts-train.tsv, sts-dev.tsv; SST-2: train.tsv,
+dev.tsv) is laid out as the GLUE download lays it out (STS-B/train.tsv with its ten columns,
+SST-2/train.tsv as `sentence<TAB>label`) in a temporary directory; `bert-jax glue` runs on it
+as a user runs it (a subprocess, every learning rate and seed in one suite), and transformers
+(`AutoModelForSequenceClassification`: STS-B with one output, its regression head and MSE
+loss; SST-2 with two classes and cross-entropy; `DataCollatorWithPadding`, torch AdamW with
+the recipe of bench/finetune_recipe.py) trains on the very rows bert-jax read
+(input_pipeline/tasks/glue.py) with each learning rate and seed, truncating pairs
+longest-first at the same length. Both are scored by the same scikit-learn/scipy metrics
+(bert_jax/evaluation/glue_metrics.py) and aggregated as the recipe says (the median over
+seeds; the task's figure is the learning rate whose median is best, as the BERT paper
+selected it). Printed: each run's figures, each rate's median, the kept rate, a side.
 
-Usage: python bench/glue_minilm.py [--learning-rate 5e-5] [--seeds 0,1] [--epochs 1]
-       [--max-seq-len 64] [--batch-size 32]
+Usage: python bench/glue_minilm.py [--task stsb|sst2] [--learning-rates 2e-5,3e-5,5e-5]
+       [--seeds 0,1,2] [--epochs 3] [--max-seq-len 128] [--batch-size 32] [--train-pairs N]
 """
 
 import argparse
@@ -30,23 +33,40 @@ sys.path.insert(0, REPOSITORY)
 from bench.finetune_recipe import minilm_directory, torch_train  # noqa: E402
 from bench.host import announce_host  # noqa: E402
 
-STSB = os.path.join(REPOSITORY, "..", "shared", "data", "tasks", "stsb")
-HEADER = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore"
+TASKS_DATA = os.path.join(REPOSITORY, "..", "shared", "data", "tasks")
+STSB_HEADER = ("index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\t"
+               "sentence2\tscore")
+DEV_SIZE = {"stsb": "1,500 pairs", "sst2": "872 sentences"}
 
 
-def lay_out(directory: str, train_pairs: int = 0) -> str:
-    """STS-B's SentEval files (genre, file, year, id, score, sentence1, sentence2[, ...]) as
-    the GLUE download's STS-B/train.tsv and dev.tsv (the first `train_pairs` training pairs
-    if not 0, for a quick try); returns the GLUE directory."""
+def _read_tsv(path: str) -> list[list[str]]:
+    with open(path, encoding="utf-8") as file:
+        return [line.split("\t") for line in file.read().splitlines() if line.strip()]
+
+
+def lay_out(directory: str, task: str, train_pairs: int = 0) -> str:
+    """The task's ../shared files as the GLUE download's <TASK>/train.tsv and dev.tsv (the
+    first `train_pairs` training rows if not 0, for a quick try); returns the GLUE directory.
+
+    STS-B's SentEval files are (genre, file, year, id, score, sentence1, sentence2[, ...]);
+    SST-2's are (label, sentence) under a header, as the GLUE download's with the columns
+    swapped."""
     glue = os.path.join(directory, "glue")
-    os.makedirs(os.path.join(glue, "STS-B"))
-    for source, name in (("sts-train.tsv", "train.tsv"), ("sts-dev.tsv", "dev.tsv")):
-        with open(os.path.join(STSB, source), encoding="utf-8") as file:
-            rows = [line.split("\t") for line in file.read().splitlines() if line.strip()]
+    folder = {"stsb": "STS-B", "sst2": "SST-2"}[task]
+    os.makedirs(os.path.join(glue, folder))
+    sources = {"stsb": ("sts-train.tsv", "sts-dev.tsv"), "sst2": ("train.tsv", "dev.tsv")}[task]
+    for source, name in zip(sources, ("train.tsv", "dev.tsv")):
+        rows = _read_tsv(os.path.join(TASKS_DATA, task, source))
+        if task == "sst2":
+            rows = rows[1:]  # its header
         if train_pairs and name == "train.tsv":
             rows = rows[:train_pairs]
-        with open(os.path.join(glue, "STS-B", name), "w", encoding="utf-8") as file:
-            file.write(HEADER + "\n")
+        with open(os.path.join(glue, folder, name), "w", encoding="utf-8") as file:
+            if task == "sst2":
+                file.write("sentence\tlabel\n")
+                file.writelines(f"{sentence}\t{label}\n" for label, sentence in rows)
+                continue
+            file.write(STSB_HEADER + "\n")
             for index, (genre, filename, year, number, score, first, second, *_) in enumerate(
                     rows):
                 file.write("\t".join([str(index), genre, filename, year, number, "none",
@@ -54,87 +74,141 @@ def lay_out(directory: str, train_pairs: int = 0) -> str:
     return glue
 
 
-def bert_jax_glue(model: str, glue: str, workdir: str, args) -> tuple[dict, float]:
-    """{seed: metrics} of `bert-jax glue --tasks stsb`, and its wall time."""
+def bert_jax_glue(model: str, glue: str, workdir: str, args) -> tuple[list, float]:
+    """Every run of `bert-jax glue --tasks TASK` (learning rate, seed, metrics), and its wall
+    time (a rerun on the same --workdir continues where the suite stopped)."""
     start = time.perf_counter()
     subprocess.run([sys.executable, "-m", "bert_jax.cli", "glue", "--model", model, "--data",
-                    glue, "--workdir", workdir, "--tasks", "stsb", "--learning-rates",
-                    str(args.learning_rate), "--seeds", args.seeds, "--epochs",
-                    str(args.epochs), "--batch-size", str(args.batch_size), "--max-seq-len",
-                    str(args.max_seq_len), "--no-progress"], check=True, cwd=REPOSITORY,
-                   env=dict(os.environ, PYTHONPATH=REPOSITORY))
+                    glue, "--workdir", workdir, "--tasks", args.task, "--recipe", "bert",
+                    "--learning-rates", args.learning_rates, "--seeds", args.seeds,
+                    "--epochs", str(args.epochs), "--batch-size", str(args.batch_size),
+                    "--max-seq-len", str(args.max_seq_len), "--no-progress"],
+                   check=True, cwd=REPOSITORY, env=dict(os.environ, PYTHONPATH=REPOSITORY))
     seconds = time.perf_counter() - start
-    runs = json.load(open(os.path.join(workdir, "glue_runs.json")))["tasks"]["stsb"]["runs"]
-    return {run["seed"]: run["metrics"] for run in runs}, seconds
+    runs = json.load(open(os.path.join(workdir, "glue_runs.json")))["tasks"][args.task]["runs"]
+    return [dict(learning_rate=run["learning_rate"], seed=run["seed"], metrics=run["metrics"])
+            for run in runs], seconds
 
 
-def transformers_run(model: str, glue: str, seed: int, args) -> dict:
+def transformers_run(model: str, glue: str, learning_rate: float, seed: int, args) -> dict:
     import torch
     import transformers
 
-    from bert_jax.evaluation.glue_metrics import regression_metrics
+    from bert_jax.evaluation.glue_metrics import dev_metrics
     from input_pipeline.tasks import glue as glue_data
 
     torch.manual_seed(seed)
-    task = glue_data.TASKS["stsb"]
+    task = glue_data.TASKS[args.task]
     tokenizer = transformers.AutoTokenizer.from_pretrained(model)
-    network = transformers.AutoModelForSequenceClassification.from_pretrained(model,
-                                                                              num_labels=1)
+    network = transformers.AutoModelForSequenceClassification.from_pretrained(
+        model, num_labels=len(task.class_names) or 1)
     collator = transformers.DataCollatorWithPadding(tokenizer)
+
+    def label(row):
+        return float(row.label) if task.regression else task.class_names.index(row.label)
 
     def dataset(split):
         rows = glue_data.read_split(glue, task, split)
-        encoded = tokenizer([row.texts[0] for row in rows], [row.texts[1] for row in rows],
-                            truncation="longest_first", max_length=args.max_seq_len)
+        texts = [[row.texts[column] for row in rows] for column in range(len(rows[0].texts))]
+        encoded = tokenizer(*texts, truncation="longest_first", max_length=args.max_seq_len)
         return [dict(input_ids=ids, token_type_ids=types, attention_mask=mask,
-                     labels=float(row.label))
+                     labels=label(row))
                 for ids, types, mask, row in zip(encoded["input_ids"], encoded["token_type_ids"],
                                                  encoded["attention_mask"], rows)]
 
     train, dev = dataset("train"), dataset(0)
     seconds = torch_train(network, train, collator, argparse.Namespace(
         batch_size=args.batch_size, seed=seed, epochs=args.epochs,
-        learning_rate=args.learning_rate))
-    scores = []
+        learning_rate=learning_rate))
+    predicted = []
     with torch.no_grad():
         for begin in range(0, len(dev), 64):
-            scores += network(**collator(dev[begin:begin + 64])).logits[:, 0].tolist()
-    metrics = regression_metrics(scores, [row["labels"] for row in dev])
-    return dict(metrics, seconds=seconds)
+            logits = network(**collator(dev[begin:begin + 64])).logits
+            predicted += (logits[:, 0].tolist() if task.regression else
+                          [task.class_names[index] for index in logits.argmax(-1).tolist()])
+    gold = [row["labels"] if task.regression else task.class_names[row["labels"]]
+            for row in dev]
+    return dict(learning_rate=learning_rate, seed=seed,
+                metrics=dev_metrics(args.task, [(predicted, gold)]), seconds=seconds)
+
+
+def transformers_runs(model: str, glue: str, workdir: str, args) -> list:
+    """Every (learning rate, seed) of the grid in transformers, each kept in `workdir` as it
+    finishes so that a rerun repeats none."""
+    os.makedirs(workdir, exist_ok=True)
+    runs = []
+    for learning_rate in _numbers(args.learning_rates, float):
+        for seed in _numbers(args.seeds, int):
+            path = os.path.join(workdir, f"transformers-{args.task}-lr{learning_rate:g}-"
+                                         f"seed{seed}.json")
+            if not os.path.exists(path):
+                result = transformers_run(model, glue, learning_rate, seed, args)
+                with open(path + ".partial", "w") as file:
+                    json.dump(result, file)
+                os.replace(path + ".partial", path)
+            runs.append(json.load(open(path)))
+    return runs
+
+
+def _numbers(text: str, kind) -> list:
+    return [kind(value) for value in text.split(",")]
+
+
+def table(name: str, runs: list, args) -> list[str]:
+    """One side's lines: each learning rate's seeds and median, then the kept rate's figure."""
+    from bert_jax.evaluation.glue_metrics import aggregate, task_score
+
+    lines, medians = [f"  {name}"], {}
+    for learning_rate in _numbers(args.learning_rates, float):
+        rate_runs = [run for run in runs if run["learning_rate"] == learning_rate]
+        medians[learning_rate] = aggregate([run["metrics"] for run in rate_runs], "median")
+        cells = "   ".join(f"seed {run['seed']}: {_percent(run['metrics'])}"
+                           for run in rate_runs)
+        lines.append(f"    lr {learning_rate:<6g} {cells}   median "
+                     f"{_percent(medians[learning_rate])}")
+    kept = max(medians, key=lambda rate: task_score(medians[rate]))
+    lines.append(f"    kept lr {kept:g}: {_percent(medians[kept])}")
+    return lines
+
+
+def _percent(metrics: dict) -> str:
+    return " / ".join(f"{100 * value:.2f}" for value in metrics.values())
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--learning-rate", type=float, default=5e-5)
-    parser.add_argument("--seeds", default="0,1")
-    parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--max-seq-len", type=int, default=64)
+    parser.add_argument("--task", choices=("stsb", "sst2"), default="stsb")
+    parser.add_argument("--learning-rates", default="2e-5,3e-5,5e-5")
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--max-seq-len", type=int, default=128)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--train-pairs", type=int, default=0,
-                        help="train on the first N pairs only, for a quick try (default all)")
+                        help="train on the first N rows only, for a quick try (default all)")
+    parser.add_argument("--workdir", default=None,
+                        help="keep every run here, and continue a stopped bench from it "
+                             "(default: a temporary directory)")
     args = parser.parse_args()
     announce_host()  # the CPU, its ISA, threads and load: figures carry their host
-    import numpy as np
 
     model = minilm_directory()
-    seeds = [int(seed) for seed in args.seeds.split(",")]
     with tempfile.TemporaryDirectory() as directory:
-        glue = lay_out(directory, args.train_pairs)
-        ours, our_seconds = bert_jax_glue(model, glue, os.path.join(directory, "w"), args)
-        theirs = {seed: transformers_run(model, glue, seed, args) for seed in seeds}
-    pairs = args.train_pairs or 5749
-    print(f"STS-B dev (1,500 pairs), all-MiniLM-L6-v2, {args.epochs} epoch(s) of {pairs:,} pairs, "
-          f"lr {args.learning_rate:g}, batch {args.batch_size}, {args.max_seq_len} tokens; "
-          "Pearson / Spearman (percent)")
-    for name, results in (("bert-jax glue", ours), ("transformers", theirs)):
-        cells = [f"seed {seed}: {100 * results[seed]['pearson']:.2f} / "
-                 f"{100 * results[seed]['spearman']:.2f}" for seed in seeds]
-        median = [100 * float(np.median([results[seed][metric] for seed in seeds]))
-                  for metric in ("pearson", "spearman")]
-        print(f"  {name:14} {'   '.join(cells)}   median {median[0]:.2f} / {median[1]:.2f}")
+        workdir = args.workdir or directory
+        glue = lay_out(directory, args.task, args.train_pairs)
+        ours, our_seconds = bert_jax_glue(model, glue, os.path.join(workdir, "bert-jax"), args)
+        start = time.perf_counter()
+        theirs = transformers_runs(model, glue, os.path.join(workdir, "transformers"), args)
+        their_seconds = time.perf_counter() - start
+    metric_names = " / ".join(ours[0]["metrics"])
+    print(f"{args.task} dev ({DEV_SIZE[args.task]}), all-MiniLM-L6-v2, {args.epochs} epoch(s)"
+          f"{f' of {args.train_pairs:,} rows' if args.train_pairs else ''}, batch "
+          f"{args.batch_size}, {args.max_seq_len} tokens; {metric_names} (percent)")
+    for line in table("bert-jax glue", ours, args) + table("transformers", theirs, args):
+        print(line)
     print(f"  wall time: bert-jax glue {our_seconds:.0f} s (the whole command: data, compiles, "
-          f"{len(seeds)} runs, evaluation); transformers training "
-          + ", ".join(f"{theirs[seed]['seconds']:.0f} s" for seed in seeds))
+          f"{len(ours)} runs, evaluation); transformers {their_seconds:.0f} s "
+          f"(runs done this time: training " + ", ".join(
+              f"{run['seconds']:.0f}" for run in theirs) + " s)")
     return 0
 
 

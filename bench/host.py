@@ -16,6 +16,8 @@ import os
 import platform
 import sys
 
+from bert_jax import cpu_memory
+
 # The extensions that decide which kernels run: AVX2 and AVX-512 widths, the VNNI and BF16
 # dot products, AMX tiles (oneDNN's bf16/int8 matmuls on Sapphire Rapids and later).
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni",
@@ -50,6 +52,7 @@ def host_lines() -> list[str]:
              f"{_memory_gib():.0f} GiB; {platform.machine()}, Python {platform.python_version()}",
              f"  ISA: {' '.join(isa) or 'none of ' + ', '.join(ISA_FLAGS)}",
              f"  settings: {' '.join(settings) or 'none set'}",
+             f"  {_allocator()}",
              f"  {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, "
              f"load average before {_load()}"]
     return lines
@@ -57,10 +60,21 @@ def host_lines() -> list[str]:
 
 def announce_host(stream=sys.stdout) -> None:
     """Print host_lines() now; at exit, the load average and the frameworks' versions and
-    threads (known only once the bench has imported them)."""
+    threads (known only once the bench has imported them).
+
+    First, on a CPU host, the bench is re-executed with glibc's huge-page tunable as
+    `bert-jax` runs its commands (bert_jax/cpu_memory.py): both sides of a bench, in one
+    process, run with the allocator a user of the command gets."""
+    cpu_memory.relaunch_tuned(sys.orig_argv)
     print(*host_lines(), sep="\n", file=stream, flush=True)
     atexit.register(lambda: print(f"host: load average after {_load()}; {_versions()}",
                                   file=stream, flush=True))
+
+
+def _allocator() -> str:
+    """The allocator's setting (bert_jax/cpu_memory.py): a step's page faults, and so its
+    time, depend on it."""
+    return cpu_memory.state()
 
 
 def _versions() -> str:

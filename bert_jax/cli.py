@@ -17,7 +17,7 @@ import importlib.metadata
 import platform
 import sys
 
-from bert_jax import compilation_cache, ctrl_c
+from bert_jax import compilation_cache, cpu_memory, ctrl_c
 from bert_jax.errors import UserError
 
 # name -> module, in the order `bert-jax --help` lists them.
@@ -42,6 +42,10 @@ COMMANDS = {
     "launch": "bert_jax.commands.launch",
     "examples": "bert_jax.commands.examples",
 }
+# The commands that run a model's steps on this host: on a CPU they are re-executed with
+# glibc's huge-page tunable (bert_jax/cpu_memory.py), which a process reads only at start.
+RUNS_MODEL_STEPS = ("pretrain", "finetune", "predict", "evaluate", "glue", "features",
+                    "fill-mask", "embed", "search", "retrieval", "attention", "probe")
 
 
 class LazyParser(argparse.ArgumentParser):
@@ -146,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     if stray:
         command_parser(parser, args).error(f"unrecognized arguments: {' '.join(stray)}")
     args.overrides = extra
+    if argv is None and args.command in RUNS_MODEL_STEPS:
+        cpu_memory.relaunch_tuned(sys.orig_argv)  # returns where it does not help
     compilation_cache.enable()
     try:
         if hasattr(module, "outputs"):  # every path it writes, checked before any work
