@@ -37,6 +37,7 @@ def test_host_lines_name_cores_settings_and_load(monkeypatch):
     assert f"of {os.cpu_count()} cores" in text
     assert "XLA_FLAGS=--xla_cpu_use_onednn=true" in text
     assert "load average before" in text
+    assert "malloc: " in text  # the allocator's setting changes a step's time (cpu_memory)
 
 
 def test_every_cpu_bench_announces_its_host_after_parsing_arguments():

@@ -1,5 +1,5 @@
-"""glibc's huge-page tunable for CPU steps (bert_jax/cpu_memory.py): when a process is
-re-executed with it, and that it does what it is there for, fewer page faults a step."""
+"""glibc's tunables for CPU steps (bert_jax/cpu_memory.py): when a process is re-executed
+with them, and that they do what they are there for: no page faults for a freed buffer."""
 
 import os
 import subprocess
@@ -10,10 +10,9 @@ import pytest
 from bert_jax import cpu_memory
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-QUALIFIES = dict(glibc=(2, 36), huge_pages="madvise", accelerator=False)
-HOST_REASON = cpu_memory.reason_to_leave_alone(
-    {"JAX_PLATFORMS": "cpu"}, cpu_memory.glibc_version(), cpu_memory.huge_page_mode(),
-    accelerator=False)
+QUALIFIES = dict(glibc=(2, 36), accelerator=False)
+HOST_REASON = cpu_memory.reason_to_leave_alone({"JAX_PLATFORMS": "cpu"},
+                                               cpu_memory.glibc_version(), accelerator=False)
 
 
 @pytest.mark.parametrize("environ, changes, expected", [
@@ -27,21 +26,13 @@ HOST_REASON = cpu_memory.reason_to_leave_alone(
     ({"MALLOC_ARENA_MAX": "1"}, {}, "the environment chooses: MALLOC_ARENA_MAX"),
     ({"LD_PRELOAD": "/usr/lib/libtcmalloc_minimal.so.4"}, {},
      "the environment chooses: LD_PRELOAD=/usr/lib/libtcmalloc_minimal.so.4"),
-    ({}, {"glibc": (2, 34)}, "not glibc 2.35 or later"),
-    ({}, {"glibc": None}, "not glibc 2.35 or later"),  # musl, macOS
-    ({}, {"huge_pages": "never"}, "the kernel's transparent huge pages are never"),
-    ({}, {"huge_pages": None}, "the kernel's transparent huge pages are absent"),
+    ({}, {"glibc": (2, 25)}, "not glibc 2.26 or later"),  # no tunables before 2.26
+    ({}, {"glibc": None}, "not glibc 2.26 or later"),  # musl, macOS
     ({"GLIBC_TUNABLES": cpu_memory.TUNABLE}, {}, None),  # already running with it
 ])
 def test_the_tunable_is_set_only_where_it_helps_and_the_user_chose_nothing(environ, changes,
                                                                           expected):
     assert cpu_memory.reason_to_leave_alone(environ, **{**QUALIFIES, **changes}) == expected
-
-
-def test_the_kernels_huge_page_mode_is_the_bracketed_word(tmp_path):
-    (tmp_path / "enabled").write_text("always [madvise] never\n")
-    assert cpu_memory.huge_page_mode(str(tmp_path / "enabled")) == "madvise"
-    assert cpu_memory.huge_page_mode(str(tmp_path / "absent")) is None
 
 
 def _run(code: str, **environ) -> subprocess.CompletedProcess:
@@ -66,7 +57,9 @@ def test_a_process_is_re_executed_once_with_the_tunable_and_keeps_its_arguments(
     lines = result.stdout.splitlines()
     # Printed twice: once before the re-execution, once in it; then never again.
     assert lines[:2] == ["start ['--an', 'argument']"] * 2, lines
-    assert lines[2].startswith(f"{cpu_memory.TUNABLE} malloc: GLIBC_TUNABLES="), lines
+    tuned = dict(os.environ, GLIBC_TUNABLES=cpu_memory.TUNABLE, JAX_PLATFORMS="cpu")
+    assert lines[2] == f"{cpu_memory.TUNABLE} {cpu_memory.state(tuned)}", lines
+    assert "freed memory kept" in lines[2], lines
     opted_out = _run("import os, sys\nfrom bert_jax import cpu_memory\n"
                      "cpu_memory.relaunch_tuned(sys.orig_argv)\n"
                      "print(os.environ.get('GLIBC_TUNABLES'))\n",
@@ -92,12 +85,12 @@ _FAULTS = ("import ctypes, resource\n"
 
 
 @pytest.mark.skipif(HOST_REASON is not None, reason=f"this host does not qualify: {HOST_REASON}")
-def test_the_tunable_takes_a_freed_buffers_pages_in_huge_pages():
-    """8 rounds of a 256 MiB buffer: glibc maps and unmaps it each time. In 4 KiB pages
-    that is 65,536 faults a round (524k in all); in 2 MiB huge pages 128 a round, and the
-    kernel falls back to small pages only where it has no free huge page, so the bound is
-    a factor of 16, far from both."""
+def test_with_the_tunables_a_freed_buffer_is_reused_without_page_faults():
+    """8 rounds of a 256 MiB buffer. glibc's defaults map and unmap it each time: 65,536
+    faults of 4 KiB pages a round, 524k in all (a little less where the kernel gives huge
+    pages). With the tunables the first round's heap is reused: a round takes no fresh page,
+    and the few faults left are the interpreter's own (well under one round's 65k)."""
     plain = int(_run(_FAULTS, **{cpu_memory.OPT_OUT: "system"}).stdout)
     tuned = int(_run(_FAULTS, GLIBC_TUNABLES=cpu_memory.TUNABLE).stdout)
-    assert plain >= 8 * 65_536 * 0.9, plain
-    assert tuned * 16 < plain, (tuned, plain)
+    assert plain >= 8 * 65_536 * 0.5, plain
+    assert tuned < 1_000, (tuned, plain)
