@@ -53,7 +53,7 @@ def lay_out(directory: str, task: str, train_pairs: int = 0) -> str:
     swapped."""
     glue = os.path.join(directory, "glue")
     folder = {"stsb": "STS-B", "sst2": "SST-2"}[task]
-    os.makedirs(os.path.join(glue, folder))
+    os.makedirs(os.path.join(glue, folder), exist_ok=True)  # a continued bench: the same files
     sources = {"stsb": ("sts-train.tsv", "sts-dev.tsv"), "sst2": ("train.tsv", "dev.tsv")}[task]
     for source, name in zip(sources, ("train.tsv", "dev.tsv")):
         rows = _read_tsv(os.path.join(TASKS_DATA, task, source))
@@ -194,7 +194,8 @@ def main() -> int:
     model = minilm_directory()
     with tempfile.TemporaryDirectory() as directory:
         workdir = args.workdir or directory
-        glue = lay_out(directory, args.task, args.train_pairs)
+        # In --workdir when given: `bert-jax glue` continues a suite only on the same data path.
+        glue = lay_out(workdir, args.task, args.train_pairs)
         ours, our_seconds = bert_jax_glue(model, glue, os.path.join(workdir, "bert-jax"), args)
         start = time.perf_counter()
         theirs = transformers_runs(model, glue, os.path.join(workdir, "transformers"), args)
