@@ -32,6 +32,7 @@ sys.path.insert(0, REPOSITORY)
 
 from bench.finetune_recipe import minilm_directory, torch_train  # noqa: E402
 from bench.host import announce_host  # noqa: E402
+from bert_jax.storage import files  # noqa: E402
 
 TASKS_DATA = os.path.join(REPOSITORY, "..", "shared", "data", "tasks")
 STSB_HEADER = ("index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\t"
@@ -143,9 +144,8 @@ def transformers_runs(model: str, glue: str, workdir: str, args) -> list:
                                          f"seed{seed}.json")
             if not os.path.exists(path):
                 result = transformers_run(model, glue, learning_rate, seed, args)
-                with open(path + ".partial", "w") as file:
+                with files.atomic_write(path) as file:
                     json.dump(result, file)
-                os.replace(path + ".partial", path)
             runs.append(json.load(open(path)))
     return runs
 
@@ -207,8 +207,8 @@ def main() -> int:
     for line in table("bert-jax glue", ours, args) + table("transformers", theirs, args):
         print(line)
     print(f"  wall time: bert-jax glue {our_seconds:.0f} s (the whole command: data, compiles, "
-          f"{len(ours)} runs, evaluation); transformers {their_seconds:.0f} s "
-          f"(runs done this time: training " + ", ".join(
+          f"{len(ours)} runs, evaluation); transformers {their_seconds:.0f} s (each "
+          "run's training, this time or when it ran: " + ", ".join(
               f"{run['seconds']:.0f}" for run in theirs) + " s)")
     return 0
 

@@ -52,7 +52,8 @@ def host_lines() -> list[str]:
              f"{_memory_gib():.0f} GiB; {platform.machine()}, Python {platform.python_version()}",
              f"  ISA: {' '.join(isa) or 'none of ' + ', '.join(ISA_FLAGS)}",
              f"  settings: {' '.join(settings) or 'none set'}",
-             f"  {_allocator()}",
+             # The allocator's setting: a step's page faults, and so its time, depend on it.
+             f"  {cpu_memory.state()}",
              f"  {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, "
              f"load average before {_load()}"]
     return lines
@@ -62,19 +63,13 @@ def announce_host(stream=sys.stdout) -> None:
     """Print host_lines() now; at exit, the load average and the frameworks' versions and
     threads (known only once the bench has imported them).
 
-    First, on a CPU host, the bench is re-executed with glibc's huge-page tunable as
-    `bert-jax` runs its commands (bert_jax/cpu_memory.py): both sides of a bench, in one
-    process, run with the allocator a user of the command gets."""
+    First, on a CPU host, the bench is re-executed with glibc's tunables as `bert-jax` runs
+    its commands (bert_jax/cpu_memory.py): both sides of a bench, in one process, run with
+    the allocator a user of the command gets."""
     cpu_memory.relaunch_tuned(sys.orig_argv)
     print(*host_lines(), sep="\n", file=stream, flush=True)
     atexit.register(lambda: print(f"host: load average after {_load()}; {_versions()}",
                                   file=stream, flush=True))
-
-
-def _allocator() -> str:
-    """The allocator's setting (bert_jax/cpu_memory.py): a step's page faults, and so its
-    time, depend on it."""
-    return cpu_memory.state()
 
 
 def _versions() -> str:

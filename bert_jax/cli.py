@@ -43,7 +43,8 @@ COMMANDS = {
     "examples": "bert_jax.commands.examples",
 }
 # The commands that run a model's steps on this host: on a CPU they are re-executed with
-# glibc's huge-page tunable (bert_jax/cpu_memory.py), which a process reads only at start.
+# glibc's tunables that keep freed memory for the next step (bert_jax/cpu_memory.py), which a
+# process reads only at start.
 RUNS_MODEL_STEPS = ("pretrain", "finetune", "predict", "evaluate", "glue", "features",
                     "fill-mask", "embed", "search", "retrieval", "attention", "probe")
 

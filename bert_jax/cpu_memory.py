@@ -80,10 +80,11 @@ def _reason(environ) -> str | None:
 
 def state(environ=os.environ) -> str:
     """One line: the allocator this process runs with, and why."""
-    if environ.get("GLIBC_TUNABLES", "") == TUNABLE and _reason(environ) is None:
+    reason = _reason(environ)
+    if reason is None and environ.get("GLIBC_TUNABLES", "") == TUNABLE:
         return (f"malloc: GLIBC_TUNABLES={TUNABLE} (freed memory kept for the next step; "
                 f"{OPT_OUT}=system runs without)")
-    return f"malloc: as the system has it ({_reason(environ) or 'started without the tunable'})"
+    return f"malloc: as the system has it ({reason or 'started without the tunable'})"
 
 
 def relaunch_tuned(argv: list[str]) -> None:
