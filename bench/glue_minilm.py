@@ -155,18 +155,22 @@ def _numbers(text: str, kind) -> list:
 
 
 def table(name: str, runs: list, args) -> list[str]:
-    """One side's lines: each learning rate's seeds and median, then the kept rate's figure."""
-    from bert_jax.evaluation.glue_metrics import aggregate, task_score
+    """One side's lines: each learning rate's seeds and median, then the kept rate's figure
+    (chosen as `bert-jax glue` chooses it)."""
+    from bert_jax.evaluation.glue import kept_learning_rate
+    from bert_jax.evaluation.glue_metrics import aggregate
+    from bert_jax.evaluation.glue_recipes import recipe
 
+    bert = recipe("bert")  # the median over seeds
     lines, medians = [f"  {name}"], {}
     for learning_rate in _numbers(args.learning_rates, float):
         rate_runs = [run for run in runs if run["learning_rate"] == learning_rate]
-        medians[learning_rate] = aggregate([run["metrics"] for run in rate_runs], "median")
+        medians[learning_rate] = aggregate([run["metrics"] for run in rate_runs], bert.aggregate)
         cells = "   ".join(f"seed {run['seed']}: {_percent(run['metrics'])}"
                            for run in rate_runs)
         lines.append(f"    lr {learning_rate:<6g} {cells}   median "
                      f"{_percent(medians[learning_rate])}")
-    kept = max(medians, key=lambda rate: task_score(medians[rate]))
+    kept = kept_learning_rate(bert, runs)
     lines.append(f"    kept lr {kept:g}: {_percent(medians[kept])}")
     return lines
 

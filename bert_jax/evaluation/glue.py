@@ -196,11 +196,11 @@ def _starting_model(run: Run, recipe, results: dict, source, workdir: str, tasks
     if run.task not in recipe.start_from_mnli or "mnli" not in tasks:
         return source
     mnli = {other: result for other, result in results.items() if other.task == "mnli"}
-    kept = _kept_learning_rate(recipe, list(mnli.values()))
+    kept = kept_learning_rate(recipe, list(mnli.values()))
     return model_source.resolve(Run("mnli", kept, run.seed).directory(workdir))
 
 
-def _kept_learning_rate(recipe, results: list[dict]) -> float:
+def kept_learning_rate(recipe, results: list[dict]) -> float:
     """The learning rate whose seeds' aggregate task score is best (the first of a tie)."""
     by_rate = collections.defaultdict(list)
     for result in results:
@@ -217,7 +217,7 @@ def summarise(recipe, tasks, results: dict, wnli: dict | None) -> tuple[dict, di
             table[task], details[task] = wnli["metrics"], dict(runs=[wnli])
             continue
         runs = [result for run, result in results.items() if run.task == task]
-        kept = _kept_learning_rate(recipe, runs)
+        kept = kept_learning_rate(recipe, runs)
         by_rate = {rate: [result for result in runs if result["learning_rate"] == rate]
                    for rate in recipe.tasks[task].learning_rates}
         aggregates = {f"{rate:g}": glue_metrics.aggregate(
