@@ -195,9 +195,10 @@ def test_convert_of_a_run_whose_newest_checkpoint_is_cut_is_one_line(finished, t
     assert main(["convert", workdir, str(tmp_path / "hf"), "--to", "hf"]) == 2
     captured = capsys.readouterr()
     lines = captured.err.strip().splitlines()  # no "Event loop is closed" tracebacks either
+    # Which array's read fails first varies from run to run, and the message names that one.
     assert len(lines) == 1 and lines[0].startswith(
         f"bert-jax convert: error: {workdir}/checkpoints/2/params: cannot restore parameters "
-        f"({workdir}/checkpoints/2/params: bert.")
+        f"({workdir}/checkpoints/2/params")
     assert _names_a_cut_file(lines[0], cut) and not (tmp_path / "hf").exists()
 
 
