@@ -4,7 +4,7 @@
 twenty rounds one after another, which XLA fuses into the kernel that consumes the bits. On
 the CPU it lowers it to a loop of five trips of four rounds, to keep large programs small; but
 XLA's CPU compiler turns that loop's body into kernels that LLVM takes seconds each to compile
-(1.9-3.2 s each for the five kernels of a BERT-Base train step's dropout, about half of all
+(0.5-3.2 s each for the five kernels of a BERT-Base train step's dropout, about half of all
 the step's code generation), and each trip writes both words to memory. Written out as here,
 the same function is elementwise code fused into its consumer on every platform:
 dropout's mask compiles about 12 times faster on the CPU this way, and BERT-Base's train
