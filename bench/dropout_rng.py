@@ -39,20 +39,14 @@ SIDES = ("before", "now")
 def _keep_bits_before(key, shape: tuple[int, ...], threshold: int):
     """`dropout.keep_bits` as of 62a355e: blocks 2 b and 2 b + 1 of a row drawn by the
     primitive, their 8 verdicts ORed into byte b one at a time."""
-    import jax
     import jax.numpy as jnp
     from jax.extend.random import threefry2x32_p
 
     from bert_jax.models.layers import dropout
-    words = jax.random.key_data(key) if jax.dtypes.issubdtype(
-        key.dtype, jax.dtypes.prng_key) else key
+    words = dropout._key_words(key)
     rows = dropout._as_rows(shape)
     packed = (*rows[:-1], -(-rows[-1] // 8))
-    row = jax.lax.broadcasted_iota(jnp.uint32, packed, 0)
-    within, stride = jnp.zeros(packed, jnp.uint32), 1
-    for axis in reversed(range(1, len(packed))):
-        within = within + jax.lax.broadcasted_iota(jnp.uint32, packed, axis) * jnp.uint32(stride)
-        stride *= packed[axis]
+    row, within = dropout._counters(packed)
     byte, bit = jnp.zeros(packed, jnp.uint8), 0
     for index in range(2):
         high, low = threefry2x32_p.bind(words[0], words[1], row, within * jnp.uint32(2) + index)
@@ -107,15 +101,12 @@ def mask(rounds: int) -> None:
     x = jnp.asarray(np.random.default_rng(0).standard_normal(shape, np.float32))
     key = jax.random.PRNGKey(0)
 
-    def forward_and_gradient(x, key):
-        output, pullback = jax.vjp(lambda x: dropout(x, 0.1, key), x)
-        return output, pullback(output)[0]
-
     compiled, outputs = {}, {}
     for side in SIDES:
         # A new function each side: JAX caches a trace by the function, not by what it calls.
         def function(x, key):
-            return forward_and_gradient(x, key)
+            output, pullback = jax.vjp(lambda x: dropout(x, 0.1, key), x)
+            return output, pullback(output)[0]
         with mask_of(side):
             seconds = _timed(lambda: compiled.setdefault(
                 side, jax.jit(function).lower(x, key).compile()))

@@ -22,9 +22,9 @@ def test_the_known_answers_of_random123():
 
 
 def test_equals_the_primitive_on_random_and_extreme_words():
-    draws = np.random.default_rng(0).integers(0, 2**32, size=(4, 4096), dtype=np.uint64)
+    draws = np.random.default_rng(0).integers(0, 2**32, size=(2, 4096), dtype=np.uint64)
     counters = draws.astype(WORD)
-    counters[:, :4] = [[0, 1, 0xFFFFFFFF, 0x80000000]] * 4  # carries and the top bit
+    counters[:, :4] = [[0, 1, 0xFFFFFFFF, 0x80000000]] * 2  # carries and the top bit
     for key0, key1 in [(0, 0), (0xFFFFFFFF, 1), (0x13198A2E, 0x03707344)]:
         keys = (jnp.asarray(WORD(key0)), jnp.asarray(WORD(key1)))
         # Both jitted: the primitive as the CPU lowers it (a loop), ours as elementwise code.

@@ -14,22 +14,34 @@ _QUARTERS = 4  # 16-bit numbers from one threefry2x32 block (two 32-bit words)
 _BITS = 8  # elements whose keep decisions share one byte of the packed mask: two blocks
 
 
+def _key_words(key: Array) -> Array:
+    """The threefry key's two uint32 words, from a typed key or its raw data."""
+    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        key = jax.random.key_data(key)
+    if key.shape != (2,):
+        raise ValueError(f"dropout needs a threefry key (2 uint32 words), got shape {key.shape}")
+    return key
+
+
+def _counters(shape: tuple[int, ...]) -> tuple[Array, Array]:
+    """The counter words of each position of `shape` ((rows, ..., n)): the row's index, and
+    the position's number along the row (over all its axes)."""
+    rows = jax.lax.broadcasted_iota(jnp.uint32, shape, 0)
+    within, stride = jnp.zeros(shape, jnp.uint32), 1
+    for axis in reversed(range(1, len(shape))):
+        within = within + jax.lax.broadcasted_iota(jnp.uint32, shape, axis) * jnp.uint32(stride)
+        stride *= shape[axis]
+    return rows, within
+
+
 def _block(key: Array, shape: tuple[int, ...]) -> tuple[Array, Array]:
     """The (high, low) words of threefry2x32 block n of each row, as arrays of `shape`
     ((rows, ..., n)): a row's blocks are numbered along the row (over all its axes), its
     leading axis's index the other counter word. Both counters are iotas, so a draw is an
     elementwise function of the position, which XLA fuses into its consumer and splits
     along the batch as it splits `jax.random.bits`."""
-    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
-        key = jax.random.key_data(key)
-    if key.shape != (2,):
-        raise ValueError(f"dropout needs a threefry key (2 uint32 words), got shape {key.shape}")
-    rows = jax.lax.broadcasted_iota(jnp.uint32, shape, 0)
-    within, stride = jnp.zeros(shape, jnp.uint32), 1
-    for axis in reversed(range(1, len(shape))):
-        within = within + jax.lax.broadcasted_iota(jnp.uint32, shape, axis) * jnp.uint32(stride)
-        stride *= shape[axis]
-    return threefry2x32(key[0], key[1], rows, within)
+    words = _key_words(key)
+    return threefry2x32(words[0], words[1], *_counters(shape))
 
 
 def _quarters(high: Array, low: Array) -> list[Array]:
