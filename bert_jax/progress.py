@@ -30,6 +30,9 @@ MAX_QUEUED_STEPS = 2
 # a line redrawn each second.
 FIRST_LINE_SECONDS = 1.0
 LOG_EVERY_SECONDS = 30.0
+# How often `interruptible` asks its guard (a compile's memory watch: a compile grows by
+# hundreds of MB a second at most, so the margin it keeps is not crossed between two looks).
+GUARD_SECONDS = 0.2
 
 
 def _is_ready(result) -> bool:
@@ -150,15 +153,19 @@ def elapsed(what: str, log=None, stream=None, enabled: bool = True):
 
     thread = threading.Thread(target=tick, name="bert-jax-elapsed", daemon=True)
     thread.start()
-    peak = PeakMemory()
+    peak, failed = PeakMemory(), False
     try:
         with peak:
             yield
+    except BaseException:
+        failed = True
+        raise
     finally:
         done.set()
         thread.join()
         # What a compile needs is its peak resident memory: said beside its time.
-        finished = (f"done in {_format_seconds(time.monotonic() - began)}, peak resident "
+        finished = (f"{'stopped after' if failed else 'done in'} "
+                    f"{_format_seconds(time.monotonic() - began)}, peak resident "
                     f"memory {format_gib(peak.bytes)}")
         if drawn.is_set() and terminal:  # a block done within the first second leaves no line
             stream.write(f"\r{what} ... {finished}\n")
@@ -222,10 +229,14 @@ class CompileWatch:
         return result
 
 
-def interruptible(function, what: str, command: str, log=None, stream=None):
+def interruptible(function, what: str, command: str, log=None, stream=None, guard=None):
     """`function()` run in a worker thread while this (main) thread shows the elapsed time and
     stays able to take signals: Ctrl-C or SIGTERM then ends the process with one line (exit
     status 130 or 143) instead of waiting for, or dumping the stack of, native code.
+
+    `guard`, where given, is asked every GUARD_SECONDS while the work runs; once it returns a
+    line, the process ends with that line as an error (exit status 2), as a compile that is
+    about to run the machine out of memory must (bert_jax.compiler.compile_memory.watch).
 
     The process exits at once (`os._exit`): this is for work that writes nothing, such as an
     ahead-of-time compile. Returns what `function` returns, or raises what it raised.
@@ -258,10 +269,16 @@ def interruptible(function, what: str, command: str, log=None, stream=None):
         with elapsed(what, log, stream):
             worker.start()
             while worker.is_alive():
-                worker.join(0.2)
+                worker.join(GUARD_SECONDS)
+                stop_line = guard() if guard is not None and worker.is_alive() else None
+                if stop_line:
+                    stream.write(f"\nbert-jax {command}: error: {stop_line} (after "
+                                 f"{_format_seconds(time.monotonic() - began)})\n")
+                    stream.flush()
+                    os._exit(2)
+            if "error" in outcome:  # inside the block: its last line says stopped, not done
+                raise outcome["error"]
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
-    if "error" in outcome:
-        raise outcome["error"]
     return outcome["value"]

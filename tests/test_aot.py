@@ -219,11 +219,7 @@ def test_compiler_out_of_memory_is_a_report_not_a_crash():
         def compile(self):
             raise jax.errors.JaxRuntimeError(message + "\nmore details")
 
-    class Bundle:
-        abstract_state = abstract_batch = abstract_rng = None
-        train_step = type("Jitted", (), {"lower": lambda self, *args: Lowered()})()
-
-    compiled, out_of_memory = aot._compile(Bundle())
+    compiled, out_of_memory = aot._compile(Lowered())
     assert compiled is None and out_of_memory == message
     report = aot.CompileReport(
         topology="v3:4x8", device_kind="TPU v3", num_devices=64, devices_per_chip=2,

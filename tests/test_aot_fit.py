@@ -56,7 +56,7 @@ def _fake_compiles(monkeypatch, fixed_by_devices, bytes_per_row):
     """aot's compile stood in for: reads the overrides as the real run config would."""
     compiled = []
 
-    def compile_stand_in(config, overrides, topology, chip_config, devices):
+    def compile_stand_in(config, overrides, topology, chip_config, devices, memory_check):
         values = dict(override[len("--config."):].split("=") for override in overrides)
         num_devices = len(devices)
         fsdp = num_devices if values.get("mesh.fsdp") == "-1" else 1
@@ -76,7 +76,8 @@ def _fake_compiles(monkeypatch, fixed_by_devices, bytes_per_row):
 
 def _arguments():
     return argparse.Namespace(config="configs/c.py", overrides=[], topology="v5e:2x2",
-                              chip_config=None, mfu=0.5, steps=None, json=None)
+                              chip_config=None, mfu=0.5, steps=None, json=None,
+                              memory_check=True)
 
 
 def test_a_step_too_big_is_answered_with_the_largest_micro_batch_that_fits(monkeypatch, capsys):

@@ -102,7 +102,7 @@ def _fake_compiles(monkeypatch, fixed_bytes, bytes_per_kilotoken):
     the report's peak is `fixed_bytes(devices)` plus the tokens one device holds at once."""
     compiled = []
 
-    def compile_stand_in(config, overrides, topology, chip_config, devices):
+    def compile_stand_in(config, overrides, topology, chip_config, devices, memory_check):
         run_config = load_run_config(config, overrides)
         batch, micro = run_config.batch_size, run_config.grad_accum_steps
         at_once = batch // len(devices) // micro * run_config.data.seq_len // 1024
@@ -121,7 +121,7 @@ def _fake_compiles(monkeypatch, fixed_bytes, bytes_per_kilotoken):
 
 def _arguments(config_path, rows_per_chip=None):
     return argparse.Namespace(config=str(config_path), overrides=[], topology="v5e:2x4",
-                              chip_config=None, mfu=0.5, steps=None, json=None,
+                              chip_config=None, mfu=0.5, steps=None, json=None, memory_check=True,
                               rows_per_chip=rows_per_chip, recipe="modernbert")
 
 

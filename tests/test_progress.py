@@ -77,6 +77,26 @@ def test_bar_rate_is_the_finished_steps_rate():
     assert bar.bar.n == steps
 
 
+def test_work_that_raises_is_said_stopped_not_done(monkeypatch):
+    monkeypatch.setattr(progress, "FIRST_LINE_SECONDS", 0.05)
+    lines = []
+    with pytest.raises(ValueError):
+        with progress.elapsed("compiling the training step", lines.append):
+            time.sleep(0.2)
+            raise ValueError("refused")
+    assert lines[-1].startswith("  compiling the training step: stopped after ")
+    lines.clear()
+
+    def refused():
+        time.sleep(1.2)
+        raise ValueError("refused")
+
+    stream = io.StringIO()
+    with pytest.raises(ValueError):
+        progress.interruptible(refused, "compiling", "aot", log=lines.append, stream=stream)
+    assert lines[-1].startswith("  compiling: stopped after ")
+
+
 def test_elapsed_logs_while_a_compile_runs(monkeypatch):
     monkeypatch.setattr(progress, "FIRST_LINE_SECONDS", 0.05)
     monkeypatch.setattr(progress, "LOG_EVERY_SECONDS", 0.05)

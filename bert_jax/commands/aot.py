@@ -93,6 +93,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "--config.grad_accum_steps; where one row a device does not fit, "
                              "larger slices of the generation, up to 64 chips, at one row a "
                              "device fully sharded, and exit status 2)")
+    parser.add_argument("--no-memory-check", dest="memory_check", action="store_false",
+                        help="compile even where the compile's memory, predicted from the "
+                             "lowered program's size before compiling, is more than this "
+                             "machine has available (by default aot refuses, in one line "
+                             "with both figures, rather than be killed for memory)")
     parser.add_argument("--compare-meshes", action="store_true",
                         help="compile pure data parallel, FSDP and mixed (FSDP within a host) "
                              "layouts on --topology and name the fastest by the roofline bound")
@@ -149,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
                       flush=True)
                 _, report = aot_search.compile_step(
                     args.config, [*args.overrides, *phase.overrides, *extra], topology,
-                    chip_config, devices)
+                    chip_config, devices, memory_check=args.memory_check)
                 print(aot_search.format_report(report, args.mfu, phase.steps), flush=True)
                 rows[name].append(report)
                 all_reports.append(report)
@@ -186,7 +191,8 @@ def _answer(args: argparse.Namespace, spec: str, devices, phase_steps) -> tuple[
     if spec != args.config:
         print(f"== phase {spec.rpartition(':')[2]} of {args.config}", flush=True)
     run_config, report = aot_search.compile_step(spec, args.overrides, args.topology,
-                                                 args.chip_config, devices)
+                                                 args.chip_config, devices,
+                                                 memory_check=args.memory_check)
     steps = args.steps or phase_steps or run_config.num_train_steps
     print(aot_search.format_report(report, args.mfu, steps), flush=True)
     if report.fits or not args.search_fit:
@@ -226,7 +232,8 @@ def _compare_meshes(args: argparse.Namespace) -> int:
     for name, overrides in aot_report.mesh_layouts(len(devices), per_host).items():
         print(f"== mesh layout {name}", flush=True)
         run_config, report = aot_search.compile_step(
-            args.config, [*args.overrides, *overrides], args.topology, args.chip_config, devices)
+            args.config, [*args.overrides, *overrides], args.topology, args.chip_config, devices,
+            memory_check=args.memory_check)
         print(aot_search.format_report(report, args.mfu,
                                        args.steps or run_config.num_train_steps), flush=True)
         reports[name] = report

@@ -33,7 +33,8 @@ def run_recipe(args: argparse.Namespace) -> int:
                   f"chip a micro-batch", flush=True)
             overrides = [*args.overrides, *projection.phase_overrides(phase, phase_rows)]
             _, report = aot_search.compile_step(f"{path}:{phase.name}", overrides, topology,
-                                                chip_config, devices)
+                                                chip_config, devices,
+                                                memory_check=args.memory_check)
             print(aot_search.format_report(report, args.mfu, round(phase.steps)), flush=True)
             reports[name].append(report)
             all_reports.append(report)
@@ -103,7 +104,7 @@ def _fit_phase(args: argparse.Namespace, phase, devices, chips: int,
     if args.rows_per_chip:
         _, report = aot_search.compile_step(
             args.config, [*args.overrides, *aot_fit.micro_batch_overrides(first)],
-            args.topology, args.chip_config, devices)
+            args.topology, args.chip_config, devices, memory_check=args.memory_check)
         print(aot_search.format_report(report, args.mfu, steps), flush=True)
         if report.fits:
             return [report], 0

@@ -7,9 +7,13 @@ import json
 import sys
 
 
-def compile_step(config_path: str, overrides: list[str], topology: str, chip_config, devices):
-    """(the run config, its step's CompileReport) for `devices`, the compile's time shown."""
-    from bert_jax.compiler import aot
+def compile_step(config_path: str, overrides: list[str], topology: str, chip_config, devices,
+                 memory_check: bool = True):
+    """(the run config, its step's CompileReport) for `devices`, the compile's time shown;
+    with `memory_check`, refused before compiling where this machine has less memory
+    available than a compile of its size takes, and stopped where it runs the machine low
+    (bert_jax/compiler/compile_memory.py)."""
+    from bert_jax.compiler import aot, compile_memory
     from bert_jax.run_config import load_run_config
 
     run_config = load_run_config(config_path, overrides)
@@ -26,8 +30,10 @@ def compile_step(config_path: str, overrides: list[str], topology: str, chip_con
     # Minutes for BERT-Large on a pod slice: the time is shown, and Ctrl-C or SIGTERM end
     # the compile with one line rather than libtpu's stack dump.
     return run_config, interruptible(
-        lambda: aot.compile_train_step(run_config, devices, topology=name),
-        f"compiling for {name}", "aot")
+        lambda: aot.compile_train_step(run_config, devices, topology=name,
+                                       memory_check=memory_check),
+        f"compiling for {name}", "aot",
+        guard=compile_memory.watch(f"compiling for {name}") if memory_check else None)
 
 
 def format_report(report, mfu: float, steps: int) -> str:
@@ -80,7 +86,8 @@ def fewest_micro_batches(args: argparse.Namespace, rows: int, counts: list[int],
         print(f"== searching: {count} micro-batches of {rows // count} rows a device", flush=True)
         _, compiled[count] = compile_step(args.config, [*args.overrides,
                                                     *aot_fit.micro_batch_overrides(count)],
-                                      args.topology, args.chip_config, devices)
+                                      args.topology, args.chip_config, devices,
+                                      memory_check=args.memory_check)
         return compiled[count].fits
 
     return aot_fit.fewest_fitting(counts, fits, first), compiled
@@ -101,7 +108,7 @@ def smallest_slice(args: argparse.Namespace, compiled: dict) -> tuple[list, int]
             _, compiled[topology] = compile_step(
                 args.config, [*args.overrides,
                               *aot_fit.one_row_sharded_overrides(len(slice_devices))],
-                topology, args.chip_config, slice_devices)
+                topology, args.chip_config, slice_devices, memory_check=args.memory_check)
             if compiled[topology].fits:
                 slice_found = topology
                 break

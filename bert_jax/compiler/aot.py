@@ -11,6 +11,7 @@ instead of a failed pod run.
     report = compile_train_step(run_config, devices)
 """
 
+import contextlib
 import dataclasses
 import os
 import re
@@ -19,7 +20,7 @@ import time
 import ml_collections
 
 from bert_jax import quiet
-from bert_jax.compiler import aot_hlo, gpu_targets
+from bert_jax.compiler import aot_hlo, compile_memory, gpu_targets
 from bert_jax.compiler.aot_hlo import COLLECTIVES
 from bert_jax.models.config import BertConfig
 from bert_jax.peak_memory import PeakMemory
@@ -118,6 +119,10 @@ class CompileReport:
     # and its resident memory when the compile began; 0 in reports written before they were.
     compile_peak_resident_bytes: int = 0
     resident_before_compile_bytes: int = 0
+    # The lowered program's size, and the least memory a compile of that size took beyond
+    # what the process held before (bert_jax.compiler.compile_memory); 0 in older reports.
+    program_operations: int = 0
+    compile_bytes_lower_bound: int = 0
     bytes_accessed_per_device: float = 0.0  # XLA's cost analysis: HBM bytes read and written
     # Bytes one device sends over the interconnect, per collective kind (bert_jax.compiler.aot_hlo).
     collective_bytes: dict = dataclasses.field(default_factory=dict)
@@ -252,13 +257,11 @@ def resolved_model_config(run_config) -> tuple[BertConfig, bool]:
     return config_from_dict(values, source="run config 'model'"), substituted
 
 
-def _compile(bundle):
+def _compile(lowered):
     """(compiled, None), or (None, XLA's message) when the step does not fit in HBM (the
     TPU compiler refuses such a step; the GPU compiler builds it, and the fit says so)."""
     import jax
 
-    lowered = bundle.train_step.lower(
-        bundle.abstract_state, bundle.abstract_batch, bundle.abstract_rng)
     try:
         return lowered.compile(), None
     except jax.errors.JaxRuntimeError as error:
@@ -296,8 +299,13 @@ def resolve_shapes(run_config) -> str:
     return "; ".join(filled)
 
 
-def compile_train_step(run_config, devices: list, topology: str = "") -> CompileReport:
-    """Compiles the real train step (bert_jax.training.train_step) for `devices` and measures it."""
+def compile_train_step(run_config, devices: list, topology: str = "",
+                       memory_check: bool = True) -> CompileReport:
+    """Compiles the real train step (bert_jax.training.train_step) for `devices` and measures it.
+
+    With `memory_check`, refuses (UserError) before compiling where this machine has less
+    memory available than the least a compile of the program's size took
+    (bert_jax.compiler.compile_memory)."""
     from bert_jax.compiler import aot_measure, flops
     from bert_jax import sharding
     from bert_jax.tasks.pretraining import task_from_run_config
@@ -312,10 +320,19 @@ def compile_train_step(run_config, devices: list, topology: str = "") -> Compile
     with PeakMemory() as peak:
         bundle = train_step.build_train_step(run_config, mesh, task_from_run_config(run_config),
                                              model_config=model_config)
-        if gpu_targets.card_for_device_kind(device.device_kind):
-            compiled, kernels = gpu_targets.compile_with_census(bundle, device)
+        is_gpu = gpu_targets.card_for_device_kind(device.device_kind) is not None
+        with gpu_targets.answering_for(device) if is_gpu else contextlib.nullcontext():
+            lowered = bundle.train_step.lower(
+                bundle.abstract_state, bundle.abstract_batch, bundle.abstract_rng)
+        operations = compile_memory.program_operations(lowered)
+        least = compile_memory.LOWER_BOUNDS["gpu" if is_gpu else "tpu"].bytes(operations)
+        if memory_check:
+            compile_memory.check(least, f"the train step for {topology or device.device_kind}",
+                                 resident_before=peak.before)
+        if is_gpu:
+            compiled, kernels = gpu_targets.compile_with_census(lowered)
         else:
-            compiled, out_of_memory = _compile(bundle)
+            compiled, out_of_memory = _compile(lowered)
     compile_seconds = time.perf_counter() - start
     # Out of memory: no memory analysis or cost to read (the fields stay 0).
     measured = dict.fromkeys(("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes",
@@ -332,6 +349,7 @@ def compile_train_step(run_config, devices: list, topology: str = "") -> Compile
         model_flops_per_step=float(flops.train_step_flops(
             model_config, run_config.batch_size, data.seq_len, data.max_predictions)),
         compile_seconds=compile_seconds, compile_peak_resident_bytes=peak.bytes,
+        program_operations=operations, compile_bytes_lower_bound=least,
         resident_before_compile_bytes=peak.before, out_of_memory=out_of_memory or "",
         micro_batches=run_config.grad_accum_steps, window=getattr(model_config, "window", 0))
 

@@ -154,8 +154,9 @@ def compiler_options(dump_directory: str) -> dict:
             "xla_gpu_experimental_autotune_backends": "CUBLASLT_FISSION,NATIVE_EMITTER"}
 
 
-def compile_with_census(bundle, device) -> tuple:
-    """(compiled, its kernels: gpu_census.census) of a train-step bundle for `device`.
+def compile_with_census(lowered) -> tuple:
+    """(compiled, its kernels: gpu_census.census) of a train step lowered for a GPU device
+    (under `answering_for` it).
 
     The persistent compilation cache is off for this compile: a program loaded from it is
     not compiled, so XLA would write no kernel list to count."""
@@ -163,9 +164,6 @@ def compile_with_census(bundle, device) -> tuple:
 
     from bert_jax.compiler import gpu_census
 
-    with answering_for(device):
-        lowered = bundle.train_step.lower(
-            bundle.abstract_state, bundle.abstract_batch, bundle.abstract_rng)
     cached = jax.config.jax_enable_compilation_cache
     jax.config.update("jax_enable_compilation_cache", False)
     try:
