@@ -9,7 +9,7 @@ It then prints, for each platform, each case's memory against its bound (LOWER_B
 the least-squares line through the cases, to show how far the program's size is from
 predicting the memory, and exits non-zero where a case lies under its bound.
 
-Usage: python bench/compile_memory.py                 # every case (about 25 minutes)
+Usage: python bench/compile_memory.py                 # every case (about 15 minutes on 2 cores)
        python bench/compile_memory.py --cases demo    # the cases whose name contains "demo"
 """
 
