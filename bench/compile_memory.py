@@ -63,21 +63,13 @@ def measure(config: str, topology: str, overrides: tuple) -> dict:
             return json.load(file)["reports"][0]
 
 
-def least_squares(points: list[tuple[int, int]]) -> tuple[float, float]:
-    """(intercept, slope) of bytes against operations."""
-    count = len(points)
-    mean_x = sum(x for x, _ in points) / count
-    mean_y = sum(y for _, y in points) / count
-    spread = sum((x - mean_x) ** 2 for x, _ in points)
-    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / spread if spread else 0.0
-    return mean_y - slope * mean_x, slope
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", default="", help="run only the cases whose name contains this")
     args = parser.parse_args()
     announce_host()
+    import numpy
+
     from bert_jax.compiler.compile_memory import LOWER_BOUNDS
 
     measured = {}
@@ -95,7 +87,10 @@ def main() -> None:
     broken = 0
     for platform, cases in measured.items():
         bound = LOWER_BOUNDS[platform]
-        intercept, slope = least_squares([(operations, own) for _, operations, own in cases])
+        # The least-squares line (flat through a single case).
+        slope, intercept = (numpy.polyfit([operations for _, operations, _ in cases],
+                                          [own for _, _, own in cases], 1)
+                            if len(cases) > 1 else (0.0, cases[0][2]))
         print(f"\n{platform}: lower bound {bound.fixed_bytes / GIB:.2f} GiB + "
               f"{bound.per_operation_bytes:,.0f} bytes an operation beyond "
               f"{bound.free_operations:,}; least squares {intercept / GIB:.2f} GiB + "

@@ -237,6 +237,7 @@ def interruptible(function, what: str, command: str, log=None, stream=None, guar
     `guard`, where given, is asked every GUARD_SECONDS while the work runs; once it returns a
     line, the process ends with that line as an error (exit status 2), as a compile that is
     about to run the machine out of memory must (bert_jax.compiler.compile_memory.watch).
+    Called from another thread, the work runs in that thread, unwatched and uninterruptible.
 
     The process exits at once (`os._exit`): this is for work that writes nothing, such as an
     ahead-of-time compile. Returns what `function` returns, or raises what it raised.

@@ -71,7 +71,7 @@ def test_a_scanned_stack_counts_one_layer_at_any_depth_and_an_unrolled_one_every
 
 def test_the_lower_bound_grows_with_the_program_beyond_its_free_operations():
     bound = compile_memory.LowerBound(fixed_bytes=2e8, per_operation_bytes=5e4,
-                                      free_operations=1_000, measured_on="made up")
+                                      free_operations=1_000)
     assert bound.bytes(0) == bound.bytes(1_000) == 200_000_000
     assert bound.bytes(11_000) == 700_000_000
 

@@ -94,10 +94,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "larger slices of the generation, up to 64 chips, at one row a "
                              "device fully sharded, and exit status 2)")
     parser.add_argument("--no-memory-check", dest="memory_check", action="store_false",
-                        help="compile even where the compile's memory, predicted from the "
-                             "lowered program's size before compiling, is more than this "
-                             "machine has available (by default aot refuses, in one line "
-                             "with both figures, rather than be killed for memory)")
+                        help="compile without the memory check: by default aot refuses, "
+                             "before compiling, where this machine has less memory available "
+                             "than the least a compile of the lowered program's size took, "
+                             "and stops a compile that leaves the machine under 1 GiB (or 5%% "
+                             "of its memory), each in one line with the figures, rather than "
+                             "be killed for memory")
     parser.add_argument("--compare-meshes", action="store_true",
                         help="compile pure data parallel, FSDP and mixed (FSDP within a host) "
                              "layouts on --topology and name the fastest by the roofline bound")

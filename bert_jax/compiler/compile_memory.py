@@ -19,14 +19,14 @@ compile measured took at least `LOWER_BOUNDS`' line of its operations. So `aot`
 """
 
 import dataclasses
+import functools
 import os
 import re
 
 import psutil
 
 from bert_jax.errors import UserError
-
-GIB = 1024**3
+from launch.tpu_types import GIB
 
 # A function of the lowered module ("func.func public @main(...) {", "func.func private @f(")
 # and, inside it, one operation per line: "%x = stablehlo.add ...", "%y:2 = func.call @f(...)",
@@ -43,7 +43,6 @@ class LowerBound:
     fixed_bytes: float
     per_operation_bytes: float
     free_operations: int
-    measured_on: str  # the compiles it lies under (bench/compile_memory.py)
 
     def bytes(self, operations: int) -> int:
         return int(self.fixed_bytes + self.per_operation_bytes
@@ -56,10 +55,8 @@ class LowerBound:
 # compile 1.17x (BERT-Large) to 4.56x (ModernBERT-base) its bound; GPU (h100) 0.40 GiB
 # (demo, 8,289 operations) and 1.10 GiB (BERT-Base 32 x 512, 38,587), 1.13x and 1.20x.
 LOWER_BOUNDS = {
-    "tpu": LowerBound(fixed_bytes=0.5 * 1024**3, per_operation_bytes=70e3,
-                      free_operations=8_000, measured_on="8 compiles for v5e:2x2"),
-    "gpu": LowerBound(fixed_bytes=0.2 * 1024**3, per_operation_bytes=20e3,
-                      free_operations=0, measured_on="2 compiles for h100"),
+    "tpu": LowerBound(fixed_bytes=0.5 * GIB, per_operation_bytes=70e3, free_operations=8_000),
+    "gpu": LowerBound(fixed_bytes=0.2 * GIB, per_operation_bytes=20e3, free_operations=0),
 }
 
 # The memory a watched compile leaves the machine: stopped below this, or 5% of it.
@@ -95,15 +92,25 @@ def expanded_operations(module_text: str) -> int:
     return total("main")
 
 
-def _cgroup_room() -> int | None:
-    """Bytes left under this process's cgroup (v2) memory limit, or None with no limit."""
+@functools.cache
+def _cgroup_directory() -> str | None:
+    """This process's cgroup (v2) directory, looked up once (the watch asks five times a
+    second), or None where there is none."""
     try:
         with open("/proc/self/cgroup") as file:
             path = next((line.split(":", 2)[2].strip() for line in file
                          if line.startswith("0::")), None)
-        if path is None:
-            return None
-        directory = os.path.join("/sys/fs/cgroup", path.lstrip("/"))
+    except OSError:
+        return None
+    return None if path is None else os.path.join("/sys/fs/cgroup", path.lstrip("/"))
+
+
+def _cgroup_room() -> int | None:
+    """Bytes left under this process's cgroup (v2) memory limit, or None with no limit."""
+    directory = _cgroup_directory()
+    if directory is None:
+        return None
+    try:
         with open(os.path.join(directory, "memory.max")) as file:
             limit = file.read().strip()
         if limit == "max":
