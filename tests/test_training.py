@@ -41,8 +41,9 @@ trainer.train(config, {workdir!r}, **pretraining(config, synthetic_factory(confi
 def _child(workdir, devices, delay=0.0, overrides=None, init=(None, None, None)):
     code = _CHILD.format(tests=TESTS, init=init, overrides=overrides or {}, workdir=workdir,
                          delay=delay)
-    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
-               JAX_PLATFORMS="cpu")
+    # conftest.py's flags (LLVM at -O0 among them), with this process's own device count.
+    flags = os.environ["XLA_FLAGS"].replace("device_count=8", f"device_count={devices}")
+    env = dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu")
     return subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
