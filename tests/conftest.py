@@ -32,4 +32,3 @@ if "BERT_JAX_COMPILATION_CACHE" not in os.environ:
     import tempfile
 
     os.environ["BERT_JAX_COMPILATION_CACHE"] = tempfile.mkdtemp(prefix="bert-jax-xla-")
-

@@ -20,6 +20,7 @@ from bert_jax.training import checkpointing, trainer
 from bert_jax.errors import UserError
 from bert_jax.tasks.pretraining_data import apply_settings, prepare_data
 from bert_jax.training.metrics_writer import read_scalars
+from launch import local
 from test_training_support import pretraining, synthetic_factory, tiny_run_config
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
@@ -41,9 +42,9 @@ trainer.train(config, {workdir!r}, **pretraining(config, synthetic_factory(confi
 def _child(workdir, devices, delay=0.0, overrides=None, init=(None, None, None)):
     code = _CHILD.format(tests=TESTS, init=init, overrides=overrides or {}, workdir=workdir,
                          delay=delay)
-    # conftest.py's flags (LLVM at -O0 among them), with this process's own device count.
-    flags = os.environ["XLA_FLAGS"].replace("device_count=8", f"device_count={devices}")
-    env = dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu")
+    # A simulated host as `launch local` starts one: conftest.py's XLA flags (LLVM at -O0
+    # among them) with this process's own device count.
+    env = local.process_environment(devices)
     return subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 

@@ -16,6 +16,7 @@ none is intact.
 
 import contextlib
 import copy
+import functools
 import logging
 import os
 import shutil
@@ -168,6 +169,7 @@ class Checkpoints:
                 self._manager.close()
 
 
+@functools.cache  # once a process: the process count does not change while it runs
 def _register_array_writer() -> None:
     """In one process, orbax's jax.Array writer without replica-parallel writing.
 
@@ -179,9 +181,8 @@ def _register_array_writer() -> None:
     copied, keeping orbax's other settings (its array metadata store among them); the
     switch is a private attribute, so its absence is an error here, not a silent slow path
     (tests/test_checkpoint_writes.py). Called at each save, when JAX is running and the
-    process count is the pod's."""
-    global _array_writer_registered
-    if _array_writer_registered or jax.process_count() > 1:
+    process count is the pod's; the first call decides."""
+    if jax.process_count() > 1:
         return
     writer = copy.copy(ocp.type_handlers.get_type_handler(jax.Array))
     if not hasattr(writer, "_use_replica_parallel"):
@@ -189,10 +190,6 @@ def _register_array_writer() -> None:
                            "bert_jax/training/checkpointing.py, _register_array_writer")
     writer._use_replica_parallel = False
     ocp.type_handlers.register_type_handler(jax.Array, writer, override=True)
-    _array_writer_registered = True
-
-
-_array_writer_registered = False
 
 
 def restore_params(path: str, abstract_params: Any | None = None) -> Any:
