@@ -155,6 +155,11 @@ class MixtureDataset:
                 self.log(f"data source {rows.source.name} is new or changed: it starts from "
                          "its beginning")
 
+    def close(self) -> None:
+        """Closes every source's reader (`reader.PretrainingDataset.close`)."""
+        for rows in self.sources:
+            rows.reader.close()
+
     def seek_step(self, step: int, reads_per_step=None, steady_from: int = 0) -> None:
         """The next batch trains step `step`; step s reads `reads_per_step(s)` batches
         (`reader.PretrainingDataset.seek_step`): objective mlm's rate follows the step."""

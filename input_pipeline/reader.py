@@ -209,6 +209,14 @@ class PretrainingDataset:
                           "records_in_epoch": int(state["records_in_epoch"])}
         self._iterator, self._last_tag = None, None
 
+    def close(self) -> None:
+        """Stops the read-ahead threads and frees their buffers now. The tf.data iterator
+        refers back to this reader through its parsing function, a cycle that only Python's
+        cycle collector frees, at whatever moment it next runs, and then waits for the
+        threads to wind down (a gs:// shard's reader closes its remote file). A later batch
+        opens a new iterator at the current position."""
+        self._iterator = None
+
     def seek_step(self, step: int, reads_per_step=None, steady_from: int = 0) -> None:
         """The next batch trains step `step` (0-based) and step s takes `reads_per_step(s)`
         batches in a row (None: one; a batch-size warm-up reads several micro-batches), the

@@ -141,13 +141,17 @@ def test_packed_rows_have_the_loss_and_gradients_of_their_sequences_alone(first_
                                    err_msg=jax.tree_util.keystr(path))
 
 
-def train_noting_seeks(config, workdir, seeks: list, log=lambda *_: None) -> dict:
+def train_noting_seeks(config, workdir, seeks: list, log=lambda *_: None,
+                       readers: list | None = None) -> dict:
     """`bert-jax pretrain`'s run, noting what the trainer tells the reader (`seek_step`): the
-    step of its next batch and the batches steps 0..3 read."""
+    step of its next batch and the batches steps 0..3 read; and in `readers` every reader
+    opened (training and evaluation)."""
     run = pretraining(config, log=log)
 
     def factory(split, *args):
         dataset = run["dataset_factory"](split, *args)
+        if readers is not None:
+            readers.append(dataset)
         seek = dataset.seek_step
 
         def noted(step, reads=None, steady_from=0):
@@ -163,11 +167,14 @@ def test_a_run_resumed_across_a_rate_change_is_bit_identical(shards, tmp_path):
     """Rate 0.3 until step 3, then 0.1, and the batch warmed up from one micro-batch of 8
     rows to two at step 2: the second half of the resumed run trains steps 2 and 3, across
     the change, and must see the uninterrupted run's very batches."""
-    logs, seeks = [], []
+    logs, seeks, readers = [], [], []
     warmup = {"batch_size": 16, "grad_accum_steps": 2, "batch_warmup.steps": 2,
               "batch_warmup.start_batch_size": 8}
     whole = train_noting_seeks(run_config(shards, **warmup), str(tmp_path / "whole"), seeks,
-                               logs.append)
+                               logs.append, readers)
+    # The run closed every reader it opened (training and each evaluation's): none is left
+    # with read-ahead threads for the garbage collector to stop at some later moment.
+    assert len(readers) >= 2 and all(reader._iterator is None for reader in readers)
     first = train_noting_seeks(run_config(shards, num_train_steps=2, **warmup, **{
         "data.eval_files": ""}), str(tmp_path / "resumed"), seeks)
     assert first["step"] == 2

@@ -15,6 +15,15 @@ from bert_jax.errors import UserError
 from bert_jax.training import distributed
 
 
+def close_reader(dataset) -> None:
+    """Closes a reader that holds threads or files (the shard readers' `close`); a reader
+    of arrays in memory has nothing to close. A shard reader left to the garbage collector
+    stops its threads at whatever later moment the collector runs, stalling that moment."""
+    close = getattr(dataset, "close", None)
+    if close is not None:
+        close()
+
+
 def evaluate(bundle, params, dataset, num_batches: int | None = None,
              progress: bool = False) -> dict:
     """Each term's exact mean over `num_batches` batches (None: all), and the loss.
@@ -64,8 +73,11 @@ class TermEvaluator:
         processes, index = jax.process_count(), jax.process_index()
         dataset = self.dataset_factory("eval", self.settings.batch_size // processes,
                                        index, processes)
-        metrics = evaluate(bundle, state.params, dataset, self.settings.num_batches,
-                           self.show_progress)
+        try:
+            metrics = evaluate(bundle, state.params, dataset, self.settings.num_batches,
+                               self.show_progress)
+        finally:
+            close_reader(dataset)  # its read-ahead of the batches past num_batches
         self.history.append(dict(step=int(step), **metrics))
         return metrics
 

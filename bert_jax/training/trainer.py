@@ -31,7 +31,7 @@ from bert_jax.run_config import checkpoint_suite
 from bert_jax.training import batch_warmup, checkpointing, distributed, initial_state
 from bert_jax.training import train_step as train_step_lib, workdir as workdir_lib
 from bert_jax.training.data_position import data_source, restore_position, seek_step
-from bert_jax.training.evaluation import TermEvaluator
+from bert_jax.training.evaluation import TermEvaluator, close_reader
 from bert_jax.training.interrupts import StopRequests
 from bert_jax.training.metrics_writer import MetricsWriter
 from bert_jax.training.run_lock import RunLock
@@ -108,6 +108,7 @@ def train(run_config, workdir: str, *, task, dataset_factory: Callable,
                 return loop.run(state, meta, dataset_factory, writer)
             finally:
                 writer.close()
+                close_reader(loop.dataset)
         finally:
             checkpoints.close()
 
