@@ -46,17 +46,22 @@ def test_shard_assignment_is_the_round_robin_of_the_whole_run():
     assert shards == [run[shard::3] for shard in range(3)]
 
 
-@pytest.mark.parametrize("objective", [{}, dict(objective="mlm", max_sequences_per_row=3)],
-                         ids=["mlm_nsp", "mlm"])
-def test_beam_writes_the_local_writers_shards_and_manifest(corpus, tmp_path, objective):
+# Worker processes (the default) cost about 8 s a run in start-up alone; the objective mlm
+# run is the same pipeline in one process (the gs:// test below runs processes too).
+@pytest.mark.parametrize("objective, running_mode", [
+    ({}, "multi_processing"), (dict(objective="mlm", max_sequences_per_row=3), "in_memory")],
+    ids=["mlm_nsp", "mlm"])
+def test_beam_writes_the_local_writers_shards_and_manifest(corpus, tmp_path, objective,
+                                                           running_mode):
     pytest.importorskip("apache_beam")
     local = str(tmp_path / "local")
     beam = str(tmp_path / "beam")
     local_manifest = create_pretraining_data([corpus["pattern"]], corpus["vocab"], local,
                                              workers=1, show_progress=False, **SETTINGS,
                                              **objective)
-    beam_manifest = create_pretraining_data_beam([corpus["pattern"]], corpus["vocab"], beam,
-                                                 workers=2, **SETTINGS, **objective)
+    beam_manifest = create_pretraining_data_beam(
+        [corpus["pattern"]], corpus["vocab"], beam, workers=2,
+        beam_options=f"--direct_running_mode={running_mode}", **SETTINGS, **objective)
     assert local_manifest["num_instances"] > 100
     counts = [records_in_shard(shard) for shard in beam_manifest["shards"]]
     assert max(counts) - min(counts) <= 1

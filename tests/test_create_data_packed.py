@@ -161,8 +161,10 @@ def test_beam_writes_the_local_writers_packed_shards(made, tmp_path):
     from input_pipeline.beam import create_pretraining_data_beam
 
     beam = str(tmp_path / "beam")
+    # In one process: test_create_data_beam.py runs the pipeline in worker processes.
     manifest = create_pretraining_data_beam([made["corpus"]], made["vocab"], beam, num_shards=2,
                                             workers=2, max_sequences_per_row=PER_ROW,
+                                            beam_options="--direct_running_mode=in_memory",
                                             **SETTINGS)
     assert manifest == made["packed"]["manifest"]
     for ours, theirs in zip(shard_paths(manifest, beam),
