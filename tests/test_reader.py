@@ -112,7 +112,9 @@ def test_restore_gives_exactly_the_next_batch(shards, consumed):
 def test_close_frees_the_read_ahead_at_once_and_reading_on_continues(shards):
     """The tf.data iterator refers back to its reader (a cycle): without `close` its threads
     and buffers live until the cycle collector runs, at some later moment."""
-    whole = [next(reader) for reader in [dataset(shards)] for _ in range(4)]
+    uninterrupted = dataset(shards)
+    whole = [next(uninterrupted) for _ in range(4)]
+    uninterrupted.close()
     reader = dataset(shards)
     read = [next(reader), next(reader)]
     iterator = weakref.ref(reader._iterator)
