@@ -1,6 +1,6 @@
 """The package metadata (ranges, for `pip install .`) against the pinned sets (requirements*.txt,
-for `make` and CI): every pin lies inside its range, and the GPU and TPU extras name the build
-of the jax they run with.
+for `make` and CI): every pin lies inside its range, the GPU and TPU extras name the build
+of the jax they run with, and the environment `make` builds holds exactly the pins.
 
 Read as setuptools reads pyproject.toml to build the package metadata: no GPU, no network.
 A CUDA plugin or libtpu of another jax version fails to load (or pip replaces jax), so the
@@ -65,6 +65,21 @@ def test_the_extras_accept_the_pinned_sets(monkeypatch):
             assert name in pins, f"{file_name} does not pin {name} of the {extra} extra"
             assert requirement.specifier.contains(_pinned_version(pins[name])), (
                 f"{file_name} pins {pins[name]}, outside the {extra} extra's {requirement}")
+
+
+def test_the_environment_make_builds_holds_exactly_the_pins():
+    # `make` installs requirements.txt, then the dev, TPU, Beam and GPU-compile sets over it in
+    # a second pip call. A pin another set's package refuses is replaced there with a warning
+    # pip does not fail on, and the suite runs with a version nobody pinned (pyarrow 25.0.1
+    # under a 26.0.1 pin: apache-beam 2.77 takes < 26). `==2.13.0` accepts torch's
+    # 2.13.0+cpu, as pip does (PEP 440: a local label matches a pin without one).
+    installed_by_make = ("requirements.txt", "requirements-dev.txt", "requirements-tpu.txt",
+                         "requirements-beam.txt", "requirements-gpu-compile.txt")
+    differences = [f"{file_name}: {pin}, installed {importlib.metadata.version(name)}"
+                   for file_name in installed_by_make
+                   for name, pin in _pins(file_name).items()
+                   if not pin.specifier.contains(importlib.metadata.version(name))]
+    assert not differences, differences
 
 
 def test_the_gpu_and_tpu_extras_go_through_jaxs_own_extras(monkeypatch):
