@@ -230,6 +230,16 @@ class PretrainingDataset:
         return self
 
     def __next__(self) -> dict[str, np.ndarray]:
+        try:
+            return self._read_batch()
+        except BaseException:
+            # The data ended or a shard failed: this iterator gives nothing more, so its
+            # read-ahead threads stop now (`close`), not at the cycle collector's next run,
+            # and `list(reader)` leaves nothing behind. A later call reopens at the position.
+            self.close()
+            raise
+
+    def _read_batch(self) -> dict[str, np.ndarray]:
         if self._iterator is None:
             self._iterator = iter(self._build(**self._position).as_numpy_iterator())
         try:

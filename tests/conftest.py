@@ -2,6 +2,9 @@
 
 import os
 import signal
+import weakref
+
+import pytest
 
 # A suite started in the background by a script inherits SIGINT ignored (shells do that to
 # background jobs); the Ctrl-C tests need Python's own handler, as an interactive run has.
@@ -32,3 +35,25 @@ if "BERT_JAX_COMPILATION_CACHE" not in os.environ:
     import tempfile
 
     os.environ["BERT_JAX_COMPILATION_CACHE"] = tempfile.mkdtemp(prefix="bert-jax-xla-")
+
+
+@pytest.fixture(autouse=True)
+def _shard_readers_closed_after_each_test(monkeypatch):
+    """Closes every shard reader a test opened and left open. A reader's tf.data iterator
+    refers back to the reader (input_pipeline/reader.py, `close`), so one left behind keeps
+    its read-ahead threads until the cycle collector runs, at a random moment in a later
+    test, which then waits for them: a collection after tests/test_data_mixture.py's resume
+    test took 19.7 s (186 threads down to 60) where one takes about 0.9 s."""
+    from input_pipeline import reader  # here, so xdist's controller never loads TensorFlow
+
+    opened = weakref.WeakSet()
+    open_reader = reader.PretrainingDataset.__init__
+
+    def open_and_remember(self, *args, **kwargs):
+        open_reader(self, *args, **kwargs)
+        opened.add(self)
+
+    monkeypatch.setattr(reader.PretrainingDataset, "__init__", open_and_remember)
+    yield
+    for dataset in list(opened):
+        dataset.close()

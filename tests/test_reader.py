@@ -130,6 +130,20 @@ def test_close_frees_the_read_ahead_at_once_and_reading_on_continues(shards):
             np.testing.assert_array_equal(again[name], batch[name])
 
 
+def test_a_reader_read_to_its_end_frees_its_read_ahead(shards):
+    """`list(reader)` leaves no threads behind: the iterator that ended is dropped at once."""
+    reader = dataset(shards, repeat=False)
+    next(reader)
+    iterator = weakref.ref(reader._iterator)
+    gc.disable()  # freed by reference counting alone
+    try:
+        rest = list(reader)
+        assert rest and iterator() is None
+    finally:
+        gc.enable()
+    assert list(reader) == []  # reopened at the end: still nothing more
+
+
 def test_dynamic_masking_restores_too_and_keeps_the_tokens(shards):
     options = dict(dynamic_masking=True, vocab_size=len(helpers.VOCABULARY),
                    mask_id=helpers.MASK, special_ids=(helpers.PAD, helpers.CLS, helpers.SEP))
