@@ -12,10 +12,19 @@ Two steps can be traced:
 - `--task pretrain` (the default): a pre-training step of `--preset` (batch 8 x 128, 20
   predictions, as `bench/model_step.py`);
 - `--task qa`: a SQuAD step of `finetune qa` on the MiniLM weights, full windows of
-  `--seq-len` (batch 32 x 256 by default, as `bench/finetune.py --sections squad`).
+  `--seq-len` (batch 32 x 256 by default, as `bench/finetune.py --sections squad`);
+- `--task modernbert`: the masked-LM step of bench/modernbert_step.py (ModernBERT-base's
+  widths, `--layers` of them, `--layout` padded or packed rows). `--peer` then profiles
+  transformers' step on the same rows and weights beside it (sdpa, torch-optimi's
+  StableAdamW; torch.profiler) and prints both steps split by kind of work: the matrix
+  products, the attention core, the optimizer, the rest (elementwise passes and
+  reductions). torch's profiler times each operation on the thread that calls it, while
+  XLA's work is spread over its threads, so each side's kinds are given as shares of its
+  own busy time and as those shares of its step's wall time; process CPU / wall says how
+  busy each side keeps the cores.
 
-Usage: python bench/profile_step.py [--task pretrain|qa] [--preset base] [--batch B]
-       [--seq-len T] [--steps 2]
+Usage: python bench/profile_step.py [--task pretrain|qa|modernbert] [--preset base]
+       [--batch B] [--seq-len T] [--steps 2] [--layers 22] [--layout padded] [--peer]
 """
 
 import argparse
@@ -52,6 +61,84 @@ PARTS = (
     ("span head (qa_outputs)", r"qa_outputs|span"),
     ("embeddings", r"embeddings"),
 )
+
+
+# The kinds of work both sides' profiles are split into (`--peer`): the parts above whose
+# matrix products are the attention core's go there, every other part's products are
+# "matrix products", and the rest of each part is "elementwise and reductions".
+ATTENTION_PARTS = ("attention scores/context products", "attention softmax",
+                   "attention-probability dropout")
+KINDS = ("matrix products", "attention core", "optimizer", "elementwise and reductions")
+
+
+def kind_of(part: str, matmul: bool) -> str:
+    if part in ATTENTION_PARTS:
+        return "attention core"
+    if part == "optimizer update, clipping, state select":
+        return "optimizer"
+    return "matrix products" if matmul else "elementwise and reductions"
+
+
+def torch_kind(name: str, under_optimizer: bool) -> str:
+    """The kind of a torch operation (an aten op name), or of any inside the optimizer."""
+    if under_optimizer:
+        return "optimizer"
+    if "scaled_dot_product" in name or "flash_attention" in name:
+        return "attention core"
+    if name in ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"):
+        return "matrix products"
+    return "elementwise and reductions"
+
+
+def torch_profile(step, steps: int) -> tuple[collections.Counter, float, float]:
+    """(microseconds per step of each kind, wall and process CPU seconds per step) of
+    `steps` calls of `step` under torch.profiler: each operation's own time, on the thread
+    that called it (torch's intra-op threads work inside it)."""
+    import torch
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        start, cpu_start = time.perf_counter(), time.process_time()
+        for _ in range(steps):
+            step()
+        wall = (time.perf_counter() - start) / steps
+        cpu = (time.process_time() - cpu_start) / steps
+    kinds = collections.Counter()
+    for event in profile.events():
+        parent, under_optimizer = event.cpu_parent, False
+        while parent is not None and not under_optimizer:
+            under_optimizer = parent.name.startswith("Optimizer.")
+            parent = parent.cpu_parent
+        if event.name.startswith("Optimizer."):
+            under_optimizer = True
+        kinds[torch_kind(event.name, under_optimizer)] += event.self_cpu_time_total / steps
+    return kinds, wall, cpu
+
+
+def peer_step(rows, layers: int, jax_step):
+    """transformers' train step (sdpa) on `rows` with the weights `jax_step` is given too."""
+    import types
+    from modernbert_step import (TorchModernBert, save_initial_weights, torch_sides)
+    from bert_jax.interop import model_source
+    with tempfile.TemporaryDirectory(prefix="profile-peer-") as directory:
+        config = save_initial_weights(layers, directory)
+        jax_step.load_params(model_source.in_directory(directory).load().params)
+        reference = TorchModernBert(directory)  # the weights are read into memory
+    sides = torch_sides(rows, config.local_attention // 2,
+                        types.SimpleNamespace(unpacked=False, compile=False))
+    return lambda: reference.train_step(*sides["transformers sdpa"])
+
+
+def print_kinds(sides: dict) -> None:
+    """Each side's kinds of work: ms of its own clock, share of that, the share of wall."""
+    print(f"{'kind of work':28s}" + "".join(f" {name + ' ms':>16s} {'share':>6s} {'of wall':>8s}"
+                                            for name in sides))
+    for kind in KINDS:
+        line = f"{kind:28s}"
+        for kinds, wall, _ in sides.values():
+            share = kinds[kind] / sum(kinds.values())
+            line += f" {kinds[kind] / 1e3:16.1f} {100 * share:5.1f}% {share * wall * 1e3:6.0f}ms"
+        print(line)
+    print("wall ms/step, process CPU / wall: " + "; ".join(
+        f"{name} {wall * 1e3:.0f}, {cpu / wall:.2f}" for name, (_, wall, cpu) in sides.items()))
 
 
 def part_of(op_name: str) -> str:
@@ -136,7 +223,12 @@ def main() -> None:
                                                     "256 qa)")
     parser.add_argument("--steps", type=int, default=2, help="traced steps (after 2 warm-up)")
     parser.add_argument("--top", type=int, default=0, help="also the N slowest operations")
+    parser.add_argument("--peer", action="store_true",
+                        help="modernbert: also transformers' step on the same rows, by kind")
     args = parser.parse_args()
+    if args.peer and args.task != "modernbert":
+        parser.error("--peer profiles transformers' ModernBERT step: use it with --task "
+                     "modernbert")
     announce_host()  # the CPU, its ISA, threads and load: figures carry their host
     import jax
     if args.task == "qa":
@@ -148,6 +240,7 @@ def main() -> None:
         rows = make_rows(args.layout, batch, seq_len, window=128, vocab_size=50368,
                          mask_rate=MASK_RATE)
         step = modernbert_jax_step(rows, args.layers)
+        peer = peer_step(rows, args.layers, step) if args.peer else None
         title = f"ModernBERT-base ({args.layers} layers) {batch} x {seq_len} {args.layout}"
     else:
         from model_step import JaxStep, make_batch
@@ -184,6 +277,18 @@ def main() -> None:
           f"{100 * sum(matmuls.values()) / total:5.1f}%")
     for name, nanoseconds in totals.most_common(args.top):
         print(f"{nanoseconds / 1e6:9.1f} ms {name:32s} {names.get(name, '')[-110:]}")
+    if args.peer:
+        kinds = collections.Counter()
+        for part, nanoseconds in parts.items():
+            kinds[kind_of(part, False)] += (nanoseconds - matmuls[part]) / 1e3
+            kinds[kind_of(part, True)] += matmuls[part] / 1e3
+        for _ in range(2):
+            peer()
+        print("\nBy kind of work, beside transformers' step (sdpa) on the same rows and "
+              "weights; bert-jax: XLA thread-time (YNNPACK's helper threads untraced), "
+              "transformers: each operation's own time on its calling thread")
+        print_kinds({"bert-jax": (kinds, wall, cpu),
+                     "transformers": torch_profile(peer, args.steps)})
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""`bert-jax aot` run in a subprocess for the AOT tests.
+"""`bert-jax aot` run in a subprocess for the AOT tests, and the abstract TPU mesh that
+`aot` traces under, for tests that trace a layer's TPU form in the test process.
 
 libtpu initialisation in the test process would meet the eight simulated CPU devices of
 conftest and, on a shared host, libtpu's process lock; a subprocess has neither.
@@ -10,7 +11,10 @@ import os
 import subprocess
 import sys
 
+import jax
 import pytest
+
+from bert_jax import sharding
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -49,3 +53,13 @@ def run_config_text(preset: str, settings: dict) -> str:
     return ("from bert_jax.run_config import base_config\n\n\ndef get_config():\n"
             f"    config = base_config({preset!r})\n" + "\n".join(lines)
             + "\n    return config\n")
+
+
+def tpu_abstract_mesh():
+    """A one-device mesh of an abstract TPU: what `aot` traces under on a CPU host, so the
+    layers that ask `traced_platform()` take their TPU form."""
+    cpu_mesh = sharding.make_mesh(devices=jax.devices()[:1]).abstract_mesh
+    device_type = type(cpu_mesh.abstract_device)
+    return type(cpu_mesh)(cpu_mesh.axis_sizes, cpu_mesh.axis_names,
+                          axis_types=cpu_mesh.axis_types,
+                          abstract_device=device_type("TPU v5 lite", None, "tpu"))

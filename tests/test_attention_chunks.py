@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from tolerances import ENCODER_STEPS, assert_close
+from aot_helpers import tpu_abstract_mesh
 
 from bert_jax import sharding
 from bert_jax.models.layers.attention import (_core, attention, attention_probabilities, chunk_count,
@@ -57,12 +58,8 @@ def test_chunk_count(batch, seq_len, rows, backend, expected):
 
 def test_the_platform_is_the_meshs_so_a_tpu_aot_check_on_a_cpu_host_traces_the_tpu_form():
     cpu_mesh = sharding.make_mesh(devices=jax.devices()[:1]).abstract_mesh
-    device_type = type(cpu_mesh.abstract_device)
-    tpu_mesh = type(cpu_mesh)(cpu_mesh.axis_sizes, cpu_mesh.axis_names,
-                              axis_types=cpu_mesh.axis_types,
-                              abstract_device=device_type("TPU v5 lite", None, "tpu"))
     assert traced_platform() == jax.default_backend() == "cpu"  # no mesh
-    with jax.sharding.use_abstract_mesh(tpu_mesh):
+    with jax.sharding.use_abstract_mesh(tpu_abstract_mesh()):
         assert traced_platform() == "tpu"
         assert chunk_count(32, 512, -1, traced_platform()) == 1
     with jax.sharding.use_abstract_mesh(cpu_mesh):

@@ -26,6 +26,7 @@ import numpy as np
 from bert_jax.models.config import Precision
 from bert_jax.errors import UserError
 from bert_jax.models.layers import attention_kernels, banded_attention
+from bert_jax.models.layers.platform import traced_platform
 from bert_jax.models.layers.visibility import visible_keys
 from bert_jax.models.layers.dropout import dropout
 
@@ -127,14 +128,6 @@ def _batch_shards() -> int:
         return 1
     axes = (axes,) if isinstance(axes, str) else axes
     return int(np.prod([mesh.shape[axis] for axis in axes]))
-
-
-def traced_platform() -> str:
-    """The platform the step is traced for: the mesh's devices where there is a mesh (an AOT
-    check compiles for a TPU on a CPU host), else the default backend."""
-    mesh = jax.sharding.get_abstract_mesh()
-    device = None if mesh.empty else mesh.abstract_device
-    return device.platform if device is not None else jax.default_backend()
 
 
 def chunk_count(batch_size: int, seq_len: int, chunk_rows: int, platform: str) -> int:

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.models.config import Precision
+from bert_jax.models.layers.platform import traced_platform
 
 Array = jax.Array
 
@@ -66,8 +67,25 @@ def _add_bias_backward(bias, gradient):
 add_bias.defvjp(_add_bias_forward, _add_bias_backward)
 
 
+# On a CPU, a bias wider than this many entries gets its gradient as a product with a vector
+# of ones rather than a sum. XLA hands a CPU sum over rows to YNNPACK, whose column sums fall
+# off a cliff past 16,384 columns (bench/vocabulary_head.py, Intel Xeon Ice Lake, 616 rows:
+# 8.6 ms at 16,384 columns, 164 ms at 24,576, 609 ms at ModernBERT's 50,368-word vocabulary,
+# where the product takes 9.2 ms); the masked-LM decoder's bias is the one bias that wide.
+# Narrower biases keep the sum, which YNNPACK adds pairwise: a product accumulates its rows
+# in one running sum, 5-15x the rounding error there (still within float32's bound for the
+# sum, tests/test_bias_gradient.py). Other platforms' reductions have no such cliff.
+WIDE_BIAS = 16384
+
+
 def _bias_sum(gradient: Array, bias: Array) -> Array:
     rows = tuple(range(gradient.ndim - bias.ndim))
+    if bias.size > WIDE_BIAS and traced_platform() == "cpu":
+        ones = jnp.ones(gradient.shape[:len(rows)], gradient.dtype)
+        total = jax.lax.dot_general(gradient, ones, ((rows, rows), ((), ())),
+                                    precision=jax.lax.Precision.HIGHEST,
+                                    preferred_element_type=jnp.float32)
+        return total.astype(bias.dtype)
     return jnp.sum(gradient, axis=rows, dtype=jnp.float32).astype(bias.dtype)
 
 
