@@ -18,12 +18,15 @@ Two steps can be traced:
   transformers' step on the same rows and weights beside it (sdpa, torch-optimi's
   StableAdamW; torch.profiler) and prints both steps split by kind of work: the matrix
   products, the attention core, the optimizer, the rest (elementwise passes and
-  reductions). torch's profiler times each operation on the thread that calls it, while
+  reductions);
+- `--task embed`: one batch of `bert-jax embed` (`embed_batch`: MiniLM's forward, mean
+  pooling, normalisation) on `--batch` x `--seq-len` random ids (32 x 48 by default), no
+  gradient; `--peer` profiles sentence-transformers' forward of the same batch beside it. torch's profiler times each operation on the thread that calls it, while
   XLA's work is spread over its threads, so each side's kinds are given as shares of its
   own busy time and as those shares of its step's wall time; process CPU / wall says how
   busy each side keeps the cores.
 
-Usage: python bench/profile_step.py [--task pretrain|qa|modernbert] [--preset base]
+Usage: python bench/profile_step.py [--task pretrain|qa|modernbert|embed] [--preset base]
        [--batch B] [--seq-len T] [--steps 2] [--layers 22] [--layout padded] [--peer]
 """
 
@@ -74,7 +77,7 @@ KINDS = ("matrix products", "attention core", "optimizer", "elementwise and redu
 def kind_of(part: str, matmul: bool) -> str:
     if part in ATTENTION_PARTS:
         return "attention core"
-    if part == "optimizer update, clipping, state select":
+    if part == OTHER_PART:
         return "optimizer"
     return "matrix products" if matmul else "elementwise and reductions"
 
@@ -129,16 +132,21 @@ def peer_step(rows, layers: int, jax_step):
 
 def print_kinds(sides: dict) -> None:
     """Each side's kinds of work: ms of its own clock, share of that, the share of wall."""
-    print(f"{'kind of work':28s}" + "".join(f" {name + ' ms':>16s} {'share':>6s} {'of wall':>8s}"
+    print(f"{'kind of work':28s}" + "".join(f" {name + ' ms':>24s} {'share':>6s} {'of wall':>8s}"
                                             for name in sides))
     for kind in KINDS:
         line = f"{kind:28s}"
         for kinds, wall, _ in sides.values():
             share = kinds[kind] / sum(kinds.values())
-            line += f" {kinds[kind] / 1e3:16.1f} {100 * share:5.1f}% {share * wall * 1e3:6.0f}ms"
+            line += f" {kinds[kind] / 1e3:24.1f} {100 * share:5.1f}% {share * wall * 1e3:6.0f}ms"
         print(line)
     print("wall ms/step, process CPU / wall: " + "; ".join(
         f"{name} {wall * 1e3:.0f}, {cpu / wall:.2f}" for name, (_, wall, cpu) in sides.items()))
+
+
+# What no pattern names: a train step's optimizer (its op names carry no model path), and in
+# a forward-only program the few operations with no op name (copies, conversions).
+OTHER_PART = "optimizer update, clipping, state select (or unnamed)"
 
 
 def part_of(op_name: str) -> str:
@@ -149,7 +157,9 @@ def part_of(op_name: str) -> str:
         return "encoder other (residual adds, masks)"
     if "jvp(" in op_name or "transpose(" in op_name:
         return "loss (log-softmax, NLL)"
-    return "optimizer update, clipping, state select"
+    if "embed_batch" in op_name:
+        return "pooling and normalisation"
+    return OTHER_PART
 
 
 def op_names(hlo_text: str) -> dict[str, str]:
@@ -211,9 +221,47 @@ class QuestionAnsweringStep:
         return float(metrics["loss"])  # waits for the step
 
 
+
+class EmbeddingStep:
+    """`bert-jax embed`'s jitted batch (`embed_batch`) on the MiniLM weights, random ids."""
+
+    def __init__(self, batch_size: int, seq_len: int):
+        from finetune_recipe import minilm_directory
+        from bert_jax.embeddings.encoder import embed_batch, load_embedding_model
+        self.directory = minilm_directory()
+        self.model = load_embedding_model(self.directory)
+        ids = np.random.default_rng(0).integers(1000, 20000, (batch_size, seq_len))
+        self.inputs = (ids.astype(np.int32), np.zeros_like(ids, np.int32),
+                       np.ones_like(ids, np.int32))
+        settings = self.model.settings
+        self.embed_batch = embed_batch
+        self.static = dict(config=self.model.config, pooling=settings.pooling,
+                           normalize=settings.normalize)
+
+    def hlo_text(self) -> str:
+        return self.embed_batch.lower(self.model.params, *self.inputs,
+                                      **self.static).compile().as_text()
+
+    def __call__(self) -> None:
+        np.asarray(self.embed_batch(self.model.params, *self.inputs, **self.static))  # waits
+
+    def peer(self):
+        """sentence-transformers' forward of the same batch, under no_grad."""
+        import torch
+        from sentence_transformers import SentenceTransformer
+        reference = SentenceTransformer(self.directory, device="cpu")
+        ids, segments, mask = (torch.from_numpy(array).long() for array in self.inputs)
+
+        def forward():
+            with torch.no_grad():
+                reference(dict(input_ids=ids, token_type_ids=segments,
+                               attention_mask=mask))["sentence_embedding"]
+        return forward
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--task", choices=("pretrain", "qa", "modernbert"), default="pretrain")
+    parser.add_argument("--task", choices=("pretrain", "qa", "modernbert", "embed"),
+                        default="pretrain")
     parser.add_argument("--layers", type=int, default=22, help="modernbert: encoder layers")
     parser.add_argument("--layout", choices=("padded", "packed"), default="padded",
                         help="modernbert: the rows of bench/modernbert_step.py")
@@ -224,11 +272,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2, help="traced steps (after 2 warm-up)")
     parser.add_argument("--top", type=int, default=0, help="also the N slowest operations")
     parser.add_argument("--peer", action="store_true",
-                        help="modernbert: also transformers' step on the same rows, by kind")
+                        help="modernbert, embed: also transformers' step (or "
+                             "sentence-transformers' forward) on the same inputs, by kind")
     args = parser.parse_args()
-    if args.peer and args.task != "modernbert":
-        parser.error("--peer profiles transformers' ModernBERT step: use it with --task "
-                     "modernbert")
+    if args.peer and args.task not in ("modernbert", "embed"):
+        parser.error("--peer profiles transformers' ModernBERT step or sentence-transformers' "
+                     "embedding: use it with --task modernbert or embed")
     announce_host()  # the CPU, its ISA, threads and load: figures carry their host
     import jax
     if args.task == "qa":
@@ -242,12 +291,18 @@ def main() -> None:
         step = modernbert_jax_step(rows, args.layers)
         peer = peer_step(rows, args.layers, step) if args.peer else None
         title = f"ModernBERT-base ({args.layers} layers) {batch} x {seq_len} {args.layout}"
+    elif args.task == "embed":
+        step = EmbeddingStep(args.batch or 32, args.seq_len or 48)
+        peer = step.peer() if args.peer else None
+        title = f"embed (MiniLM forward) {args.batch or 32} x {args.seq_len or 48}"
     else:
         from model_step import JaxStep, make_batch
         step = JaxStep(args.preset, make_batch(args.batch or 8, args.seq_len or 128, 20))
         title = f"{args.preset} {args.batch or 8} x {args.seq_len or 128}"
-    bundle = step.bundle
-    hlo = bundle.train_step.lower(step.state, step.batch, step.rng).compile().as_text()
+    if isinstance(step, EmbeddingStep):
+        hlo = step.hlo_text()
+    else:
+        hlo = step.bundle.train_step.lower(step.state, step.batch, step.rng).compile().as_text()
     names = op_names(hlo)
     for _ in range(2):
         step()
@@ -284,11 +339,12 @@ def main() -> None:
             kinds[kind_of(part, True)] += matmuls[part] / 1e3
         for _ in range(2):
             peer()
-        print("\nBy kind of work, beside transformers' step (sdpa) on the same rows and "
-              "weights; bert-jax: XLA thread-time (YNNPACK's helper threads untraced), "
-              "transformers: each operation's own time on its calling thread")
-        print_kinds({"bert-jax": (kinds, wall, cpu),
-                     "transformers": torch_profile(peer, args.steps)})
+        print("\nBy kind of work, beside the reference on the same inputs and weights "
+              "(transformers' step with sdpa, or sentence-transformers' forward); bert-jax: XLA "
+              "thread-time (YNNPACK's helper threads untraced), the reference: each operation's "
+              "own time on its calling thread")
+        reference = "sentence-transformers" if args.task == "embed" else "transformers"
+        print_kinds({"bert-jax": (kinds, wall, cpu), reference: torch_profile(peer, args.steps)})
 
 
 if __name__ == "__main__":
