@@ -20,6 +20,7 @@ batches each step reads (`seek_step`: one, or a batch-size warm-up's micro-batch
 resumed run, even across a change of rate, reads the very batches of an uninterrupted one.
 """
 
+import dataclasses
 import re
 
 import numpy as np
@@ -210,11 +211,11 @@ class PretrainingDataset:
         self._iterator, self._last_tag = None, None
 
     def close(self) -> None:
-        """Stops the read-ahead threads and frees their buffers now. The tf.data iterator
-        refers back to this reader through its parsing function, a cycle that only Python's
-        cycle collector frees, at whatever moment it next runs, and then waits for the
-        threads to wind down (a gs:// shard's reader closes its remote file). A later batch
-        opens a new iterator at the current position."""
+        """Stops the read-ahead threads and frees their buffers now, while the reader itself
+        lives on (a trainer's or an evaluation's, kept to the end of a run); a gs:// shard's
+        reader closes its remote file. A later batch opens a new iterator at the current
+        position. (A reader nobody refers to any more is freed at once without it: nothing
+        in its pipeline refers back to it, `_Pipeline`.)"""
         self._iterator = None
 
     def seek_step(self, step: int, reads_per_step=None, steady_from: int = 0) -> None:
@@ -296,7 +297,42 @@ class PretrainingDataset:
                                 "again") from None
         raise UserError(f"{self.files}: corrupt shard data ({error.message})") from None
 
-    def _records_of_file(self, path) -> tf.data.Dataset:
+    def _build(self, epoch: int, records_in_epoch: int) -> tf.data.Dataset:
+        return _Pipeline(
+            tuple(self.files), self.batch_size, self.seq_len, self.max_predictions,
+            self.max_sequences_per_row, self.objective, self.seed, self.shuffle_buffer,
+            self.repeat, self.deterministic, self.cycle_length, self.process_index,
+            self.masking, self.row_masking, self.masking_schedule, self.tagged,
+            self.drop_remainder).build(epoch, records_in_epoch, self._steps_read)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Pipeline:
+    """A reader's settings as plain values, and the tf.data pipeline built from them. The
+    functions tf.data keeps refer to this, not to the reader, so nothing in the pipeline
+    refers back to the reader: a reader (or an iterator it drops) is freed as soon as the
+    last reference to it goes, by reference counting, and its read-ahead threads stop then,
+    not whenever Python's cycle collector next runs (which then waits for them to wind down:
+    seconds, stalling whatever ran at that moment; docs/tests-and-benchmarks.md)."""
+    files: tuple
+    batch_size: int
+    seq_len: int
+    max_predictions: int
+    max_sequences_per_row: int
+    objective: str
+    seed: int
+    shuffle_buffer: int
+    repeat: bool
+    deterministic: bool
+    cycle_length: int
+    process_index: int
+    masking: dict | bool
+    row_masking: dict | bool
+    masking_schedule: object
+    tagged: bool
+    drop_remainder: bool
+
+    def records_of_file(self, path) -> tf.data.Dataset:
         """One shard's serialized records: tf.data's reader locally, the file layer remotely."""
         if not any(file_lib.is_remote(name) for name in self.files):
             return tf.data.TFRecordDataset(path)
@@ -304,13 +340,13 @@ class PretrainingDataset:
             tfrecord.read_records, args=(path,),
             output_signature=tf.TensorSpec(shape=(), dtype=tf.string))
 
-    def _epoch_records(self, epoch, start_epoch, start_offset) -> tf.data.Dataset:
+    def epoch_records(self, epoch, start_epoch, start_offset) -> tf.data.Dataset:
         """(epoch, index, serialized record) for one epoch, skipping what was consumed."""
         epoch_seed = tf.cast(self.seed, tf.int64) * _EPOCH_MULTIPLIER + epoch
-        files = tf.data.Dataset.from_tensor_slices(self.files)
+        files = tf.data.Dataset.from_tensor_slices(list(self.files))
         files = files.shuffle(len(self.files), seed=epoch_seed)
         records = files.interleave(
-            self._records_of_file, cycle_length=min(self.cycle_length, len(self.files)),
+            self.records_of_file, cycle_length=min(self.cycle_length, len(self.files)),
             block_length=1, num_parallel_calls=tf.data.AUTOTUNE,
             deterministic=self.deterministic)
         if self.shuffle_buffer > 1:
@@ -320,11 +356,12 @@ class PretrainingDataset:
         records = records.skip(tf.where(epoch == start_epoch, start_offset, 0))
         return records.map(lambda index, record: (epoch, index, record))
 
-    def _step_of_batch(self):
+    @staticmethod
+    def step_of_batch(steps_read):
         """batch count (int64 scalar, from 0 where the pipeline starts) -> the step that
-        batch trains (`seek_step`): a table until the reads per step hold steady, then
-        arithmetic (no Python runs inside tf.data)."""
-        start, reads, steady_from = self._steps_read
+        batch trains (`PretrainingDataset.seek_step`'s `steps_read`): a table until the reads
+        per step hold steady, then arithmetic (no Python runs inside tf.data)."""
+        start, reads, steady_from = steps_read
         steady_step = max(start, steady_from)
         table = [step for step in range(start, steady_step) for _ in range(reads(step))]
         steps = tf.constant(table + [steady_step], tf.int64)  # the last: never read
@@ -333,7 +370,7 @@ class PretrainingDataset:
             count < len(table), tf.gather(steps, tf.minimum(count, len(table))),
             steady_step + (count - len(table)) // per_step)
 
-    def _masked_rows(self, batch: dict, epochs, indices, step) -> dict:
+    def masked_rows(self, batch: dict, epochs, indices, step) -> dict:
         """Objective mlm's rows, masked at the rate of `step` (int64 scalar), from draws keyed
         by each row's (epoch, index) tags (B,): one segment, segment_ids 0. A tagged reader's
         rows stay unmasked (its mixture masks them)."""
@@ -345,15 +382,15 @@ class PretrainingDataset:
         rate = dynamic_masking.rate_at(step, schedule.rates, schedule.boundaries)
         return dynamic_masking.mask_rows(batch, keys, rate, **self.row_masking)
 
-    def _build(self, epoch: int, records_in_epoch: int) -> tf.data.Dataset:
+    def build(self, epoch: int, records_in_epoch: int, steps_read) -> tf.data.Dataset:
         last_epoch = np.iinfo(np.int64).max if self.repeat else max(epoch + 1, 1)
         epochs = tf.data.Dataset.range(epoch, last_epoch)
-        records = epochs.flat_map(lambda e: self._epoch_records(
+        records = epochs.flat_map(lambda e: self.epoch_records(
             e, tf.constant(epoch, tf.int64), tf.constant(records_in_epoch, tf.int64)))
         batches = records.batch(self.batch_size, drop_remainder=self.drop_remainder).enumerate()
         spec = schema.parsing_spec(self.seq_len, self.max_predictions,
                                    self.max_sequences_per_row, self.objective)
-        seed, step_of_batch = self.seed, self._step_of_batch()
+        seed, step_of_batch = self.seed, self.step_of_batch(steps_read)
 
         def parse(count, tagged):
             epoch_tags, indices, serialized = tagged
@@ -361,7 +398,7 @@ class PretrainingDataset:
             batch = {name: tf.cast(value, tf.float32 if value.dtype == tf.float32 else tf.int32)
                      for name, value in features.items()}
             if self.objective == "mlm":
-                batch = self._masked_rows(batch, epoch_tags, indices, step_of_batch(count))
+                batch = self.masked_rows(batch, epoch_tags, indices, step_of_batch(count))
             elif self.max_sequences_per_row == 1:  # (B, 1) -> (B,); packed rows keep (B, N)
                 batch["next_sentence_labels"] = tf.reshape(batch["next_sentence_labels"], [-1])
             if self.masking:

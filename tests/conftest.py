@@ -39,11 +39,12 @@ if "BERT_JAX_COMPILATION_CACHE" not in os.environ:
 
 @pytest.fixture(autouse=True)
 def _shard_readers_closed_after_each_test(monkeypatch):
-    """Closes every shard reader a test opened and left open. A reader's tf.data iterator
-    refers back to the reader (input_pipeline/reader.py, `close`), so one left behind keeps
-    its read-ahead threads until the cycle collector runs, at a random moment in a later
-    test, which then waits for them: a collection after tests/test_data_mixture.py's resume
-    test took 19.7 s (186 threads down to 60) where one takes about 0.9 s."""
+    """Closes every shard reader a test opened and left open. A reader nobody refers to is
+    freed at once (input_pipeline/reader.py, `_Pipeline`), but one something still holds (a
+    failing test's traceback, a fixture of wider scope) keeps its read-ahead threads; when
+    such readers were freed by the cycle collector at a random moment in a later test, it
+    waited for their threads: a collection after tests/test_data_mixture.py's resume test
+    took 19.7 s (186 threads down to 60) where one takes about 0.9 s."""
     from input_pipeline import reader  # here, so xdist's controller never loads TensorFlow
 
     opened = weakref.WeakSet()

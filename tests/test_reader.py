@@ -110,8 +110,7 @@ def test_restore_gives_exactly_the_next_batch(shards, consumed):
 
 
 def test_close_frees_the_read_ahead_at_once_and_reading_on_continues(shards):
-    """The tf.data iterator refers back to its reader (a cycle): without `close` its threads
-    and buffers live until the cycle collector runs, at some later moment."""
+    """A reader kept alive (a trainer's) lets its read-ahead go on `close`, and reads on."""
     uninterrupted = dataset(shards)
     whole = [next(uninterrupted) for _ in range(4)]
     uninterrupted.close()
@@ -142,6 +141,25 @@ def test_a_reader_read_to_its_end_frees_its_read_ahead(shards):
     finally:
         gc.enable()
     assert list(reader) == []  # reopened at the end: still nothing more
+
+
+
+@pytest.mark.parametrize("masks_drawn", [False, True], ids=["stored masks", "dynamic masking"])
+def test_a_reader_nobody_refers_to_is_freed_at_once_with_its_read_ahead(shards, masks_drawn):
+    """Nothing in the tf.data pipeline refers back to its reader (`_Pipeline`), so a reader
+    dropped without `close` goes by reference counting, its iterator with it: no cycle waits
+    for the collector, which then stalls whatever runs at that moment."""
+    options = dict(dynamic_masking=True, vocab_size=len(helpers.VOCABULARY),
+                   mask_id=helpers.MASK, special_ids=(helpers.PAD, helpers.CLS, helpers.SEP))
+    reader = dataset(shards, **(options if masks_drawn else {}))
+    next(reader)
+    dropped, iterator = weakref.ref(reader), weakref.ref(reader._iterator)
+    gc.disable()  # freed by reference counting alone
+    try:
+        del reader
+        assert dropped() is None and iterator() is None
+    finally:
+        gc.enable()
 
 
 def test_dynamic_masking_restores_too_and_keeps_the_tokens(shards):
