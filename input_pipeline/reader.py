@@ -298,22 +298,21 @@ class PretrainingDataset:
         raise UserError(f"{self.files}: corrupt shard data ({error.message})") from None
 
     def _build(self, epoch: int, records_in_epoch: int) -> tf.data.Dataset:
-        return _Pipeline(
-            tuple(self.files), self.batch_size, self.seq_len, self.max_predictions,
-            self.max_sequences_per_row, self.objective, self.seed, self.shuffle_buffer,
-            self.repeat, self.deterministic, self.cycle_length, self.process_index,
-            self.masking, self.row_masking, self.masking_schedule, self.tagged,
-            self.drop_remainder).build(epoch, records_in_epoch, self._steps_read)
+        settings = {field.name: getattr(self, field.name)
+                    for field in dataclasses.fields(_Pipeline)}
+        return _Pipeline(**dict(settings, files=tuple(self.files))).build(
+            epoch, records_in_epoch, self._steps_read)
 
 
 @dataclasses.dataclass(frozen=True)
 class _Pipeline:
-    """A reader's settings as plain values, and the tf.data pipeline built from them. The
-    functions tf.data keeps refer to this, not to the reader, so nothing in the pipeline
-    refers back to the reader: a reader (or an iterator it drops) is freed as soon as the
-    last reference to it goes, by reference counting, and its read-ahead threads stop then,
-    not whenever Python's cycle collector next runs (which then waits for them to wind down:
-    seconds, stalling whatever ran at that moment; docs/tests-and-benchmarks.md)."""
+    """A reader's settings as plain values (its attributes of these names), and the tf.data
+    pipeline built from them. The functions tf.data keeps refer to this, not to the reader,
+    so nothing in the pipeline refers back to the reader: a reader (or an iterator it drops)
+    is freed as soon as the last reference to it goes, by reference counting, and its
+    read-ahead threads stop then, not whenever Python's cycle collector next runs (which
+    then waits for them to wind down: seconds, stalling whatever ran at that moment;
+    docs/tests-and-benchmarks.md)."""
     files: tuple
     batch_size: int
     seq_len: int
