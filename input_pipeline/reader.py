@@ -1,4 +1,6 @@
-"""tf.data over pre-training shards: host split, interleave, shuffle, repeat, batch, numpy out.
+"""Pre-training shards as batches of numpy arrays: host split, position, resume, and errors that
+name the shard; the tf.data pipeline itself (interleave, shuffle, repeat, batch, parse, masks)
+is built by record_pipeline.py.
 
 Deterministic mode makes the stream a pure function of (files, seed, epoch): each epoch
 shuffles the file order and the records with seeds derived from (seed, epoch), and every
@@ -20,7 +22,6 @@ batches each step reads (`seek_step`: one, or a batch-size warm-up's micro-batch
 resumed run, even across a change of rate, reads the very batches of an uninterrupted one.
 """
 
-import dataclasses
 import re
 
 import numpy as np
@@ -28,12 +29,9 @@ import tensorflow as tf
 
 from bert_jax.storage import files as file_lib
 from bert_jax.errors import UserError
-from input_pipeline import dynamic_masking, manifest as manifest_lib, schema
+from input_pipeline import manifest as manifest_lib, schema
 from input_pipeline import tfrecord
-
-# Epoch seeds: large odd multipliers keep (seed, epoch) pairs from colliding.
-_EPOCH_MULTIPLIER = 1_000_003
-
+from input_pipeline.record_pipeline import RecordPipeline
 
 def expand_patterns(file_patterns: list[str]) -> list[str]:
     """Sorted shard paths: globs, files, or shard directories.
@@ -180,19 +178,20 @@ class PretrainingDataset:
             raise UserError(f"{file_patterns}: dynamic masking draws one instance's masks per "
                             "row and cannot mask packed rows; use the shards' masks or "
                             "unpacked shards")
-        self.max_sequences_per_row = max_sequences_per_row
-        self.batch_size, self.seq_len, self.max_predictions = batch_size, seq_len, max_predictions
-        self.seed, self.shuffle_buffer, self.repeat = seed, shuffle_buffer, repeat
-        self.deterministic, self.cycle_length = deterministic, cycle_length
-        self.masking = dynamic_masking and dict(
-            vocab_size=vocab_size, mask_id=mask_id, special_ids=tuple(special_ids),
-            masked_lm_prob=masked_lm_prob, max_predictions=max_predictions)
-        self.objective, self.process_index = objective, process_index
-        self.row_masking = objective == "mlm" and dict(
-            vocab_size=vocab_size, mask_id=mask_id, special_ids=tuple(special_ids),
-            max_predictions=max_predictions)
-        self.masking_schedule = masking_schedule
-        self.tagged, self.drop_remainder = tagged, drop_remainder
+        # What tf.data's functions read, held apart from the reader (record_pipeline.py).
+        self._pipeline = RecordPipeline(
+            files=tuple(self.files), batch_size=batch_size, seq_len=seq_len,
+            max_predictions=max_predictions, max_sequences_per_row=max_sequences_per_row,
+            objective=objective, seed=seed, shuffle_buffer=shuffle_buffer, repeat=repeat,
+            deterministic=deterministic, cycle_length=cycle_length,
+            process_index=process_index,
+            masking=dynamic_masking and dict(
+                vocab_size=vocab_size, mask_id=mask_id, special_ids=tuple(special_ids),
+                masked_lm_prob=masked_lm_prob, max_predictions=max_predictions),
+            row_masking=objective == "mlm" and dict(
+                vocab_size=vocab_size, mask_id=mask_id, special_ids=tuple(special_ids),
+                max_predictions=max_predictions),
+            masking_schedule=masking_schedule, tagged=tagged, drop_remainder=drop_remainder)
         self._steps_read = (0, lambda step: 1, 0)  # see seek_step
         self._position = {"epoch": 0, "records_in_epoch": 0}
         self._iterator = None
@@ -215,7 +214,7 @@ class PretrainingDataset:
         lives on (a trainer's or an evaluation's, kept to the end of a run); a gs:// shard's
         reader closes its remote file. A later batch opens a new iterator at the current
         position. (A reader nobody refers to any more is freed at once without it: nothing
-        in its pipeline refers back to it, `_Pipeline`.)"""
+        in its pipeline refers back to it: record_pipeline.py.)"""
         self._iterator = None
 
     def seek_step(self, step: int, reads_per_step=None, steady_from: int = 0) -> None:
@@ -242,7 +241,8 @@ class PretrainingDataset:
 
     def _read_batch(self) -> dict[str, np.ndarray]:
         if self._iterator is None:
-            self._iterator = iter(self._build(**self._position).as_numpy_iterator())
+            self._iterator = iter(self._pipeline.build(
+                **self._position, steps_read=self._steps_read).as_numpy_iterator())
         try:
             batch = next(self._iterator)
         except (tf.errors.DataLossError, tf.errors.UnknownError) as error:
@@ -251,9 +251,9 @@ class PretrainingDataset:
         except tf.errors.InvalidArgumentError as error:
             raise UserError(f"{self.files}: a record does not match the pre-training schema "
                             f"({error.message.splitlines()[0]})") from None
-        epochs, indices = ((batch["epoch"], batch["index"]) if self.tagged
+        epochs, indices = ((batch["epoch"], batch["index"]) if self._pipeline.tagged
                            else (batch.pop("epoch"), batch.pop("index")))
-        if self._expected_counts is not None and self.deterministic:
+        if self._expected_counts is not None and self._pipeline.deterministic:
             self._check_epoch_ends(epochs, indices)
         self._position = {"epoch": int(epochs[-1]), "records_in_epoch": int(indices[-1]) + 1}
         return batch
@@ -297,117 +297,3 @@ class PretrainingDataset:
                                 "again") from None
         raise UserError(f"{self.files}: corrupt shard data ({error.message})") from None
 
-    def _build(self, epoch: int, records_in_epoch: int) -> tf.data.Dataset:
-        settings = {field.name: getattr(self, field.name)
-                    for field in dataclasses.fields(_Pipeline)}
-        return _Pipeline(**dict(settings, files=tuple(self.files))).build(
-            epoch, records_in_epoch, self._steps_read)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Pipeline:
-    """A reader's settings as plain values (its attributes of these names), and the tf.data
-    pipeline built from them. The functions tf.data keeps refer to this, not to the reader,
-    so nothing in the pipeline refers back to the reader: a reader (or an iterator it drops)
-    is freed as soon as the last reference to it goes, by reference counting, and its
-    read-ahead threads stop then, not whenever Python's cycle collector next runs (which
-    then waits for them to wind down: seconds, stalling whatever ran at that moment;
-    docs/tests-and-benchmarks.md)."""
-    files: tuple
-    batch_size: int
-    seq_len: int
-    max_predictions: int
-    max_sequences_per_row: int
-    objective: str
-    seed: int
-    shuffle_buffer: int
-    repeat: bool
-    deterministic: bool
-    cycle_length: int
-    process_index: int
-    masking: dict | bool
-    row_masking: dict | bool
-    masking_schedule: object
-    tagged: bool
-    drop_remainder: bool
-
-    def records_of_file(self, path) -> tf.data.Dataset:
-        """One shard's serialized records: tf.data's reader locally, the file layer remotely."""
-        if not any(file_lib.is_remote(name) for name in self.files):
-            return tf.data.TFRecordDataset(path)
-        return tf.data.Dataset.from_generator(
-            tfrecord.read_records, args=(path,),
-            output_signature=tf.TensorSpec(shape=(), dtype=tf.string))
-
-    def epoch_records(self, epoch, start_epoch, start_offset) -> tf.data.Dataset:
-        """(epoch, index, serialized record) for one epoch, skipping what was consumed."""
-        epoch_seed = tf.cast(self.seed, tf.int64) * _EPOCH_MULTIPLIER + epoch
-        files = tf.data.Dataset.from_tensor_slices(list(self.files))
-        files = files.shuffle(len(self.files), seed=epoch_seed)
-        records = files.interleave(
-            self.records_of_file, cycle_length=min(self.cycle_length, len(self.files)),
-            block_length=1, num_parallel_calls=tf.data.AUTOTUNE,
-            deterministic=self.deterministic)
-        if self.shuffle_buffer > 1:
-            records = records.shuffle(self.shuffle_buffer, seed=epoch_seed + 1)
-        records = records.enumerate()
-        # Skipping here drops raw bytes only: nothing already consumed is parsed again.
-        records = records.skip(tf.where(epoch == start_epoch, start_offset, 0))
-        return records.map(lambda index, record: (epoch, index, record))
-
-    @staticmethod
-    def step_of_batch(steps_read):
-        """batch count (int64 scalar, from 0 where the pipeline starts) -> the step that
-        batch trains (`PretrainingDataset.seek_step`'s `steps_read`): a table until the reads
-        per step hold steady, then arithmetic (no Python runs inside tf.data)."""
-        start, reads, steady_from = steps_read
-        steady_step = max(start, steady_from)
-        table = [step for step in range(start, steady_step) for _ in range(reads(step))]
-        steps = tf.constant(table + [steady_step], tf.int64)  # the last: never read
-        per_step = reads(steady_step)
-        return lambda count: tf.where(
-            count < len(table), tf.gather(steps, tf.minimum(count, len(table))),
-            steady_step + (count - len(table)) // per_step)
-
-    def masked_rows(self, batch: dict, epochs, indices, step) -> dict:
-        """Objective mlm's rows, masked at the rate of `step` (int64 scalar), from draws keyed
-        by each row's (epoch, index) tags (B,): one segment, segment_ids 0. A tagged reader's
-        rows stay unmasked (its mixture masks them)."""
-        batch = dict(batch, segment_ids=tf.zeros_like(batch["input_ids"]))
-        if self.tagged:
-            return batch
-        schedule = self.masking_schedule
-        keys = dynamic_masking.row_keys(self.seed, self.process_index, epochs, indices)
-        rate = dynamic_masking.rate_at(step, schedule.rates, schedule.boundaries)
-        return dynamic_masking.mask_rows(batch, keys, rate, **self.row_masking)
-
-    def build(self, epoch: int, records_in_epoch: int, steps_read) -> tf.data.Dataset:
-        last_epoch = np.iinfo(np.int64).max if self.repeat else max(epoch + 1, 1)
-        epochs = tf.data.Dataset.range(epoch, last_epoch)
-        records = epochs.flat_map(lambda e: self.epoch_records(
-            e, tf.constant(epoch, tf.int64), tf.constant(records_in_epoch, tf.int64)))
-        batches = records.batch(self.batch_size, drop_remainder=self.drop_remainder).enumerate()
-        spec = schema.parsing_spec(self.seq_len, self.max_predictions,
-                                   self.max_sequences_per_row, self.objective)
-        seed, step_of_batch = self.seed, self.step_of_batch(steps_read)
-
-        def parse(count, tagged):
-            epoch_tags, indices, serialized = tagged
-            features = tf.io.parse_example(serialized, spec)
-            batch = {name: tf.cast(value, tf.float32 if value.dtype == tf.float32 else tf.int32)
-                     for name, value in features.items()}
-            if self.objective == "mlm":
-                batch = self.masked_rows(batch, epoch_tags, indices, step_of_batch(count))
-            elif self.max_sequences_per_row == 1:  # (B, 1) -> (B,); packed rows keep (B, N)
-                batch["next_sentence_labels"] = tf.reshape(batch["next_sentence_labels"], [-1])
-            if self.masking:
-                # A batch's masks depend on where it starts, so they survive a restore.
-                mask_seed = tf.stack([epoch_tags[0] + seed * _EPOCH_MULTIPLIER, indices[0]])
-                batch = dynamic_masking.remask(batch, mask_seed, **self.masking)
-            return dict(batch, epoch=epoch_tags, index=indices)
-
-        batches = batches.map(parse, num_parallel_calls=tf.data.AUTOTUNE,
-                              deterministic=self.deterministic)
-        options = tf.data.Options()
-        options.deterministic = self.deterministic
-        return batches.with_options(options).prefetch(tf.data.AUTOTUNE)

@@ -40,7 +40,7 @@ if "BERT_JAX_COMPILATION_CACHE" not in os.environ:
 @pytest.fixture(autouse=True)
 def _shard_readers_closed_after_each_test(monkeypatch):
     """Closes every shard reader a test opened and left open. A reader nobody refers to is
-    freed at once (input_pipeline/reader.py, `_Pipeline`), but one something still holds (a
+    freed at once (input_pipeline/record_pipeline.py), but one something still holds (a
     failing test's traceback, a fixture of wider scope) keeps its read-ahead threads; when
     such readers were freed by the cycle collector at a random moment in a later test, it
     waited for their threads: a collection after tests/test_data_mixture.py's resume test

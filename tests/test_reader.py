@@ -146,9 +146,9 @@ def test_a_reader_read_to_its_end_frees_its_read_ahead(shards):
 
 @pytest.mark.parametrize("masks_drawn", [False, True], ids=["stored masks", "dynamic masking"])
 def test_a_reader_nobody_refers_to_is_freed_at_once_with_its_read_ahead(shards, masks_drawn):
-    """Nothing in the tf.data pipeline refers back to its reader (`_Pipeline`), so a reader
-    dropped without `close` goes by reference counting, its iterator with it: no cycle waits
-    for the collector, which then stalls whatever runs at that moment."""
+    """Nothing in the tf.data pipeline refers back to its reader (record_pipeline.py), so a
+    reader dropped without `close` goes by reference counting, its iterator with it: no cycle
+    waits for the collector, which then stalls whatever runs at that moment."""
     options = dict(dynamic_masking=True, vocab_size=len(helpers.VOCABULARY),
                    mask_id=helpers.MASK, special_ids=(helpers.PAD, helpers.CLS, helpers.SEP))
     reader = dataset(shards, **(options if masks_drawn else {}))
