@@ -21,10 +21,12 @@ Two steps can be traced:
   reductions);
 - `--task embed`: one batch of `bert-jax embed` (`embed_batch`: MiniLM's forward, mean
   pooling, normalisation) on `--batch` x `--seq-len` random ids (32 x 48 by default), no
-  gradient; `--peer` profiles sentence-transformers' forward of the same batch beside it. torch's profiler times each operation on the thread that calls it, while
-  XLA's work is spread over its threads, so each side's kinds are given as shares of its
-  own busy time and as those shares of its step's wall time; process CPU / wall says how
-  busy each side keeps the cores.
+  gradient; `--peer` profiles sentence-transformers' forward of the same batch beside it.
+
+torch's profiler times each operation on the thread that calls it, while XLA's work is spread
+over its threads (and YNNPACK's helper tasks are not traced), so with `--peer` each side's
+kinds are given as shares of its own busy time and as those shares of its step's wall time;
+process CPU / wall says how busy each side keeps the cores.
 
 Usage: python bench/profile_step.py [--task pretrain|qa|modernbert|embed] [--preset base]
        [--batch B] [--seq-len T] [--steps 2] [--layers 22] [--layout padded] [--peer]
@@ -64,6 +66,11 @@ PARTS = (
     ("span head (qa_outputs)", r"qa_outputs|span"),
     ("embeddings", r"embeddings"),
 )
+
+
+# What no pattern names: a train step's optimizer (its op names carry no model path), and in
+# a forward-only program the few operations with no op name (copies, conversions).
+OTHER_PART = "optimizer update, clipping, state select (or unnamed)"
 
 
 # The kinds of work both sides' profiles are split into (`--peer`): the parts above whose
@@ -142,11 +149,6 @@ def print_kinds(sides: dict) -> None:
         print(line)
     print("wall ms/step, process CPU / wall: " + "; ".join(
         f"{name} {wall * 1e3:.0f}, {cpu / wall:.2f}" for name, (_, wall, cpu) in sides.items()))
-
-
-# What no pattern names: a train step's optimizer (its op names carry no model path), and in
-# a forward-only program the few operations with no op name (copies, conversions).
-OTHER_PART = "optimizer update, clipping, state select (or unnamed)"
 
 
 def part_of(op_name: str) -> str:
