@@ -25,8 +25,10 @@ signal.signal(signal.SIGINT, signal.default_int_handler)
 # train steps in 0.67x (BERT) and 0.70x (ModernBERT) of the time (medians of 6 interleaved
 # compiles in one process). The programs differ only in how XLA's CPU backend fuses and emits
 # elementwise work and reductions (reductions may then add in another order: the parity
-# bounds allow that, and bit-identical checks compare two runs of one build). Users' programs
-# keep XLA's defaults, and CI's recipes (.ci/recipes) run the README's commands with them.
+# bounds allow that, and bit-identical checks compare two runs of one build, except
+# tests/test_update_pass.py's two programs, which it compiles with the default emitters).
+# Users' programs keep XLA's defaults, and CI's recipes (.ci/recipes) run the README's
+# commands with them.
 os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0"
     " --xla_cpu_use_fusion_emitters=false"

@@ -58,11 +58,12 @@ def steps():
     return bundle, old, [next(batches) for _ in range(3)]
 
 
-def _compiled_as_users_get_it(jitted, *example):
+def _compiled_with_default_emitters(jitted, *example):
     """Compiled with XLA's CPU fusion emitters, which tests/conftest.py turns off to compile
-    faster: "bit-identical" is a claim about the program users run. The older emitters leave
-    reductions unfused, and the two steps' reductions then add in orders that differ by a
-    rounding (1.2e-6 of a value, Intel Xeon Ice Lake)."""
+    faster: the two steps are different programs, and "bit-identical" holds for the fusions
+    and reduction order users' programs get (LLVM's -O0 does not reorder them). The older
+    emitters leave reductions unfused, and the two steps' sums then add in orders that
+    differ by a rounding (1.2e-6 of a value, Intel Xeon Ice Lake)."""
     return jitted.lower(*example).compile(compiler_options={"xla_cpu_use_fusion_emitters": True})
 
 
@@ -76,8 +77,8 @@ def test_finite_steps_are_bit_identical_to_the_old_step(steps):
     new_state = bundle.init_state(jax.random.PRNGKey(0))
     old_state = bundle.init_state(jax.random.PRNGKey(0))
     rng = jax.random.PRNGKey(1)
-    old = _compiled_as_users_get_it(old, old_state, batches[0], rng)
-    new = _compiled_as_users_get_it(bundle.train_step, new_state, batches[0], rng)
+    old = _compiled_with_default_emitters(old, old_state, batches[0], rng)
+    new = _compiled_with_default_emitters(bundle.train_step, new_state, batches[0], rng)
     for batch in batches:
         old_state, old_metrics = old(old_state, batch, rng)
         new_state, new_metrics = new(new_state, batch, rng)
