@@ -40,14 +40,19 @@ BATCH, STEPS, WARMUP, LEARNING_RATE = 8, 4, 1, 1e-3
 TRAINING_DRIFT = STEPS * LEARNING_RATE / 20  # 2e-4: 1/20 of the moves the updates allow
 
 
-def _batches(num_labels: int, task_name: str, tokenizer=None, directory=None):
-    """STEPS batches of BATCH rows, the last two rows of each filler (weight 0)."""
+BUCKET_LENGTHS = (16, 8, 16, 12)  # a step's batch length, as fine-tuning's buckets change it
+
+
+def _batches(num_labels: int, task_name: str, tokenizer=None, directory=None,
+             lengths=BUCKET_LENGTHS):
+    """STEPS batches of BATCH rows, the last two rows of each filler (weight 0), step i's
+    `lengths[i]` tokens long."""
     if task_name == "qa_v2":
         return squad_v2_batches(tokenizer, directory, BATCH, STEPS)
     rng = np.random.default_rng(3)
     batches = []
     for step in range(STEPS):
-        seq_len = (16, 8, 16, 12)[step]
+        seq_len = lengths[step]
         lengths = (np.full(BATCH, seq_len) if task_name == "qa"
                    else rng.integers(3, seq_len + 1, BATCH))
         mask = (np.arange(seq_len)[None] < lengths[:, None]).astype(np.int32)
@@ -159,6 +164,10 @@ def test_fine_tuning_steps_equal_pytorch_adamw_on_hf_model(tmp_path, task_name, 
     state = state.replace(params=jax.tree.map(
         lambda value, target: jax.device_put(np.asarray(value, np.float32), target.sharding),
         params, state.params))
+    logits = logits_function(task, bundle.model)
+    check = distributed.global_batch(_batches(len(labels), task_name, tokenizer, tmp_path)[0],
+                                     bundle.batch_shardings)
+    before = logits(state.params, check)  # before training donates the state's buffers
 
     exported = str(tmp_path / "hf")
     model_writers.export_huggingface(CONFIG, params, tokenizer, exported, head=task.head())
@@ -196,15 +205,13 @@ def test_fine_tuning_steps_equal_pytorch_adamw_on_hf_model(tmp_path, task_name, 
 
     # The trained models agree: the same logits on fresh inputs.
     check = _batches(len(labels), task_name, tokenizer, tmp_path)[0]
-    ours = _logits(task.apply(bundle.model, state.params,
-                              distributed.global_batch(check, bundle.batch_shardings), False))
+    ours = logits(state.params, distributed.global_batch(check, bundle.batch_shardings))
     model.eval()
     with torch.no_grad():
         output = model(**torch_inputs(check))
     theirs = (np.stack([output.start_logits.numpy(), output.end_logits.numpy()], -1)
               if task_name.startswith("qa") else output.logits.numpy())
     real = _real_rows(check)
-    before = _logits(task.apply(bundle.model, params, check, False))
     moved = np.abs(theirs[real] - before[real]).max()
     assert moved > 1e-2  # training changed the model, so agreement below means something
     np.testing.assert_allclose(ours[real], theirs[real], atol=TRAINING_DRIFT, rtol=0)
@@ -216,6 +223,14 @@ def _logits(outputs) -> np.ndarray:
     if isinstance(outputs, tuple):
         return np.stack([np.asarray(part) for part in outputs], -1)
     return np.asarray(outputs)
+
+
+def logits_function(task, model):
+    """`(params, batch) -> logits` of `task`'s head without dropout, compiled: one compile
+    instead of the model's operations run one by one, each compiled on first use (5-10 s a
+    test at -O0)."""
+    apply = jax.jit(lambda params, batch: task.apply(model, params, batch, False))
+    return lambda params, batch: _logits(apply(params, batch))
 
 
 def test_v2_windows_point_unanswerable_and_answerless_windows_at_cls(tmp_path):

@@ -1,8 +1,9 @@
 """Fine-tuning ModernBERT (loss, gradients, clipping, AdamW, schedule) against transformers'
 `ModernBertFor{SequenceClassification,TokenClassification,QuestionAnswering}` trained with
 `torch.optim.AdamW`, from the same random weights (read through bert-jax's Hugging Face
-reader), on the batches of tests/test_finetune_step_parity.py: four optimizer steps, decay
-on all but LayerNorm parameters and biases, clipping at 1, BERT's warm-up/decay schedule.
+reader), on the batches of tests/test_finetune_step_parity.py, all 16 tokens long: four
+optimizer steps, decay on all but LayerNorm parameters and biases, clipping at 1, BERT's
+warm-up/decay schedule.
 
 Bounds, as the BERT parity test's: losses rtol 1e-4 and gradient norms rtol 1e-3, float32 on
 both sides with sums in different orders (a loss is a mean of ~10-100 log-softmax terms of
@@ -16,12 +17,17 @@ import numpy as np
 import pytest
 from modernbert_helpers import hf_model
 from test_finetune_step_parity import (BATCH, LEARNING_RATE, STEPS, WARMUP, _batches,
-                                       _bert_schedule, _logits, _real_rows, _torch_labels)
+                                       _bert_schedule, _real_rows, _torch_labels,
+                                       logits_function)
 
 from bert_jax import sharding
 from bert_jax.interop import model_source
 from bert_jax.training import distributed, finetune, train_step
 
+# Every step 16 tokens long: one compile of the family's step. The length buckets' steps (a
+# compile per length, the state carried across them) are the family-blind part, tested on BERT
+# in tests/test_finetune_step_parity.py.
+FAMILY_LENGTHS = (16,) * STEPS
 ARCHITECTURES = {"classify": "ModernBertForSequenceClassification",
                  "ner": "ModernBertForTokenClassification",
                  "qa": "ModernBertForQuestionAnswering"}
@@ -77,6 +83,9 @@ def steps_equal_pytorch_adamw(model, directory, task_name: str, labels: list[str
     state = state.replace(params=jax.tree.map(
         lambda value, target: jax.device_put(np.asarray(value, np.float32), target.sharding),
         params, state.params))
+    logits = logits_function(task, bundle.model)
+    check = _batches(len(labels), task_name, lengths=FAMILY_LENGTHS)[0]
+    before = logits(state.params, distributed.global_batch(check, bundle.batch_shardings))
 
     model.train()
     no_decay = [p for n, p in model.named_parameters() if "norm" in n or n.endswith("bias")]
@@ -86,7 +95,7 @@ def steps_equal_pytorch_adamw(model, directory, task_name: str, labels: list[str
                                   lr=LEARNING_RATE, betas=(0.9, 0.999), eps=1e-6)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _bert_schedule)
     norms = []
-    for step, batch in enumerate(_batches(len(labels), task_name)):
+    for step, batch in enumerate(_batches(len(labels), task_name, lengths=FAMILY_LENGTHS)):
         state, metrics = bundle.train_step(
             state, distributed.global_batch(batch, bundle.batch_shardings), jax.random.PRNGKey(0))
         real = _real_rows(batch)
@@ -104,16 +113,13 @@ def steps_equal_pytorch_adamw(model, directory, task_name: str, labels: list[str
         norms.append(float(norm))
     assert max(norms) > 1.0  # clipping was exercised
 
-    check = _batches(len(labels), task_name)[0]
     real = _real_rows(check)
-    ours = _logits(task.apply(bundle.model, state.params,
-                              distributed.global_batch(check, bundle.batch_shardings), False))
+    ours = logits(state.params, distributed.global_batch(check, bundle.batch_shardings))
     model.eval()
     with torch.no_grad():
         output = model(**_torch_inputs(check, np.ones(len(real), bool)))
     theirs = (np.stack([output.start_logits.numpy(), output.end_logits.numpy()], -1)
               if task_name == "qa" else output.logits.numpy())
-    before = _logits(task.apply(bundle.model, params, check, False))
     assert np.abs(theirs[real] - before[real]).max() > 1e-2  # training moved the model
     if task_name == "ner":  # padding positions: no loss reads them, and they are not compared
         pad = check["input_mask"][real][..., None] > 0

@@ -2,8 +2,8 @@
 
 Fine-tuning data is small (SST-2's 67k sentences are 4 MB of token ids), so it lives in
 numpy. Real sentences are short, so each batch is padded only to the bucket of its longest
-row (powers of two from 16 up to max_seq_len: jit compiles a handful of programs, not one
-per batch). Training batches come from length-sorted windows of `window_batches` global
+row (`inference.bucket_length`: 8, 12, 16, 24, 32, ... up to max_seq_len; jit compiles a
+handful of programs, not one per batch). Training batches come from length-sorted windows of `window_batches` global
 batches: rows of similar length share a batch and padding all but disappears, while the
 window, the rows in it and the order of the batches are shuffled anew every epoch from
 (seed, epoch), so the order is reproducible and the resume position is just (epoch, batch).
