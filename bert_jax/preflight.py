@@ -20,7 +20,7 @@ from bert_jax.errors import UserError
 
 def _check_shards(split: str, patterns: str, run_config, num_workers: int, log) -> None:
     """Reads the first records of the first shard of `patterns`; enough shards per worker."""
-    from input_pipeline.reader import expand_patterns
+    from input_pipeline.manifest import expand_patterns
     from input_pipeline.shard_check import check_first_records
 
     data = run_config.data

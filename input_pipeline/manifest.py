@@ -63,6 +63,27 @@ def read_manifest(directory: str) -> dict:
     return manifest
 
 
+def expand_patterns(file_patterns: list[str]) -> list[str]:
+    """Sorted shard paths: globs, files, or shard directories (no TensorFlow: training's
+    checks run before any reader).
+
+    A directory with a manifest gives the shards it lists; without one, every *.tfrecord.
+    """
+    if isinstance(file_patterns, str):
+        file_patterns = [file_patterns]
+    paths = []
+    for pattern in file_patterns:
+        if files.isdir(pattern) and files.exists(files.join(pattern, MANIFEST_NAME)):
+            shards = read_manifest(pattern)["shards"]
+            matches = [files.join(pattern, shard["file"]) for shard in shards]
+        else:
+            matches = files.expand(pattern, "*.tfrecord")
+        if not matches:
+            raise UserError(f"{pattern}: no shard files match")
+        paths.extend(matches)
+    return sorted(set(paths))
+
+
 def _check_shard_name(name, path: str) -> None:
     """A shard is a plain file name in the manifest's directory: a manifest must not make the
     reader open `../../anything`, an absolute path or another bucket."""

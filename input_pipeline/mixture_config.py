@@ -46,6 +46,16 @@ def sources_of(data, where: str = "run config") -> list[Source]:
     return sources
 
 
+def is_mixture(data) -> bool:
+    """Whether a run config's data section names sources (a mixture) for its training rows."""
+    return bool(data.get("sources"))
+
+
+def all_files(data) -> str:
+    """Every source's shard patterns, comma-joined: what the shards' checks read."""
+    return ",".join(source.files for source in sources_of(data))
+
+
 def _under_root(files: str, root: str) -> str:
     """`files` with each relative pattern read under `root` (data.sources_root: one override
     moves a whole mixture, every phase's shards, to another directory or a gs:// bucket)."""

@@ -30,29 +30,9 @@ import tensorflow as tf
 from bert_jax.storage import files as file_lib
 from bert_jax.errors import UserError
 from input_pipeline import manifest as manifest_lib, schema
+from input_pipeline.manifest import expand_patterns
 from input_pipeline import tfrecord
 from input_pipeline.record_pipeline import RecordPipeline
-
-def expand_patterns(file_patterns: list[str]) -> list[str]:
-    """Sorted shard paths: globs, files, or shard directories.
-
-    A directory with a manifest gives the shards it lists; without one, every *.tfrecord.
-    """
-    if isinstance(file_patterns, str):
-        file_patterns = [file_patterns]
-    files = []
-    for pattern in file_patterns:
-        if file_lib.isdir(pattern) and file_lib.exists(
-                file_lib.join(pattern, manifest_lib.MANIFEST_NAME)):
-            shards = manifest_lib.read_manifest(pattern)["shards"]
-            matches = [file_lib.join(pattern, shard["file"]) for shard in shards]
-        else:
-            matches = file_lib.expand(pattern, "*.tfrecord")
-        if not matches:
-            raise UserError(f"{pattern}: no shard files match")
-        files.extend(matches)
-    return sorted(set(files))
-
 
 # What each objective's rows are, for errors naming both.
 _ROWS = {"mlm_nsp": "segment pairs with masks and next-sentence labels (objective mlm_nsp)",

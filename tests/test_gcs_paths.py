@@ -170,7 +170,7 @@ def test_pretrain_with_gs_shards_vocabulary_init_from_and_workdir(shards_local_a
 
 def test_a_manifest_cannot_point_outside_its_directory(tmp_path):
     from input_pipeline import manifest as manifest_lib
-    from input_pipeline.reader import expand_patterns
+    from input_pipeline.manifest import expand_patterns
 
     (tmp_path / "secret.tfrecord").write_bytes(b"")
     shards = tmp_path / "shards"

@@ -15,7 +15,7 @@ import pytest
 import pipeline_helpers as helpers
 from bert_jax.cli import main
 from input_pipeline import manifest as manifest_lib, schema
-from input_pipeline.reader import check_schema, expand_patterns
+from input_pipeline.reader import check_schema
 from input_pipeline.tasks.mlm_text import load_masked_blocks
 from input_pipeline.tokenization import load_tokenizer
 
@@ -32,7 +32,8 @@ def made(tmp_path_factory):
                                     PER_ROW, workers=workers, seed=5, unit_bytes=20_000)
         manifest = manifest_lib.read_manifest(output)
         made[workers] = dict(output=output, manifest=manifest, rows=helpers.parse_shards(
-            expand_patterns([output]), schema.parsing_spec(SEQ_LEN, 0, PER_ROW, "mlm")))
+            manifest_lib.expand_patterns([output]),
+            schema.parsing_spec(SEQ_LEN, 0, PER_ROW, "mlm")))
     return made
 
 
@@ -53,7 +54,8 @@ def test_rows_are_packed_single_segment_sequences_without_masks(made):
     assert manifest["masked"] is False and manifest["num_masked_tokens"] == 0
     assert manifest["settings"]["objective"] == "mlm"
     assert not set(manifest["settings"]) & {"max_predictions", "dupe_factor", "masked_lm_prob"}
-    assert check_schema(expand_patterns([made[1]["output"]])[0], SEQ_LEN, 0, PER_ROW, "mlm")
+    first = manifest_lib.expand_patterns([made[1]["output"]])[0]
+    assert check_schema(first, SEQ_LEN, 0, PER_ROW, "mlm")
     assert set(rows) == set(schema.MLM_FEATURES)  # no masks, no segments, no NSP labels
     found = sequences(rows)
     assert len(found) == manifest["num_instances"] > len(rows["input_ids"]) == \
@@ -88,7 +90,7 @@ def test_every_corpus_token_is_in_exactly_one_sequence(made):
 
 def test_the_shards_do_not_depend_on_the_worker_count(made):
     digests = [[hashlib.sha256(open(path, "rb").read()).hexdigest()
-                for path in expand_patterns([made[workers]["output"]])]
+                for path in manifest_lib.expand_patterns([made[workers]["output"]])]
                for workers in (1, 2)]
     assert digests[0] == digests[1]
     assert made[1]["manifest"]["num_records"] > 1

@@ -26,6 +26,7 @@ from bert_jax.models.config import BertConfig
 from bert_jax.peak_memory import PeakMemory
 from bert_jax.models.families import FAMILIES, config_from_dict
 from bert_jax.errors import UserError
+from input_pipeline import mixture_config
 from launch.tpu_types import GIB, TpuGeneration, generation_for_device_kind, GENERATIONS
 
 # Topology spellings seen to work with libtpu 0.0.42 (GENERATION:CHIPS_PER_DIMENSION).
@@ -276,13 +277,13 @@ def resolve_shapes(run_config) -> str:
     shards configured, the original phase-1 shapes (128, 20); objective mlm's
     max_predictions comes from its masking schedule either way. Returns what was filled
     without shards, for the user ("" if nothing was)."""
-    from bert_jax.tasks import mixture_data, pretraining_data
+    from bert_jax.tasks import pretraining_data
 
     data, objective = run_config.data, run_config.get("objective", "mlm_nsp")
     shards = data
     if data.get("sources") and not data.train_files:  # a mixture: its sources' shards
         shards = ml_collections.ConfigDict(data.to_dict())
-        shards.train_files = mixture_data.all_files(data)
+        shards.train_files = mixture_config.all_files(data)
     if None not in (data.seq_len, data.max_predictions) or shards.train_files or data.demo_dir:
         data.update(pretraining_data.shard_shapes(shards, lambda message: None, objective))
         return ""

@@ -2,29 +2,20 @@
 
 `data.sources` names the sources (name -> files, weight, repeat; `input_pipeline/mixture.py`
 draws the rows); it stands instead of `data.train_files`, and the shards of every source
-are checked as train_files' are (`all_files` joins them for `pretraining_data`'s checks).
+are checked as train_files' are (`mixture_config.all_files` joins them for
+`pretraining_data`'s checks, which need no TensorFlow).
 With `data.mixture_tau` above 0 the weights are not used: p_i is proportional to n_i^tau,
 n_i the rows of source i (its manifest's counts, else counted).
 """
 
 from input_pipeline import mixture
-from input_pipeline.mixture_config import (Source, check_sources,  # noqa: F401 (theirs)
-                                           probabilities, sources_of)
-from input_pipeline import reader as reader_lib, tfrecord
-
-
-def is_mixture(data) -> bool:
-    return bool(data.get("sources"))
-
-
-def all_files(data) -> str:
-    """Every source's shard patterns, comma-joined: what the shards' checks read."""
-    return ",".join(source.files for source in sources_of(data))
+from input_pipeline.mixture_config import Source, probabilities, sources_of
+from input_pipeline import manifest, reader as reader_lib, tfrecord
 
 
 def source_rows(source: Source) -> int:
     """The rows (records) of a source's shards: their manifests' counts, else counted."""
-    paths = reader_lib.expand_patterns([p for p in source.files.split(",") if p])
+    paths = manifest.expand_patterns([p for p in source.files.split(",") if p])
     counts = reader_lib.manifest_counts(paths)
     if counts is None:
         counts = {path: tfrecord.count_records(path) for path in paths}

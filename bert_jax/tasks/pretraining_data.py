@@ -20,6 +20,7 @@ import ml_collections
 
 from bert_jax.storage import files
 from bert_jax.errors import UserError
+from input_pipeline import mixture_config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,7 +69,7 @@ def reader_factory(data, seed: int, tokenizer=None, objective: str = "mlm_nsp", 
     def make(split, batch_size, process_index, process_count):
         pattern = data.train_files if split == "train" else data.eval_files
         masking = _read_time_masks(data, split, tokenizer, objective)
-        if split == "train" and mixture_data.is_mixture(data):
+        if split == "train" and mixture_config.is_mixture(data):
             return mixture_data.open_mixture(data, seed, batch_size, process_index,
                                              process_count, masking, log)
         return PretrainingDataset(
@@ -98,7 +99,7 @@ def _check_shards(data, tokenizer, log, objective: str = "mlm_nsp") -> None:
     warning says that the vocabulary itself could not be.
     """
     from input_pipeline import manifest as manifest_lib
-    from input_pipeline.reader import expand_patterns
+    from input_pipeline.manifest import expand_patterns
     from input_pipeline.shard_check import check_first_records
 
     for pattern in filter(None, (data.train_files + "," + data.eval_files).split(",")):
@@ -172,7 +173,7 @@ def _manifest_shapes(data, unset: list[str], log) -> dict[str, int]:
                 + ", ".join(f"{key} {value}" for key, value in shapes.items()))
             return shapes
     if data.train_files:
-        from input_pipeline.reader import expand_patterns
+        from input_pipeline.manifest import expand_patterns
 
         expand_patterns([p for p in data.train_files.split(",") if p])  # no shards: says so
     where = (f"the shards {data.train_files} have no {manifest_lib.MANIFEST_NAME}"
@@ -235,13 +236,11 @@ def prepare_data(run_config, log=print,
     vocabulary). The run config is left as it is: the settings come back, to be applied by
     the caller.
     """
-    from bert_jax.tasks import mixture_data
-
     data = ml_collections.ConfigDict(run_config.data.to_dict())  # derived values go here
     objective = run_config.objective
-    if mixture_data.is_mixture(data):  # every source's shards are checked as train_files'
-        mixture_data.check_sources(run_config, "run config")
-        data.train_files = mixture_data.all_files(data)
+    if mixture_config.is_mixture(data):  # every source's shards are checked as train_files'
+        mixture_config.check_sources(run_config, "run config")
+        data.train_files = mixture_config.all_files(data)
     data.update(shard_shapes(data, log, objective))
     data.max_sequences_per_row = sequences_per_row(data, log, objective)
     # The demo corpus stands in for shards only where none are given: with the user's own
@@ -260,7 +259,7 @@ def prepare_data(run_config, log=print,
     tokenizer, vocab_size = _vocab_size(data, run_config.model.vocab_size, log, objective)
     settings = {f"data.{key}": value for key, value in data.items()
                 if value != run_config.data[key]
-                and not (key == "train_files" and mixture_data.is_mixture(data))}
+                and not (key == "train_files" and mixture_config.is_mixture(data))}
     if vocab_size != run_config.model.vocab_size:
         settings["model.vocab_size"] = vocab_size
     return PreparedData(settings=settings, tokenizer=tokenizer)

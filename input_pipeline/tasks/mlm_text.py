@@ -147,7 +147,7 @@ def shard_blocks(directory: str, tokenizer, max_seq_len: int, seed: int,
     import tensorflow as tf
 
     from input_pipeline import manifest as manifest_lib, schema
-    from input_pipeline.reader import check_schema, expand_patterns
+    from input_pipeline.reader import check_schema
 
     manifest = manifest_lib.read_manifest(directory)
     manifest_lib.check_vocabulary(manifest, tokenizer.hash, directory)
@@ -156,7 +156,7 @@ def shard_blocks(directory: str, tokenizer, max_seq_len: int, seed: int,
         raise UserError(f"{directory}: shards of {settings['max_seq_len']} tokens, but "
                         f"--max-seq-len is {max_seq_len}; give --max-seq-len "
                         f"{settings['max_seq_len']}")
-    paths = expand_patterns([directory])
+    paths = manifest_lib.expand_patterns([directory])
     objective = manifest_lib.objective_of(manifest)
     predictions = settings.get("max_predictions", 0)  # objective mlm's rows store none
     for path in paths:
