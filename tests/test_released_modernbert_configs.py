@@ -55,17 +55,26 @@ def _rows(vocab_size: int, cls_id: int, sep_id: int, seed: int = 0):
     return ids, mask
 
 
+def _clipped_normal(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0, generator=None):
+    """torch's trunc_normal_ drawn as a normal clipped at the same bounds: a tenth of the time
+    (0.35 s against 3.7 s for the 50,368 x 768 embedding, Ice Lake), the same magnitudes."""
+    return tensor.normal_(mean, std, generator=generator).clamp_(a, b)
+
+
 @pytest.mark.parametrize("name", list(RELEASED))
-def test_a_released_config_loads_and_matches_transformers(tmp_path, name):
+def test_a_released_config_loads_and_matches_transformers(tmp_path, name, monkeypatch):
     transformers = pytest.importorskip("transformers")
     values = RELEASED[name]
     torch = pytest.importorskip("torch")
     config = transformers.ModernBertConfig(**values)
     config._attn_implementation = "eager"
     torch.manual_seed(1)
-    # transformers' own initialisation (truncated normal at initializer_range 0.02, norms at
-    # 1): the magnitudes a released checkpoint has, which tests/test_modernbert.py's redrawn
-    # weights (std 0.08 whatever the width) exceed at 768 wide and 22 deep.
+    # transformers' own initialisation (truncated normal at initializer_range 0.02 cut at 2
+    # standard deviations, norms at 1): the magnitudes a released checkpoint has, which
+    # tests/test_modernbert.py's redrawn weights (std 0.08 whatever the width) exceed at 768
+    # wide and 22 deep. Its truncated normal is the test's slowest part, so it is clipped.
+    initialization = pytest.importorskip("transformers.initialization")
+    monkeypatch.setitem(initialization.TORCH_INIT_FUNCTIONS, "trunc_normal_", _clipped_normal)
     reference = transformers.ModernBertModel(config).eval()
     reference.save_pretrained(str(tmp_path))
     loaded = model_source.in_directory(str(tmp_path)).load()
