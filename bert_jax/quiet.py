@@ -16,6 +16,12 @@ it first). It removes messages that say nothing to a bert-jax user, and only tho
   (`native_noise_filtered()` around that call), and JAX's "Error reading persistent
   compilation cache entry" when a second run finds the first one's program in the cache:
   only a client of that TPU could load it, so JAX compiles again, as it would without it.
+
+The same hook makes that import quicker: TensorFlow ends its import by loading Keras's
+optimizers (to register them for SavedModels that Keras wrote), 2-3 s of every command's
+start-up, and bert-jax uses no Keras. That load sits in a `try` that passes an ImportError, so
+it is made to fail for as long as TensorFlow's import runs; `import keras` or `tf.keras`
+afterwards loads Keras as usual.
 """
 
 import importlib.abc
@@ -42,6 +48,9 @@ _CACHE_NOISE = (r"Error reading persistent compilation cache entry .*"
 # absl (Python) log messages from orbax that describe its own optional files.
 _ABSL_NOISE = re.compile(r"Metadata file does not exist")
 _QUIET_IMPORTS = ("tensorflow",)
+# What TensorFlow's import loads eagerly and bert-jax never uses (Keras 3's optimizers, or
+# tf_keras's under TF_USE_LEGACY_KERAS=1).
+_SKIPPED_BY_TENSORFLOW_IMPORT = ("keras.src.optimizers", "tf_keras.src.optimizers")
 
 
 def _prefer_cpu_off_accelerators() -> None:
@@ -87,8 +96,28 @@ def native_noise_filtered() -> _FilteredStderr:
     return _FilteredStderr()
 
 
+class _SkippedImports:
+    """For a while, `import` of each named module not yet imported raises ImportError (a None
+    in sys.modules does that without importing its parents); afterwards it imports again."""
+
+    def __init__(self, names):
+        self._names = names
+
+    def __enter__(self):
+        self._skipped = [name for name in self._names if name not in sys.modules]
+        for name in self._skipped:
+            sys.modules[name] = None
+        return self
+
+    def __exit__(self, *exc_info):
+        for name in self._skipped:
+            if name in sys.modules and sys.modules[name] is None:
+                del sys.modules[name]
+        return False
+
+
 class _QuietLoader(importlib.abc.Loader):
-    """The original loader, run with descriptor 2 filtered."""
+    """The original loader, run with descriptor 2 filtered and Keras's eager load skipped."""
 
     def __init__(self, loader):
         self._loader = loader
@@ -97,7 +126,7 @@ class _QuietLoader(importlib.abc.Loader):
         return self._loader.create_module(spec)
 
     def exec_module(self, module):
-        with _FilteredStderr():
+        with _FilteredStderr(), _SkippedImports(_SKIPPED_BY_TENSORFLOW_IMPORT):
             self._loader.exec_module(module)
 
     def __getattr__(self, name):  # get_resource_reader, is_package, ...

@@ -10,3 +10,8 @@ which also silences the lines. Set TF_ENABLE_ONEDNN_OPTS=1 to have it back.
 import os
 
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+
+# bert_jax's import hook for TensorFlow (bert_jax/quiet.py: its start-up noise filtered, Keras's
+# eager load skipped) is installed before any module here imports it, also where a script
+# imports input_pipeline first. The modules here import bert_jax's anyway.
+import bert_jax  # noqa: E402,F401

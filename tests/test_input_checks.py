@@ -101,11 +101,17 @@ def test_fill_mask_checks_every_text_before_printing_any(tmp_path, capsys):
     assert captured.out == ""  # nothing printed for the first text either
 
 
-def test_reading_shards_prints_no_onednn_lines(tmp_path):
-    """TensorFlow printed "oneDNN custom operations are on" twice at import."""
+def test_reading_shards_prints_no_onednn_lines_and_loads_no_keras(tmp_path):
+    """TensorFlow printed "oneDNN custom operations are on" twice at import, and spent 2-3 s
+    of it loading Keras's optimizers (bert_jax/quiet.py); Keras must still import after."""
     env = {key: value for key, value in os.environ.items() if key != "TF_ENABLE_ONEDNN_OPTS"}
     env.update(TF_CPP_MIN_LOG_LEVEL="1", PYTHONPATH=REPO_ROOT)
-    result = subprocess.run([sys.executable, "-c", "import input_pipeline.reader"], env=env,
+    code = ("import sys, input_pipeline.reader\n"
+            "assert 'tensorflow' in sys.modules and 'keras' not in sys.modules\n"
+            "assert sys.modules.get('keras.src.optimizers', 0) is not None\n"
+            "import tensorflow as tf, keras.src.optimizers\n"
+            "assert tf.keras.optimizers.Adam is keras.optimizers.Adam\n")
+    result = subprocess.run([sys.executable, "-c", code], env=env,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "oneDNN" not in result.stderr and result.stderr.strip() == "", result.stderr
