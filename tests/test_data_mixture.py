@@ -122,6 +122,40 @@ def test_a_resumed_mixture_draws_what_an_uninterrupted_one_draws(shards):
     assert resumed.proportions() == whole.proportions()
 
 
+def test_an_evaluation_rewinds_its_reader_to_the_start_at_every_step(shards, monkeypatch):
+    """TermEvaluator opens its reader once and rewinds it before every evaluation (its
+    position, and its step to 0): each evaluation reads the batches a newly opened mixture
+    reads, at step 0's masking rate (the schedule changes it at step 2, within the 4
+    batches an evaluation reads, so a step left where the last evaluation ended fails)."""
+    from types import SimpleNamespace
+
+    from bert_jax.training import evaluation
+
+    config = mixture_config_of(shards, {"web": 0.5, "code": 0.3, "books": 0.2})
+    config.data.masking_rate_schedule = "2:0.1"
+    opened, read = [], []
+
+    def dataset_factory(split, batch_size, process_index, process_count):
+        opened.append(split)
+        return open_train(config, batch_size)
+
+    def evaluate(bundle, params, dataset, num_batches, progress):
+        read.append(rows(dataset, num_batches))
+        return {}
+
+    monkeypatch.setattr(evaluation, "evaluate", evaluate)
+    settings = config.eval
+    settings.update(every_steps=1, batch_size=16, num_batches=4)
+    evaluator = evaluation.TermEvaluator(settings, dataset_factory)
+    for step in range(3):
+        evaluator(None, SimpleNamespace(params=None), step)
+    assert opened == ["eval"] and [entry["step"] for entry in evaluator.history] == [0, 1, 2]
+    fresh = open_train(config, 16)
+    expected = rows(fresh, 4)
+    for batches in read:
+        _assert_same_batches(expected, batches)
+
+
 def test_a_source_that_runs_out_is_dropped_and_the_log_says_so(shards):
     logs = []
     config = mixture_config_of(shards, {"web": 0.5, "books": 0.5}, books=False)

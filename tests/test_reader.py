@@ -109,6 +109,42 @@ def test_restore_gives_exactly_the_next_batch(shards, consumed):
             np.testing.assert_array_equal(again[name], batch[name])
 
 
+@pytest.mark.parametrize("masks_drawn", [False, True])
+def test_a_reader_rewound_to_its_start_reads_a_fresh_readers_batches_without_a_rebuild(
+        shards, masks_drawn, monkeypatch):
+    """An evaluation rewinds its reader (training/evaluation.py): the same shuffled and
+    masked batches as a new reader's, through the pipeline built the first time (building
+    traces the parsing and masking functions), also across an epoch's end; a reader moved
+    elsewhere builds again."""
+    from input_pipeline.record_pipeline import RecordPipeline
+
+    builds = []
+    build = RecordPipeline.build
+    monkeypatch.setattr(RecordPipeline, "build",
+                        lambda self, *args, **kwargs: builds.append(1) or build(
+                            self, *args, **kwargs))
+    options = dict(dynamic_masking=True, vocab_size=len(helpers.VOCABULARY),
+                   mask_id=helpers.MASK, special_ids=(helpers.PAD, helpers.CLS,
+                                                      helpers.SEP)) if masks_drawn else {}
+    reader = dataset(shards, **options)
+    start = reader.state()
+    first = [next(reader) for _ in range(RECORDS // 8 + 2)]  # into the second epoch
+    reader.close()
+    reader.restore(start)
+    reader.seek_step(0)  # an equal step schedule, given again
+    again = [next(reader) for _ in range(RECORDS // 8 + 2)]
+    fresh = dataset(shards, **options)
+    expected = [next(fresh) for _ in range(RECORDS // 8 + 2)]
+    assert len(builds) == 2  # the rewound reader's once, the fresh reader's once
+    for ours, theirs, new in zip(first, again, expected):
+        for name in ours:
+            np.testing.assert_array_equal(theirs[name], ours[name])
+            np.testing.assert_array_equal(new[name], ours[name])
+    reader.restore({"epoch": 0, "records_in_epoch": 16})
+    next(reader)
+    assert len(builds) == 3
+
+
 def test_close_frees_the_read_ahead_at_once_and_reading_on_continues(shards):
     """A reader kept alive (a trainer's) lets its read-ahead go on `close`, and reads on."""
     uninterrupted = dataset(shards)

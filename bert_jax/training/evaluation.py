@@ -13,6 +13,7 @@ import numpy as np
 
 from bert_jax.errors import UserError
 from bert_jax.training import distributed
+from bert_jax.training.data_position import seek_step
 
 
 def close_reader(dataset) -> None:
@@ -68,11 +69,26 @@ class TermEvaluator:
         # [{"step", **metrics}] of every evaluation, in the checkpoints too, so a resumed
         # run still reports them all (pretrain's eval_results.json).
         self.history = []
+        self._dataset, self._start = None, None
 
-    def __call__(self, bundle, state, step) -> dict:
+    def _rewound_dataset(self):
+        """The eval split's reader at its start: opened at the first evaluation, and at the
+        next ones rewound (its position restored, its step 0) rather than opened again, so
+        a shard reader's tf.data pipeline is built once a run (data_position's interface;
+        a dataset without `restore` is opened each time)."""
+        if self._dataset is not None:
+            self._dataset.restore(self._start)
+            seek_step(self._dataset, 0)
+            return self._dataset
         processes, index = jax.process_count(), jax.process_index()
         dataset = self.dataset_factory("eval", self.settings.batch_size // processes,
                                        index, processes)
+        if hasattr(dataset, "restore") and hasattr(dataset, "state"):
+            self._dataset, self._start = dataset, dataset.state()
+        return dataset
+
+    def __call__(self, bundle, state, step) -> dict:
+        dataset = self._rewound_dataset()
         try:
             metrics = evaluate(bundle, state.params, dataset, self.settings.num_batches,
                                self.show_progress)
