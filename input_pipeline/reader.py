@@ -226,12 +226,9 @@ class PretrainingDataset:
         on a CPU), which an evaluation rewound to its start (training/evaluation.py) would
         otherwise pay at every evaluation. A tf.data pipeline iterated again gives the same
         batches: every shuffle and mask is seeded by the records' (epoch, index) tags."""
-        start, reads, steady_from = self._steps_read
-        # The step table by value (record_pipeline.step_of_batch reads no more of `reads`),
-        # so a seek to the same step with an equal schedule finds the same pipeline.
-        where = (self._position["epoch"], self._position["records_in_epoch"], start,
-                 steady_from, tuple(reads(step) for step in range(start,
-                                                                  max(start, steady_from) + 1)))
+        # A seek to the same step with an equal schedule finds the same pipeline.
+        where = (self._position["epoch"], self._position["records_in_epoch"],
+                 RecordPipeline.step_schedule(self._steps_read))
         if self._built[0] != where:
             self._built = (where, self._pipeline.build(**self._position,
                                                        steps_read=self._steps_read))

@@ -69,15 +69,24 @@ class RecordPipeline:
         return records.map(lambda index, record: (epoch, index, record))
 
     @staticmethod
+    def step_schedule(steps_read) -> tuple:
+        """(start, steady_step, the reads of each step from start to steady_step): all of
+        `PretrainingDataset.seek_step`'s (start, reads, steady_from) that the pipeline uses,
+        as values, so two equal schedules are known to build the same pipeline."""
+        start, reads, steady_from = steps_read
+        steady_step = max(start, steady_from)
+        return start, steady_step, tuple(reads(step) for step in range(start, steady_step + 1))
+
+    @staticmethod
     def step_of_batch(steps_read):
         """batch count (int64 scalar, from 0 where the pipeline starts) -> the step that
         batch trains (`PretrainingDataset.seek_step`): a table until the reads
         per step hold steady, then arithmetic (no Python runs inside tf.data)."""
-        start, reads, steady_from = steps_read
-        steady_step = max(start, steady_from)
-        table = [step for step in range(start, steady_step) for _ in range(reads(step))]
+        start, steady_step, reads = RecordPipeline.step_schedule(steps_read)
+        table = [step for step, count in zip(range(start, steady_step), reads)
+                 for _ in range(count)]
         steps = tf.constant(table + [steady_step], tf.int64)  # the last: never read
-        per_step = reads(steady_step)
+        per_step = reads[-1]
         return lambda count: tf.where(
             count < len(table), tf.gather(steps, tf.minimum(count, len(table))),
             steady_step + (count - len(table)) // per_step)
