@@ -114,8 +114,15 @@ class JaxStep:
         return float(self.bundle.task.means(outputs["sums"], outputs["counts"])["loss"])
 
     def load_params(self, params: dict) -> None:
-        """Starts from `params` (a nested numpy tree shaped as the model's)."""
+        """Starts from `params` (a nested numpy tree shaped as the model's, per layer; stacked
+        here where the step keeps its layers stacked)."""
         import jax
+
+        from bert_jax.models.layers.layer_scan import store_stacked
+
+        plan = self.bundle.layer_storage.plan
+        if plan is not None:
+            params = store_stacked(params, plan)
         self.state = self.state.replace(params=jax.tree.map(
             lambda value, target: jax.device_put(np.asarray(value, np.float32), target.sharding),
             params, self.state.params))

@@ -22,13 +22,18 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from tolerances import ENCODER_STEPS, assert_close
 
 from bert_jax.models.config import REMAT_POLICY_NAMES, Precision, preset
 from bert_jax.models.families import family_of
-from bert_jax.models.layers.layer_scan import REMAT_POLICIES, stack_layers, unstack_layers
-from bert_jax.training import checkpointing, trainer
+from bert_jax.models.layers.layer_scan import (REMAT_POLICIES, per_layer, stack_layers,
+                                               store_stacked, unstack_layers)
+from bert_jax import sharding
+from bert_jax.run_config import base_config
+from bert_jax.tasks.pretraining import task_from_run_config
+from bert_jax.training import checkpointing, optimizer, train_step, trainer
 from test_training_support import pretraining, synthetic_factory, tiny_run_config
 
 SCAN_STEPS = 4  # float32 steps of an output's scale (module docstring)
@@ -130,26 +135,113 @@ def test_attention_maps_and_hidden_states_are_per_layer_with_scanning_on():
                  err_msg="scanned against collected")
 
 
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_stored_stacked_weights_are_the_layers_and_run_as_they_do(name):
+    """`store_stacked` puts the scan plan's layers on a leading axis, one tree a position of
+    the block, and `per_layer` gives back the same tree; the scanned model reading the stored
+    weights computes what it computes from the per-layer ones (the same scan on the same
+    values, stacked before the step instead of in it: SCAN_STEPS, as the module docstring)."""
+    config = CONFIGS[name]
+    plan = config.scan_plan
+    ids, segments, mask = _batch(1)
+    positions = jnp.asarray([[1, 4, 7], [2, 5, 9], [1, 2, 3]], jnp.int32)
+    model = _masked_lm(config, SCANNED)
+    params = nn.meta.unbox(model.init(jax.random.PRNGKey(1), ids, segments, mask, positions))
+    stored = store_stacked(params, plan)
+    encoder = stored["params"][family_of(config).encoder_key]
+    stacked_keys = {key for key in encoder if key.startswith("layers_")}
+    expected = {"bert": {"layers_0_every_1"},  # 3 layers, one a block
+                "modernbert": {"layers_1_every_3", "layers_2_every_3", "layers_3_every_3"},
+                "eurobert": {"layers_0_every_1"}}[name]
+    assert stacked_keys == expected
+    unrolled_left = {key for key in encoder if key.startswith("layer_")}
+    assert unrolled_left == ({"layer_0", "layer_4"} if name == "modernbert" else set())
+    for key in stacked_keys:
+        assert {leaf.shape[0] for leaf in jax.tree.leaves(encoder[key])} == {plan.blocks}
+    jax.tree.map(np.testing.assert_array_equal, per_layer(stored), params)
+    apply = jax.jit(lambda params: model.apply(params, ids, segments, mask, positions))
+    assert_close(apply(stored), apply(params), SCAN_STEPS, err_msg="stored against per layer")
+
+
+@pytest.mark.parametrize("name", ["adamw", "lamb", "stable_adamw"])
+def test_the_optimizers_update_stored_layers_as_they_update_each_layer(name):
+    """Three updates of three layers of unequal scale, stored stacked and per layer: the same
+    weights. LAMB's trust ratio and StableAdamW's clipping are one number a tensor, so each
+    layer gets its own (taken over the stack, the layers' ratios would mix: the 100x scales
+    below move them by a factor of ten and more). Both sides do the same float32 arithmetic
+    on each element; a norm's sum may be blocked otherwise under vmap: TREE_STEPS."""
+    config = base_config("tiny").optimizer
+    config.update(name=name, warmup_steps=0, learning_rate=1e-2, clip_norm=0.0)
+    tx, _ = optimizer.make_optimizer(config, total_steps=10)
+    rng = np.random.default_rng(3)
+    layer = lambda scale: {"dense": {"kernel": scale * rng.normal(size=(4, 6)),  # noqa: E731
+                                     "bias": scale * rng.normal(size=6)},
+                           "norm": {"scale": 1 + scale * rng.normal(size=6)}}
+    params = jax.tree.map(jnp.float32, {"bert": {f"layer_{index}": layer(10.0 ** (index - 1))
+                                                 for index in range(3)},
+                                        "head": layer(1.0)})
+    plan = CONFIGS["bert"].scan_plan
+    results = []
+    for start in (params, store_stacked(params, plan)):
+        state, current = tx.init(start), start
+        for step in range(3):
+            grads = jax.tree.map(lambda leaf, step=step: jnp.sin(leaf * (step + 2)) * leaf,
+                                 current)
+            updates, state = tx.update(grads, state, current)
+            current = optax.apply_updates(current, updates)
+        results.append(per_layer(current))
+    _assert_trees_close(results[1], results[0])
+
+
+def test_a_scanned_run_keeps_its_layers_stacked_and_its_checkpoints_per_layer():
+    """The step's state holds the stack as stored stacked trees; what checkpoints and
+    weights go through (`layer_storage`) is the per-layer tree, and converting there and
+    back returns the same arrays. An unscanned run keeps its layers as they are."""
+    run_config = tiny_run_config(**{"model.num_layers": 3, "precision.scan_layers": True})
+    mesh = sharding.make_mesh(devices=jax.devices()[:1])
+    bundle = train_step.build_train_step(run_config, mesh, task_from_run_config(run_config))
+    storage = bundle.layer_storage
+    stored_encoder = bundle.abstract_state.params["bert"]
+    assert "layers_0_every_1" in stored_encoder and "layer_0" not in stored_encoder
+    assert stored_encoder["layers_0_every_1"]["attention"]["query"]["kernel"].shape[0] == 3
+    assert sorted(key for key in storage.abstract_state.params["bert"]
+                  if key.startswith("layer")) == ["layer_0", "layer_1", "layer_2"]
+    # The moments are stored as the parameters are.
+    assert "layers_0_every_1" in bundle.abstract_state.opt_state[1][0].mu["bert"]
+    state = bundle.init_state(jax.random.PRNGKey(0))
+    back = storage.stored(storage.per_layer(state))
+    jax.tree.map(np.testing.assert_array_equal, back, state)
+    run_config.precision.scan_layers = False
+    unscanned = train_step.build_train_step(run_config, mesh, task_from_run_config(run_config))
+    assert unscanned.layer_storage.plan is None
+    assert "layer_0" in unscanned.abstract_state.params["bert"]
+
+
 def _losses(result):
     return np.array([loss for _, loss in result["losses"]])
 
 
-def test_a_run_saved_unrolled_continues_scanned_with_the_same_losses(tmp_path):
-    """6 steps unrolled, then 6 scanned from its checkpoint: the losses and weights of 12
-    unrolled steps (dropout off, see the module docstring)."""
-    # One schedule over 12 steps for every run, the 6-step one too.
+def test_a_run_saved_unrolled_continues_scanned_and_back_with_the_same_losses(tmp_path):
+    """4 steps unrolled, 4 scanned from its checkpoint (its layers stored stacked), 4
+    unrolled again from the scanned run's: the losses and weights of 12 unrolled steps
+    (dropout off, see the module docstring). LAMB, whose trust ratio is a layer's."""
+    # One schedule over 12 steps for every run, the shorter ones too.
     overrides = {"model.num_layers": 3, "model.dropout_rate": 0.0,
-                 "model.attention_dropout_rate": 0.0, "schedule_steps": 12}
+                 "model.attention_dropout_rate": 0.0, "schedule_steps": 12,
+                 "optimizer.name": "lamb"}
     run = lambda workdir, steps, scan: trainer.train(  # noqa: E731
         config := tiny_run_config(**overrides, num_train_steps=steps,
                                   **{"precision.scan_layers": scan}),
         str(workdir), **pretraining(config, synthetic_factory(config)), show_progress=False,
         log=lambda *_: None)
     reference = run(tmp_path / "unrolled", 12, False)
-    run(tmp_path / "resumed", 6, False)
-    resumed = run(tmp_path / "resumed", 12, True)
-    assert resumed["step"] == 12 and len(resumed["losses"]) == 6
-    assert_close(_losses(resumed), _losses(reference)[6:], SCAN_STEPS, err_msg="losses 7-12")
+    run(tmp_path / "resumed", 4, False)
+    scanned = run(tmp_path / "resumed", 8, True)
+    resumed = run(tmp_path / "resumed", 12, False)
+    assert scanned["step"] == 8 and len(scanned["losses"]) == 4
+    assert resumed["step"] == 12 and len(resumed["losses"]) == 4
+    assert_close(_losses(scanned), _losses(reference)[4:8], SCAN_STEPS, err_msg="losses 5-8")
+    assert_close(_losses(resumed), _losses(reference)[8:], SCAN_STEPS, err_msg="losses 9-12")
     params = [jax.tree.map(np.asarray, checkpointing.restore_params(
         os.path.join(workdir, "checkpoints", "12", "params")))
         for workdir in (tmp_path / "resumed", tmp_path / "unrolled")]
@@ -200,3 +292,33 @@ def test_frozen_encoder_features_are_each_layers_with_scanning_on():
     params = heads[0].init(jax.random.PRNGKey(2), ids, segments, mask)
     np.testing.assert_array_equal(heads[1].apply(params, ids, segments, mask),
                                   heads[0].apply(params, ids, segments, mask))
+
+
+def test_a_scanned_fine_tuning_saves_its_best_model_per_layer(tmp_path):
+    """Fine-tuning with scanning on keeps its layers stacked while it trains; the best model
+    it saves is per layer, as every reader of a model directory expects, and predicts."""
+    from finetune_helpers import made_up_sentences, write_tsv
+    from interop_helpers import random_pretraining_params, write_vocab
+
+    from bert_jax.cli import main
+    from bert_jax.interop import model_source, model_writers
+    from input_pipeline.tokenization import load_tokenizer
+
+    tokenizer = load_tokenizer(write_vocab(tmp_path))
+    config = preset("tiny", vocab_size=tokenizer.vocab_size, hidden_dim=32, num_layers=2,
+                    num_heads=2, mlp_dim=64, max_positions=64)
+    model = str(tmp_path / "model")
+    model_writers.save_model(config, random_pretraining_params(config), tokenizer, model)
+    train = write_tsv(tmp_path / "train.tsv", made_up_sentences(32, seed=0))
+    workdir = tmp_path / "run"
+    assert main(["finetune", "classify", "--model", model, "--train", train, "--eval", train,
+                 "--workdir", str(workdir), "--epochs", "1", "--batch-size", "16",
+                 "--max-seq-len", "16", "--no-progress",
+                 "--config.precision.scan_layers=True"]) == 0
+    best = model_source.resolve(str(workdir / "best")).load()
+    assert sorted(key for key in best.params["bert"] if key.startswith("layer")) == [
+        "layer_0", "layer_1"]
+    output = tmp_path / "predictions.jsonl"
+    assert main(["predict", "--model", str(workdir / "best"), "--input", train,
+                 "--output", str(output)]) == 0
+    assert len(output.read_text().splitlines()) == 32

@@ -22,7 +22,7 @@ from bert_jax.models.layers.attention import attend, attention, attention_probab
 from bert_jax.models.layers.dense import (FLOAT32, Dense, add_bias, batch_split, gelu,
                                           initializer, layer_norm, zeros)
 from bert_jax.models.layers.dropout import Dropout
-from bert_jax.models.layers.layer_scan import (dropout_key, layer_params, remat_layer,
+from bert_jax.models.layers.layer_scan import (block_params, dropout_key, remat_layer,
                                                scan_blocks, scanned)
 
 Array = jax.Array
@@ -168,8 +168,7 @@ class BertModel(nn.Module):
         self.sow("intermediates", "hidden_states", x)
         if scanned(self, self.precision):  # one layer the block: every layer's weights alike
             layer = EncoderLayer(self.config, self.precision, parent=None)
-            per_layer = layer_params(self, 0, self.config.num_layers)
-            x = scan_blocks([layer], [[params] for params in per_layer], x,
+            x = scan_blocks([layer], block_params(self, self.config.scan_plan), x,
                             (instance_ids, train, max_instances), dropout_key(self, train),
                             self.precision)
         else:

@@ -28,7 +28,8 @@ class Precision:
     # outputs, recompute the elementwise work between them).
     remat_policy: str = "full"
     # The layer stack as one scanned block (bert_jax/models/layers/layer_scan.py): the compiler
-    # sees one block, not every layer; the parameter tree stays per layer.
+    # sees one block, not every layer; a training run keeps the block's weights stacked on its
+    # devices, and checkpoints and every converter see them per layer.
     scan_layers: bool = False
     # Rows per device whose attention scores are computed at once: 0 = the whole batch,
     # -1 = automatic (2 on a CPU from 160 tokens on, else 0; see bert_jax/models/layers/attention.py).
@@ -64,6 +65,20 @@ class Precision:
         return cls(**dict(section)) if section else cls()
 
 
+@dataclasses.dataclass(frozen=True)
+class ScanPlan:
+    """The layers a scanned stack runs as one loop: `blocks` blocks of `period` consecutive
+    layers from layer `first`, every block alike (bert_jax/models/layers/layer_scan.py); the
+    layers before and after run unrolled."""
+    first: int
+    period: int
+    blocks: int
+
+    def layers(self, position: int) -> range:
+        """The layers at `position` (0 .. period - 1) of every block, in block order."""
+        return range(self.first + position, self.first + self.blocks * self.period, self.period)
+
+
 class _EncoderConfig:
     """What every family's config shares: sizes the rest of bert-jax reads (hidden_dim,
     num_layers, num_heads, vocab_size, max_positions), the length check and the JSON form."""
@@ -83,6 +98,11 @@ class _EncoderConfig:
     def keys_read(self, layer: int, seq_len: int) -> int:
         """How many keys a query of `layer` reads in a sequence of `seq_len` tokens."""
         return seq_len
+
+    @property
+    def scan_plan(self) -> ScanPlan:
+        """The scanned stack's blocks (BERT's: every layer alike, one the block)."""
+        return ScanPlan(first=0, period=1, blocks=self.num_layers)
 
     def _check_heads(self):
         if self.hidden_dim % self.num_heads:
@@ -208,6 +228,14 @@ class ModernBertConfig(_EncoderConfig):
     def rope_theta(self, layer: int) -> float:
         return self.global_rope_theta if self.is_global(layer) else self.local_rope_theta
 
+    @property
+    def scan_plan(self) -> ScanPlan:
+        """Layer 0 (no attention norm) alone, then blocks of one global layer's period: n - 1
+        sliding layers and a global one (n = global_attention_every); the remainder alone.
+        22 layers (ModernBERT-base) are 1 + 7 blocks of 3; 28 (large) 1 + 9."""
+        period = self.global_attention_every
+        return ScanPlan(first=1, period=period, blocks=(self.num_layers - 1) // period)
+
 
 # The Llama-style family's variants, each its own transformers classes (model_type), and the
 # classifier pooling each defines (transformers' `classifier_pooling`): EuroBERT's the first
@@ -324,6 +352,13 @@ class EuroBertConfig(_EncoderConfig):
         return next(period for period in range(1, len(types) + 1)
                     if all(kind == types[index % period] for index, kind in enumerate(types))
                     ) if types else 1
+
+    @property
+    def scan_plan(self) -> ScanPlan:
+        """Blocks of one period of the layer types (EuroBERT: one layer; UltraBERT: two
+        sliding layers and a global one); the remainder after the last whole block alone."""
+        return ScanPlan(first=0, period=self.layer_period,
+                        blocks=self.num_layers // self.layer_period)
 
 
 # (num_layers, hidden_dim, num_heads); the small ones follow Turc et al. (2019).

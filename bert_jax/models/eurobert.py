@@ -32,7 +32,7 @@ import jax.numpy as jnp
 from bert_jax.models.config import EuroBertConfig, Precision
 from bert_jax.models.layers.attention import attend, attention, attention_probabilities
 from bert_jax.models.layers.dense import FLOAT32, Dense, initializer, ones
-from bert_jax.models.layers.layer_scan import (dropout_key, layer_params, remat_layer,
+from bert_jax.models.layers.layer_scan import (block_params, dropout_key, remat_layer,
                                                scan_blocks, scanned)
 from bert_jax.models.layers.rotary import rotary_angles, rotate
 
@@ -165,18 +165,15 @@ class EuroBertModel(nn.Module):
         return x, None
 
     def _scanned_layers(self, x: Array, arguments: tuple, train: bool) -> Array:
-        """The layers as blocks of one period of the layer types (EuroBERT: one layer;
-        UltraBERT: two sliding layers and a global one), every block alike; the remainder
-        after the last whole block unrolled."""
-        period = self.config.layer_period
-        blocks = self.config.num_layers // period
-        block = [EuroBertLayer(self.config, position, self.precision, parent=None)
-                 for position in range(period)]
-        per_layer = layer_params(self, 0, blocks * period)
-        x = scan_blocks(block, [per_layer[index:index + period]
-                                for index in range(0, len(per_layer), period)],
-                        x, arguments, dropout_key(self, train), self.precision)
-        for layer in self.layers[blocks * period:]:
+        """The layers as `config.scan_plan` says: blocks of one period of the layer types
+        (EuroBERT: one layer; UltraBERT: two sliding layers and a global one) scanned, the
+        remainder after the last whole block unrolled."""
+        plan = self.config.scan_plan
+        block = [EuroBertLayer(self.config, plan.first + position, self.precision, parent=None)
+                 for position in range(plan.period)]
+        x = scan_blocks(block, block_params(self, plan), x, arguments,
+                        dropout_key(self, train), self.precision)
+        for layer in self.layers[plan.first + plan.blocks * plan.period:]:
             x = layer(x, *arguments)
         return x
 

@@ -93,6 +93,9 @@ class FrozenEncoderTokenClassifier(nn.Module):
     layers: tuple[int, ...]  # absolute layer numbers, 0..num_layers
     combine: str
     precision: Precision = FLOAT32
+    # Its encoder reads each layer's parameters by name even with scanning on, so a run keeps
+    # them per layer (bert_jax/training/layer_storage.py).
+    runs_layers_unrolled = True
 
     @nn.compact
     def __call__(self, input_ids: Array, segment_ids: Array, input_mask: Array,

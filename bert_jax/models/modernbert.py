@@ -31,7 +31,7 @@ from bert_jax.models.config import ModernBertConfig, Precision
 from bert_jax.models.layers.attention import attend, attention, attention_probabilities
 from bert_jax.models.layers.dense import FLOAT32, Dense, gelu, initializer, layer_norm
 from bert_jax.models.layers.dropout import Dropout
-from bert_jax.models.layers.layer_scan import (dropout_key, layer_params, remat_layer,
+from bert_jax.models.layers.layer_scan import (block_params, dropout_key, remat_layer,
                                                scan_blocks, scanned)
 from bert_jax.models.layers.rotary import rotary_angles, rotate
 
@@ -185,21 +185,16 @@ class ModernBertModel(nn.Module):
         return x, None
 
     def _scanned_layers(self, x: Array, arguments: tuple, train: bool) -> Array:
-        """The layers with the scan's block one global layer's period: layer 0 (no attention
-        norm) alone, then blocks of layers 1 + b n .. n + b n (n = global_attention_every: n - 1
-        sliding layers and a global one; every block alike), the remainder alone. 22 layers
-        (ModernBERT-base) are 1 + 7 blocks of 3; 28 (large) 1 + 9."""
-        period = self.config.global_attention_every
-        blocks = (self.config.num_layers - 1) // period
+        """The layers as `config.scan_plan` says: layer 0 (no attention norm) alone, the blocks
+        of one global layer's period scanned, the remainder alone."""
+        plan = self.config.scan_plan
         x = self.layers[0](x, *arguments)
-        if blocks:
-            block = [ModernBertLayer(self.config, 1 + position, self.precision, parent=None)
-                     for position in range(period)]
-            per_layer = layer_params(self, 1, blocks * period)
-            x = scan_blocks(block, [per_layer[index:index + period]
-                                    for index in range(0, len(per_layer), period)],
-                            x, arguments, dropout_key(self, train), self.precision)
-        for layer in self.layers[1 + blocks * period:]:
+        if plan.blocks:
+            block = [ModernBertLayer(self.config, plan.first + position, self.precision,
+                                     parent=None) for position in range(plan.period)]
+            x = scan_blocks(block, block_params(self, plan), x, arguments,
+                            dropout_key(self, train), self.precision)
+        for layer in self.layers[plan.first + plan.blocks * plan.period:]:
             x = layer(x, *arguments)
         return x
 

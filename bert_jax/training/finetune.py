@@ -20,6 +20,7 @@ import ml_collections
 import numpy as np
 
 from bert_jax.models.families import config_to_dict
+from bert_jax.models.layers.layer_scan import per_layer, store_stacked
 from bert_jax.storage import files, json_values
 from bert_jax import sharding
 from bert_jax.errors import UserError
@@ -141,7 +142,7 @@ class BestModelEvaluator:
         return metrics
 
     def _save_best(self, bundle, state, info: dict) -> None:
-        params = _host_params(state.params)
+        params = per_layer(_host_params(state.params))  # as stored: maybe stacked
         if jax.process_index() == 0:
             model_writers.save_model(bundle.model_config, params, self.tokenizer,
                                      os.path.join(self.workdir, BEST), overwrite=True,
@@ -267,10 +268,13 @@ def load_finetuned(model, batch_size: int, task_from_info, task_name: str | None
                                                        max_seq_len=max_seq_len))
     mesh = sharding.mesh_from_config(run_config.mesh)
     bundle = train_step.build_train_step(run_config, mesh, task=task)
-    expected = bundle.abstract_state.params
+    storage = bundle.layer_storage
+    fitted = _fitted(params, storage.abstract_state.params,  # per layer, as a model is saved
+                     f"parameters for task {task.name!r}", source.name)
+    if storage.plan is not None:
+        fitted = store_stacked(fitted, storage.plan)
     placed = jax.tree.map(lambda value, spec: jax.device_put(
-        np.asarray(value, spec.dtype), spec.sharding),
-        _fitted(params, expected, f"parameters for task {task.name!r}", source.name), expected)
+        np.asarray(value, spec.dtype), spec.sharding), fitted, bundle.abstract_state.params)
     return task, bundle, placed, tokenizer, dict(info, max_seq_len=max_seq_len)
 
 

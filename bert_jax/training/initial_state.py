@@ -67,9 +67,13 @@ def load_init_weights(init_weights: Callable | None, init_from: str, model_confi
 
 
 def initial_state(bundle, checkpoints, seed: int, log, weights=None):
-    """(state, meta or None): resume > `weights` (`load_init_weights`'s) > from `seed`."""
+    """(state, meta or None): resume > `weights` (`load_init_weights`'s) > from `seed`.
+
+    Checkpoints and weights are per layer; the state comes back as the step keeps it
+    (`bundle.layer_storage`)."""
+    storage = bundle.layer_storage
     if checkpoints.latest_step() is not None:
-        abstract = bundle.abstract_state
+        abstract = storage.abstract_state
         step, (params, opt_state, meta) = checkpoints.restore_newest_intact(
             abstract.params, abstract.opt_state, log)
         _check_seed(meta, seed, checkpoints.directory, step)
@@ -77,11 +81,12 @@ def initial_state(bundle, checkpoints, seed: int, log, weights=None):
         state = train_step_lib.TrainState(
             step=jax.device_put(np.int32(step), bundle.state_shardings.step),
             params=params, opt_state=opt_state)
-        return state, meta
+        return storage.stored(state), meta
     state = bundle.init_state(jax.random.PRNGKey(seed))
     if weights is not None:
-        state = place_weights(weights.name, weights.params, state, log,
-                              getattr(bundle.task, "head_names", {}))
+        state = storage.stored(place_weights(weights.name, weights.params,
+                                             storage.per_layer(state), log,
+                                             getattr(bundle.task, "head_names", {})))
     return state, None
 
 

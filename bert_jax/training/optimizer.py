@@ -17,6 +17,7 @@ import jax
 import optax
 
 from bert_jax.errors import UserError
+from bert_jax.models.layers.layer_scan import is_stored_key
 from bert_jax.run_config.ranges import check_ranges
 from bert_jax.training.schedules import make_schedule
 from bert_jax.training.stable_adamw import stable_adamw
@@ -30,6 +31,25 @@ def map_parameter_paths(function, params: Any) -> Any:
         return function(tuple(str(key.key) for key in path
                               if isinstance(key, jax.tree_util.DictKey)))
     return jax.tree_util.tree_map_with_path(call, params)
+
+
+def layer_axis_mask(params: Any) -> Any:
+    """True for leaves that hold several layers on their first axis (a scanned stack's stored
+    weights, `layer_scan.store_stacked`): a per-tensor statistic (LAMB's trust ratio,
+    StableAdamW's clipping) is taken per layer there, as it is for per-layer leaves."""
+    return map_parameter_paths(lambda names: any(map(is_stored_key, names)), params)
+
+
+def per_layer_statistics(transform: optax.GradientTransformation
+                         ) -> optax.GradientTransformation:
+    """A stateless transform that treats each leaf as one tensor (optax's trust ratio),
+    applied to each layer of a leaf that holds several (`layer_axis_mask`)."""
+    def update(updates, state, params=None):
+        def leaf_update(update, param, stacked):
+            one = lambda update, param: transform.update(update, state, param)[0]  # noqa: E731
+            return jax.vmap(one)(update, param) if stacked else one(update, param)
+        return jax.tree.map(leaf_update, updates, params, layer_axis_mask(params)), state
+    return optax.GradientTransformation(transform.init, update)
 
 
 def decay_mask(params: Any) -> Any:
@@ -91,7 +111,13 @@ def _update(config, schedule: optax.Schedule) -> optax.GradientTransformation:
         peak = config.learning_rate if config.decouple_learning_rate else None
         return stable_adamw(schedule, b1=config.beta1, b2=config.beta2, eps=config.epsilon,
                             weight_decay=config.weight_decay, mask=decay_mask,
-                            peak_learning_rate=peak)
-    adam = optax.adamw if config.name == "adamw" else optax.lamb
-    return adam(schedule, b1=config.beta1, b2=config.beta2, eps=config.epsilon,
-                weight_decay=config.weight_decay, mask=decay_mask)
+                            peak_learning_rate=peak, layer_axis=layer_axis_mask)
+    if config.name == "adamw":
+        return optax.adamw(schedule, b1=config.beta1, b2=config.beta2, eps=config.epsilon,
+                           weight_decay=config.weight_decay, mask=decay_mask)
+    # optax.lamb's chain, its trust ratio taken per layer.
+    return optax.chain(
+        optax.scale_by_adam(b1=config.beta1, b2=config.beta2, eps=config.epsilon),
+        optax.add_decayed_weights(config.weight_decay, decay_mask),
+        per_layer_statistics(optax.scale_by_trust_ratio()),
+        optax.scale_by_learning_rate(schedule))

@@ -40,12 +40,15 @@ def _debiased_beta(beta: float, count: jax.Array) -> jax.Array:
 def stable_adamw(learning_rate: float | optax.Schedule, b1: float = 0.9, b2: float = 0.99,
                  eps: float = 1e-6, weight_decay: float = 0.0,
                  mask: Callable[[Any], Any] | None = None,
-                 peak_learning_rate: float | None = None) -> optax.GradientTransformation:
+                 peak_learning_rate: float | None = None,
+                 layer_axis: Callable[[Any], Any] | None = None) -> optax.GradientTransformation:
     """StableAdamW as an optax transformation (the module docstring has the formula).
 
     `learning_rate`: a rate or a schedule of the update count (0 for the first update, as
     optax's). `mask(params)`: a tree of bools, True where weight decay applies (None: all).
     `peak_learning_rate`: given, the decay is scaled by lr_t / peak instead of lr_t.
+    `layer_axis(params)`: a tree of bools, True where a leaf holds several layers on its first
+    axis (a scanned stack's stored weights): its rms is one number a layer (None: none do).
     """
     decay = weight_decay / peak_learning_rate if peak_learning_rate else weight_decay
     if peak_learning_rate == 0:  # a zero peak never steps, so it never decays either
@@ -68,8 +71,13 @@ def stable_adamw(learning_rate: float | optax.Schedule, b1: float = 0.9, b2: flo
         decays = (mask(params) if mask is not None and params is not None
                   else jax.tree.map(lambda _: True, grads))
 
-        def tensor_update(g, m, v, p, decays_here):
-            rms = jnp.sqrt(jnp.mean(g * g / jnp.maximum(v, eps * eps)))
+        stacked = (layer_axis(grads) if layer_axis is not None
+                   else jax.tree.map(lambda _: False, grads))
+
+        def tensor_update(g, m, v, p, decays_here, stacked_here):
+            axes = tuple(range(1, g.ndim)) if stacked_here else None
+            rms = jnp.sqrt(jnp.mean(g * g / jnp.maximum(v, eps * eps), axis=axes,
+                                    keepdims=stacked_here))
             clipped_rate = rate / jnp.maximum(1.0, rms)
             step = m / (jnp.sqrt(v) + eps)
             if decay and decays_here:
@@ -77,7 +85,7 @@ def stable_adamw(learning_rate: float | optax.Schedule, b1: float = 0.9, b2: flo
             return -clipped_rate * step
 
         leaves = params if params is not None else grads  # without decay p is not read
-        updates = jax.tree.map(tensor_update, grads, mu, nu, leaves, decays)
+        updates = jax.tree.map(tensor_update, grads, mu, nu, leaves, decays, stacked)
         return updates, StableAdamWState(count=count, mu=mu, nu=nu)
 
     return optax.GradientTransformation(init, update)

@@ -36,8 +36,10 @@ import optax
 from bert_jax import sharding
 from bert_jax.training import batch_warmup as batch_warmup_lib, global_reductions, optimizer
 from bert_jax.models.config import BertConfig, Precision
+from bert_jax.models.layers import layer_scan
 from bert_jax.errors import UserError
 from bert_jax.training.batch_warmup import BatchWarmup
+from bert_jax.training.layer_storage import LayerStorage, stacked_plan
 from bert_jax.training.task import Task
 
 
@@ -54,7 +56,7 @@ class TrainStepBundle:
     eval_step: Callable  # jitted (params, batch) -> {'sums': ..., 'counts': ...}
     predict_step: Callable  # jitted (params, batch) -> {'outputs', 'sums', 'counts'}
     init_state: Callable  # jitted (rng) -> state, created directly in its shardings
-    abstract_state: TrainState  # ShapeDtypeStructs carrying their shardings
+    abstract_state: TrainState  # ShapeDtypeStructs carrying their shardings, as stored
     abstract_batch: dict  # the global batch as ShapeDtypeStructs with shardings
     abstract_rng: jax.ShapeDtypeStruct  # a raw uint32 (2,) key, replicated
     state_shardings: TrainState
@@ -65,6 +67,9 @@ class TrainStepBundle:
     mesh: jax.sharding.Mesh
     task: Task
     model: nn.Module
+    # The state per layer (what checkpoints and weights are) and the conversions from and to
+    # the stored one (layers stacked while the stack is scanned: layer_storage.py).
+    layer_storage: LayerStorage
 
 
 def model_config_of(run_config):
@@ -266,24 +271,34 @@ def build_train_step(run_config, mesh, task: Task,
     """
     model_config = model_config or model_config_of(run_config)
     model_config.check_seq_len(run_config.data.seq_len, "data.seq_len")
-    model = task.build_model(model_config, Precision.from_run_config(run_config))
+    precision = Precision.from_run_config(run_config)
+    model = task.build_model(model_config, precision)
     total_steps = run_config.schedule_steps or run_config.num_train_steps
     tx, schedule = optimizer.make_optimizer(run_config.optimizer, total_steps, task.trainable())
     batch = task.abstract_batch(run_config.batch_size, run_config.data.seq_len,
                                 lambda ndim: sharding.batch_sharding(mesh, ndim))
     _check_batch_size(run_config.batch_size, run_config.grad_accum_steps, mesh)
     warmup = batch_warmup_lib.from_run_config(run_config)
+    plan = stacked_plan(model, model_config, precision, task.trainable())
 
-    def boxed_state(rng):
+    def boxed_state(rng, stacked: bool = plan is not None):
         dummy = {name: jnp.zeros((1, *spec.shape[1:]), spec.dtype) for name, spec in batch.items()}
         params = model.init(rng, *task.model_inputs(dummy),
                             **task.model_keywords(dummy))["params"]
+        if stacked:  # initialised per layer (a seed's weights either way), then stacked
+            params = layer_scan.store_stacked(params, plan)
         # Optimizer moments built from boxed params inherit their logical axis names.
         return TrainState(step=jnp.zeros((), jnp.int32), params=params,
                           opt_state=tx.init(params))
 
     rng_spec = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=sharding.replicated(mesh))
     abstract_state, state_shardings = _abstract_state(jax.eval_shape(boxed_state, rng_spec), mesh)
+    if plan is None:
+        storage = LayerStorage.build(None, abstract_state, state_shardings, state_shardings)
+    else:
+        per_layer_state, per_layer_shardings = _abstract_state(
+            jax.eval_shape(lambda rng: boxed_state(rng, stacked=False), rng_spec), mesh)
+        storage = LayerStorage.build(plan, per_layer_state, per_layer_shardings, state_shardings)
     batch_shardings = {name: spec.sharding for name, spec in batch.items()}
     steps = _jitted_steps(
         lambda state, batch, rng: train_step(
@@ -296,4 +311,4 @@ def build_train_step(run_config, mesh, task: Task,
         **steps, abstract_state=abstract_state, abstract_batch=batch, abstract_rng=rng_spec,
         state_shardings=state_shardings, batch_shardings=batch_shardings,
         model_config=model_config, schedule=schedule, batch_warmup=warmup, mesh=mesh, task=task,
-        model=model)
+        model=model, layer_storage=storage)

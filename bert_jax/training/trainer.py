@@ -293,7 +293,8 @@ class _Loop:
                     data=distributed.gather_json(self.dataset.state()),
                     data_source=self.data_source,
                     evaluator=evaluator.state() if evaluator else None)
-        self.checkpoints.save(step, state.params, state.opt_state, meta)
+        saved = self.bundle.layer_storage.per_layer(state)  # checkpoints are per layer
+        self.checkpoints.save(step, saved.params, saved.opt_state, meta)
 
     def _finish(self, step: int) -> None:
         """Waits for a checkpoint still being written in the background (unless preempted:
