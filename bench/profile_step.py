@@ -29,7 +29,7 @@ kinds are given as shares of its own busy time and as those shares of its step's
 process CPU / wall says how busy each side keeps the cores.
 
 Usage: python bench/profile_step.py [--task pretrain|qa|modernbert|embed] [--preset base]
-       [--batch B] [--seq-len T] [--steps 2] [--layers 22] [--layout padded] [--peer]
+       [--batch B] [--seq-len T] [--steps 2] [--layers 22] [--layout padded] [--peer] [--scan]
 """
 
 import argparse
@@ -272,6 +272,8 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, help="tokens per row (default 128 pretrain, "
                                                     "256 qa)")
     parser.add_argument("--steps", type=int, default=2, help="traced steps (after 2 warm-up)")
+    parser.add_argument("--scan", action="store_true",
+                        help="pretrain: the layer stack scanned (precision.scan_layers)")
     parser.add_argument("--top", type=int, default=0, help="also the N slowest operations")
     parser.add_argument("--peer", action="store_true",
                         help="modernbert, embed: also transformers' step (or "
@@ -299,8 +301,10 @@ def main() -> None:
         title = f"embed (MiniLM forward) {args.batch or 32} x {args.seq_len or 48}"
     else:
         from model_step import JaxStep, make_batch
-        step = JaxStep(args.preset, make_batch(args.batch or 8, args.seq_len or 128, 20))
-        title = f"{args.preset} {args.batch or 8} x {args.seq_len or 128}"
+        step = JaxStep(args.preset, make_batch(args.batch or 8, args.seq_len or 128, 20),
+                       precision_overrides={"scan_layers": args.scan})
+        title = (f"{args.preset} {args.batch or 8} x {args.seq_len or 128}"
+                 + (", scanned" if args.scan else ""))
     if isinstance(step, EmbeddingStep):
         hlo = step.hlo_text()
     else:
