@@ -64,7 +64,7 @@ from bench.model_step import JaxStep  # noqa: E402
 from bench.masked_lm_rows import Rows, jax_batch, make_rows  # noqa: E402
 from bench.modernbert_step import (  # noqa: E402
     TorchMaskedLM, argument_parser, compare_all, compare_steps, decay_groups, jax_attention,
-    layout_line, run_line, torch_sides)
+    layout_line, run_line, torch_sides, xla_products_step)
 
 PRESET = "eurobert-210m"
 MASK_RATE = 0.5  # EuroBERT's pre-training masking rate
@@ -96,7 +96,8 @@ class TorchEuroBert(TorchMaskedLM):
             weight_decay=optimizer["weight_decay"], foreach=True), compile_model)
 
 
-def eurobert_jax_step(rows: Rows, layers: int, sparse: bool) -> JaxStep:
+def eurobert_jax_step(rows: Rows, layers: int, sparse: bool,
+                      compiler_options: dict | None = None) -> JaxStep:
     """bert-jax's masked-LM steps of EuroBERT-210m with `layers` layers on `rows`: every
     position a slot (unless `sparse`: the masked ones), EuroBERT's AdamW."""
     from bert_jax.models.config import preset
@@ -106,7 +107,7 @@ def eurobert_jax_step(rows: Rows, layers: int, sparse: bool) -> JaxStep:
     return JaxStep(PRESET, jax_batch(rows, task.max_predictions, every_position=not sparse),
                    task=task, model_overrides=dict(num_layers=layers,
                                                    vocab_size=preset(PRESET).vocab_size),
-                   optimizer_overrides=recipe_optimizer())
+                   optimizer_overrides=recipe_optimizer(), compiler_options=compiler_options)
 
 
 def hf_model_config(layers: int):
@@ -127,15 +128,18 @@ def compare(layout: str, seq_len: int, hf_config, directory: str, args) -> list[
     from bert_jax.interop import model_source
     rows = make_rows(layout, args.rows, seq_len, SHORT, hf_config.vocab_size, args.seed,
                      mask_rate=MASK_RATE)
+    params = model_source.in_directory(directory).load().params
     jax_step = eurobert_jax_step(rows, hf_config.num_hidden_layers, args.sparse)
-    jax_step.load_params(model_source.in_directory(directory).load().params)
+    jax_step.load_params(params)
+    others = xla_products_step(lambda options: eurobert_jax_step(
+        rows, hf_config.num_hidden_layers, args.sparse, options), params, args)
     reference = TorchEuroBert(directory, args.compile)
     slots = ("the masked slots only (--sparse: less work than transformers')" if args.sparse
              else f"all {seq_len} positions of a row, as transformers")
     header = layout_line(layout, rows, jax_attention(args.rows, seq_len, None)
                          + f"; bert-jax's MLM head scores {slots}")
     return compare_steps(header, rows, jax_step, reference, torch_sides(rows, None, args),
-                         args)
+                         args, others)
 
 
 def main() -> None:

@@ -12,40 +12,22 @@ load) and ends with the load after, and a figure quoted in the docs carries its 
 
 import atexit
 import datetime
+import io
 import os
 import platform
 import sys
 
-from bert_jax import cpu_memory
+from bert_jax import cpu_matmul, cpu_memory
+from bert_jax.cpu_host import ISA_FLAGS, this_cpu
 
-# The extensions that decide which kernels run: AVX2 and AVX-512 widths, the VNNI and BF16
-# dot products, AMX tiles (oneDNN's bf16/int8 matmuls on Sapphire Rapids and later).
-ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni",
-             "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
 # Environment variables that change how fast the same code runs on the same CPU.
 THREAD_SETTINGS = ("XLA_FLAGS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY",
                    "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "TF_NUM_INTRAOP_THREADS")
 
 
-def cpu_facts(cpuinfo: str) -> tuple[str, list[str]]:
-    """(model name, the ISA_FLAGS it has, in ISA_FLAGS order) from /proc/cpuinfo's text."""
-    model, flags = "unknown CPU", set()
-    for line in cpuinfo.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "model name" and model == "unknown CPU":
-            model = value.strip()
-        elif key.strip() == "flags" and not flags:
-            flags = set(value.split())
-    return model, [flag for flag in ISA_FLAGS if flag in flags]
-
-
 def host_lines() -> list[str]:
     """The header: date, CPU, ISA, cores, memory, thread settings, load."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
-            model, isa = cpu_facts(cpuinfo.read())
-    except OSError:  # not Linux: the platform module's word is all there is
-        model, isa = platform.processor() or "unknown CPU", []
+    model, isa = this_cpu()
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     settings = [f"{name}={os.environ[name]}" for name in THREAD_SETTINGS if name in os.environ]
     lines = [f"host: {model}, {usable} usable of {os.cpu_count()} cores, "
@@ -54,6 +36,8 @@ def host_lines() -> list[str]:
              f"  settings: {' '.join(settings) or 'none set'}",
              # The allocator's setting: a step's page faults, and so its time, depend on it.
              f"  {cpu_memory.state()}",
+             # The matrix products' library: most of a step's time (cpu_matmul).
+             f"  {cpu_matmul.state()}",
              f"  {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, "
              f"load average before {_load()}"]
     return lines
@@ -63,9 +47,11 @@ def announce_host(stream=sys.stdout) -> None:
     """Print host_lines() now; at exit, the load average and the frameworks' versions and
     threads (known only once the bench has imported them).
 
-    First, on a CPU host, the bench is re-executed with glibc's tunables as `bert-jax` runs
-    its commands (bert_jax/cpu_memory.py): both sides of a bench, in one process, run with
-    the allocator a user of the command gets."""
+    First, on a CPU host, the bench chooses the matrix products' library and is re-executed
+    with glibc's tunables as `bert-jax` runs its commands (bert_jax/cpu_matmul.py and
+    cpu_memory.py): both sides of a bench, in one process, run with the kernels and the
+    allocator a user of the command gets."""
+    cpu_matmul.choose(stream=io.StringIO())  # host_lines() says what it chose
     cpu_memory.relaunch_tuned(sys.orig_argv)
     print(*host_lines(), sep="\n", file=stream, flush=True)
     atexit.register(lambda: print(f"host: load average after {_load()}; {_versions()}",

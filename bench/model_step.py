@@ -30,7 +30,11 @@ per row are the means over every row of its shards. MFU counts real tokens only
 (`flops.real_token_train_flops`: each instance as if alone at its own length). Goal (issue
 25): packed / unpacked real tokens/s >= 1.25x on BERT-mini at 512 tokens.
 
-Usage: python bench/model_step.py [--presets mini,base] [--rounds 5] [--steps 3]
+`--xla-products` adds a row `jax-xla`: the same step and peak matmul compiled with XLA's
+default matrix-product library, in this process, where the CPU's choice is oneDNN
+(bert_jax/cpu_matmul.py): `jax/jax-xla` is then that choice's own ratio.
+
+Usage: python bench/model_step.py [--presets mini,base] [--rounds 5] [--steps 3] [--xla-products]
        python bench/model_step.py --packing --presets mini --seq-len 512 --predictions 80
 """
 
@@ -50,8 +54,10 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.host import announce_host  # noqa: E402
+from bert_jax.cpu_matmul import XLA_DEFAULT_OPTIONS  # noqa: E402
 
 VOCAB_SIZE = 30522  # bert-base-uncased
+XLA_PRODUCTS = "jax-xla"  # `--xla-products`' row: jax's step with XLA's default products
 CORPUS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..",
                       "shared", "data", "corpus", "war_and_peace.bert.txt")
 
@@ -80,7 +86,7 @@ class JaxStep:
     def __init__(self, preset_name: str, batch: dict, dtype: str = "float32",
                  model_overrides: dict | None = None, data_overrides: dict | None = None,
                  precision_overrides: dict | None = None, task=None,
-                 optimizer_overrides: dict | None = None):
+                 optimizer_overrides: dict | None = None, compiler_options: dict | None = None):
         import jax
         from bert_jax import run_config, sharding
         from bert_jax.tasks.pretraining import task_from_run_config
@@ -103,14 +109,20 @@ class JaxStep:
         self.state = self.bundle.init_state(jax.random.PRNGKey(0))
         self.batch = jax.device_put(batch, self.bundle.batch_shardings)
         self.rng = jax.random.PRNGKey(1)
+        self._train_step, self._eval_step = self.bundle.train_step, self.bundle.eval_step
+        if compiler_options:  # XLA options for these two programs alone (cpu_matmul's)
+            self._train_step = self._train_step.lower(self.state, self.batch, self.rng).compile(
+                compiler_options)
+            self._eval_step = self._eval_step.lower(self.state.params, self.batch).compile(
+                compiler_options)
 
     def __call__(self) -> float:
-        self.state, metrics = self.bundle.train_step(self.state, self.batch, self.rng)
+        self.state, metrics = self._train_step(self.state, self.batch, self.rng)
         return float(metrics["loss"])  # waits for the step
 
     def forward(self) -> float:
         """The jitted eval step (forward and loss, no gradient); waits for it."""
-        outputs = self.bundle.eval_step(self.state.params, self.batch)
+        outputs = self._eval_step(self.state.params, self.batch)
         return float(self.bundle.task.means(outputs["sums"], outputs["counts"])["loss"])
 
     def load_params(self, params: dict) -> None:
@@ -188,8 +200,9 @@ class TorchGatheredStep(TorchStep):
         return mlm_loss + nsp_loss
 
 
-def matmul_runs(size: int) -> dict:
-    """One fp32 (size x size) @ (size x size) product per call, for each framework."""
+def matmul_runs(size: int, xla_products: bool = False) -> dict:
+    """One fp32 (size x size) @ (size x size) product per call, for each framework (and,
+    with `xla_products`, jax's compiled with XLA's default library as "jax-xla")."""
     import jax
     import jax.numpy as jnp
     import torch
@@ -198,8 +211,12 @@ def matmul_runs(size: int) -> dict:
     jax_left, jax_right = jnp.asarray(left), jnp.asarray(right)
     jax_matmul = jax.jit(jnp.matmul)
     torch_left, torch_right = torch.from_numpy(left), torch.from_numpy(right)
-    return {"jax": lambda: jax_matmul(jax_left, jax_right).block_until_ready(),
+    runs = {"jax": lambda: jax_matmul(jax_left, jax_right).block_until_ready(),
             "torch": lambda: torch.matmul(torch_left, torch_right)}
+    if xla_products:
+        xla_matmul = jax_matmul.lower(jax_left, jax_right).compile(XLA_DEFAULT_OPTIONS)
+        runs[XLA_PRODUCTS] = lambda: xla_matmul(jax_left, jax_right).block_until_ready()
+    return runs
 
 
 def time_rounds(steps: dict, rounds: int, repeats: dict) -> dict[str, list[list[float]]]:
@@ -227,11 +244,13 @@ def benchmark_preset(preset_name: str, args) -> list[str]:
     jax_step = JaxStep(preset_name, batch)
     steps = {"jax": jax_step, "torch": TorchStep(jax_step.model_config, batch),
              "torch-g": TorchGatheredStep(jax_step.model_config, batch)}
+    if args.xla_products:  # the same step and initial weights, XLA's default products
+        steps[XLA_PRODUCTS] = JaxStep(preset_name, batch, compiler_options=XLA_DEFAULT_OPTIONS)
     # Model FLOPs of the work each row does: plain torch runs its MLM head on all positions.
     step_flops = {name: flops.train_step_flops(
         jax_step.model_config, args.batch_size, args.seq_len,
         args.seq_len if name == "torch" else args.predictions) for name in steps}
-    peak_runs = matmul_runs(args.peak_size)
+    peak_runs = matmul_runs(args.peak_size, args.xla_products)
     calls = {**steps, **{f"{name} peak": run for name, run in peak_runs.items()}}
     for call in calls.values():
         for _ in range(args.warmup):
@@ -255,13 +274,13 @@ def benchmark_preset(preset_name: str, args) -> list[str]:
             f"{preset_name:5s} {name:7s} {args.batch_size * args.seq_len / median:9.0f} "
             f"{median * 1e3:9.1f} {min(medians) * 1e3:7.1f}-{max(medians) * 1e3:<7.1f} "
             f"{step_flops[name] / median / 1e9:7.1f} {100 * own:8.1f}% {100 * best:8.1f}%")
-    for torch_name in ("torch", "torch-g"):
+    for other in [name for name in steps if name != "jax"]:
         ratios = [statistics.median(t) / statistics.median(j)
-                  for j, t in zip(times["jax"], times[torch_name])]
+                  for j, t in zip(times["jax"], times[other])]
         lines.append(
-            f"{preset_name:5s} jax/{torch_name} tokens/s ratio: median "
+            f"{preset_name:5s} jax/{other} tokens/s ratio: median "
             f"{statistics.median(ratios):.2f} (rounds {min(ratios):.2f}-{max(ratios):.2f}); "
-            f"{torch_name} does {step_flops[torch_name] / 1e9:.1f} GFLOP per step, "
+            f"{other} does {step_flops[other] / 1e9:.1f} GFLOP per step, "
             f"jax {step_flops['jax'] / 1e9:.1f}")
     return lines
 
@@ -355,6 +374,11 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps (compilation)")
     parser.add_argument("--peak-size", type=int, default=2048, help="square matmul size for the peak")
     parser.add_argument("--peak-repeats", type=int, default=5, help="peak matmuls per round")
+    parser.add_argument("--xla-products", action="store_true",
+                        help=f"also bert-jax's step and peak matmul with the products in XLA's "
+                             f"default library ({XLA_PRODUCTS!r}), compiled so in this process: "
+                             f"where this CPU runs them in oneDNN (bert_jax/cpu_matmul.py), the "
+                             f"choice's own ratio")
     parser.add_argument("--packing", action="store_true",
                         help="instead: bert-jax on packed vs unpacked rows of War and Peace")
     args = parser.parse_args()

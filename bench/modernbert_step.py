@@ -59,11 +59,14 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.model_step import JaxStep, time_rounds  # noqa: E402
+from bert_jax.cpu_matmul import XLA_DEFAULT_OPTIONS  # noqa: E402
 from bench.host import announce_host  # noqa: E402
 from bench.masked_lm_rows import (Rows, instances, jax_batch, make_rows,  # noqa: E402
                                   packed_masks, torch_labels, unpacked)
 
 PRESET = "modernbert-base"
+# `--xla-products`' side: bert-jax's step with its matrix products in XLA's default library.
+XLA_PRODUCTS = "bert-jax, XLA's products"
 MASK_RATE = 0.3  # ModernBERT's masking rate
 # ModernBERT's StableAdamW recipe (torch-optimi's names).
 LEARNING_RATE, BETAS, EPSILON, WEIGHT_DECAY = 8e-4, (0.9, 0.98), 1e-6, 1e-5
@@ -181,8 +184,8 @@ def torch_sides(rows: Rows, window: int | None, args) -> dict:
     return sides
 
 
-def modernbert_jax_step(rows: Rows, layers: int, precision_overrides: dict | None = None
-                        ) -> JaxStep:
+def modernbert_jax_step(rows: Rows, layers: int, precision_overrides: dict | None = None,
+                        compiler_options: dict | None = None) -> JaxStep:
     """bert-jax's masked-LM steps of ModernBERT-base with `layers` layers on `rows`, with
     ModernBERT's StableAdamW (the module docstring)."""
     from bert_jax.models.config import preset
@@ -191,7 +194,7 @@ def modernbert_jax_step(rows: Rows, layers: int, precision_overrides: dict | Non
     return JaxStep(PRESET, jax_batch(rows, task.max_predictions), task=task,
                    model_overrides=dict(num_layers=layers,
                                         vocab_size=preset(PRESET).vocab_size),
-                   precision_overrides=precision_overrides,
+                   precision_overrides=precision_overrides, compiler_options=compiler_options,
                    optimizer_overrides=dict(
                        name="stable_adamw", learning_rate=LEARNING_RATE, beta1=BETAS[0],
                        beta2=BETAS[1], epsilon=EPSILON, weight_decay=WEIGHT_DECAY,
@@ -242,12 +245,25 @@ def compare(layout: str, seq_len: int, hf_config, directory: str, args) -> list[
     window = hf_config.local_attention // 2
     rows = make_rows(layout, args.rows, seq_len, hf_config.local_attention,
                      hf_config.vocab_size, args.seed, mask_rate=MASK_RATE)
+    params = model_source.in_directory(directory).load().params
     jax_step = modernbert_jax_step(rows, hf_config.num_hidden_layers)
-    jax_step.load_params(model_source.in_directory(directory).load().params)
+    jax_step.load_params(params)
     reference = TorchModernBert(directory, args.compile)
     header = layout_line(layout, rows, jax_attention(args.rows, seq_len, window))
+    others = xla_products_step(lambda options: modernbert_jax_step(
+        rows, hf_config.num_hidden_layers, compiler_options=options), params, args)
     return compare_steps(header, rows, jax_step, reference, torch_sides(rows, window, args),
-                         args)
+                         args, others)
+
+
+def xla_products_step(make_step, params: dict, args) -> dict:
+    """With `--xla-products`, {XLA_PRODUCTS: `make_step(compiler_options)` compiled with
+    XLA's default matrix-product library and holding `params`}; else {}."""
+    if not args.xla_products:
+        return {}
+    step = make_step(XLA_DEFAULT_OPTIONS)
+    step.load_params(params)
+    return {XLA_PRODUCTS: step}
 
 
 def layout_line(layout: str, rows: Rows, attention: str) -> str:
@@ -260,12 +276,15 @@ def layout_line(layout: str, rows: Rows, attention: str) -> str:
 
 
 def compare_steps(header: str, rows: Rows, jax_step: JaxStep, reference: TorchMaskedLM,
-                  sides: dict, args) -> list[str]:
-    """`header`, the masked-LM loss of bert-jax and of each of transformers' `sides` (at
-    equal weights), then each mode's timed rounds; returns the lines it printed."""
+                  sides: dict, args, other_jax_steps: dict | None = None) -> list[str]:
+    """`header`, the masked-LM loss of bert-jax, of its `other_jax_steps` (name -> JaxStep:
+    the same step compiled otherwise) and of each of transformers' `sides` (at equal weights),
+    then each mode's timed rounds; returns the lines it printed."""
     import functools
+    other_jax_steps = other_jax_steps or {}
     lines = [header]
     losses = {"bert-jax": jax_step.forward(),
+              **{name: step.forward() for name, step in other_jax_steps.items()},
               **{name: reference.forward(*side) for name, side in sides.items()}}
     worst = max(abs(loss - losses["bert-jax"]) for loss in losses.values())
     lines.append("  masked-LM loss at equal weights: " + ", ".join(
@@ -274,8 +293,9 @@ def compare_steps(header: str, rows: Rows, jax_step: JaxStep, reference: TorchMa
     print(*lines, sep="\n", flush=True)
     for mode in args.modes.split(","):
         run = {"forward": reference.forward, "train": reference.train_step}[mode]
-        calls = {"bert-jax": jax_step.forward if mode == "forward" else jax_step,
-                 **{name: functools.partial(run, *side) for name, side in sides.items()}}
+        calls = {name: step.forward if mode == "forward" else step
+                 for name, step in {"bert-jax": jax_step, **other_jax_steps}.items()}
+        calls.update({name: functools.partial(run, *side) for name, side in sides.items()})
         for call in calls.values():
             for _ in range(args.warmup):
                 call()
@@ -304,6 +324,11 @@ def argument_parser(description: str) -> argparse.ArgumentParser:
     parser.add_argument("--unpacked", action="store_true",
                         help="packed layout: also transformers on the sequences unpacked")
     parser.add_argument("--compile", action="store_true", help="also torch.compile (sdpa)")
+    parser.add_argument("--xla-products", action="store_true",
+                        help=f"also bert-jax with its matrix products in XLA's default library "
+                             f"({XLA_PRODUCTS!r}), compiled so in this process: where this "
+                             f"CPU runs them in oneDNN (bert_jax/cpu_matmul.py), the choice's "
+                             f"own ratio")
     return parser
 
 

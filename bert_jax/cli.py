@@ -17,7 +17,7 @@ import importlib.metadata
 import platform
 import sys
 
-from bert_jax import compilation_cache, cpu_memory, ctrl_c
+from bert_jax import compilation_cache, cpu_matmul, cpu_memory, ctrl_c
 from bert_jax.errors import UserError
 
 # name -> module, in the order `bert-jax --help` lists them.
@@ -152,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         command_parser(parser, args).error(f"unrecognized arguments: {' '.join(stray)}")
     args.overrides = extra
     if argv is None and args.command in RUNS_MODEL_STEPS:
+        cpu_matmul.choose()  # before JAX's backend starts, and inherited by a relaunch
         cpu_memory.relaunch_tuned(sys.orig_argv)  # returns where it does not help
     compilation_cache.enable()
     try:

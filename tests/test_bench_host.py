@@ -7,7 +7,8 @@ import sys
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPOSITORY)
-from bench.host import cpu_facts, host_lines  # noqa: E402
+from bench.host import host_lines  # noqa: E402
+from bert_jax.cpu_host import cpu_facts  # noqa: E402
 
 # Compile-only benches: they time no CPU work, so the host does not qualify their figures.
 COMPILE_ONLY = {"mesh_tables.py", "roofline_calibration.py"}
@@ -38,6 +39,7 @@ def test_host_lines_name_cores_settings_and_load(monkeypatch):
     assert "XLA_FLAGS=--xla_cpu_use_onednn=true" in text
     assert "load average before" in text
     assert "malloc: " in text  # the allocator's setting changes a step's time (cpu_memory)
+    assert "matmul: " in text  # so does the matrix products' library (cpu_matmul)
 
 
 def test_every_cpu_bench_announces_its_host_after_parsing_arguments():

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from family_configs import CONFIGS, POSITIONS, family_batch
 from tolerances import ENCODER_STEPS, assert_close
 
 from bert_jax.models.config import REMAT_POLICY_NAMES, Precision, preset
@@ -42,25 +43,6 @@ UNROLLED = Precision()
 SCANNED = Precision(scan_layers=True)
 # Scanned and rematerialised, keeping the matmul outputs: the same numbers again.
 SCANNED_REMAT = Precision(scan_layers=True, remat=True, remat_policy="matmul_outputs")
-# Every family at a depth that covers its scan: ModernBERT's 5 layers are layer 0 alone,
-# one block of layers 1-3 (two sliding, one global) and layer 4 alone.
-CONFIGS = {
-    "bert": preset("tiny", vocab_size=64, num_layers=3, max_positions=32, dropout_rate=0.0,
-                   attention_dropout_rate=0.0),
-    "modernbert": preset("modernbert-tiny", vocab_size=64, num_layers=5, local_attention=8,
-                         max_positions=32),
-    "eurobert": preset("eurobert-tiny", vocab_size=64, num_layers=3, max_positions=32),
-}
-
-
-def _batch(seed: int = 0):
-    """(input_ids, segment_ids, input_mask) (3, 24): a full row and two padded ones."""
-    rng = np.random.default_rng(seed)
-    ids = rng.integers(5, 64, (3, 24)).astype(np.int32)
-    mask = (np.arange(24)[None] < np.array([[24], [13], [6]])).astype(np.int32)
-    return jnp.asarray(ids * mask), jnp.zeros_like(ids), jnp.asarray(mask)
-
-
 def _masked_lm(config, precision):
     return family_of(config).masked_lm_model(config, precision)
 
@@ -68,8 +50,8 @@ def _masked_lm(config, precision):
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_scanned_forward_and_gradients_equal_unrolled(name):
     config = CONFIGS[name]
-    ids, segments, mask = _batch()
-    positions = jnp.asarray([[1, 4, 7], [2, 5, 9], [1, 2, 3]], jnp.int32)
+    ids, segments, mask = family_batch()
+    positions = jnp.asarray(POSITIONS)
     unrolled, scanned = _masked_lm(config, UNROLLED), _masked_lm(config, SCANNED_REMAT)
     params = nn.meta.unbox(unrolled.init(jax.random.PRNGKey(0), ids, segments, mask, positions))
     # Initialisation runs unrolled either way: a seed gives the same weights.
@@ -117,7 +99,7 @@ def test_stack_and_unstack_are_inverse():
 def test_attention_maps_and_hidden_states_are_per_layer_with_scanning_on():
     """Collecting intermediates runs the layers unrolled: one map per layer, as before."""
     config = CONFIGS["modernbert"]
-    ids, segments, mask = _batch()
+    ids, segments, mask = family_batch()
     model = family_of(config).encoder(config, SCANNED)
     params = nn.meta.unbox(model.init(jax.random.PRNGKey(0), ids, segments, mask))
     (output, _), state = model.apply(params, ids, segments, mask, mutable=["intermediates"])
@@ -143,8 +125,8 @@ def test_stored_stacked_weights_are_the_layers_and_run_as_they_do(name):
     values, stacked before the step instead of in it: SCAN_STEPS, as the module docstring)."""
     config = CONFIGS[name]
     plan = config.scan_plan
-    ids, segments, mask = _batch(1)
-    positions = jnp.asarray([[1, 4, 7], [2, 5, 9], [1, 2, 3]], jnp.int32)
+    ids, segments, mask = family_batch(1)
+    positions = jnp.asarray(POSITIONS)
     model = _masked_lm(config, SCANNED)
     params = nn.meta.unbox(model.init(jax.random.PRNGKey(1), ids, segments, mask, positions))
     stored = store_stacked(params, plan)
@@ -286,7 +268,7 @@ def test_frozen_encoder_features_are_each_layers_with_scanning_on():
     from bert_jax.tasks.arguments import COMBINE_MODES
 
     config = CONFIGS["bert"]
-    ids, segments, mask = _batch(2)
+    ids, segments, mask = family_batch(2)
     heads = [FrozenEncoderTokenClassifier(config, 3, (1, 2, 3), COMBINE_MODES[0], precision)
              for precision in (UNROLLED, SCANNED)]
     params = heads[0].init(jax.random.PRNGKey(2), ids, segments, mask)
