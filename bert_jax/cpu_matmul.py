@@ -35,7 +35,8 @@ import os
 import sys
 
 from bert_jax.cpu_host import this_cpu
-from bert_jax.training.distributed import accelerator_present  # imports no JAX
+from bert_jax.training.distributed import (  # imports no JAX
+    accelerator_present, accelerator_runs_steps)
 
 OPT_OUT = "BERT_JAX_CPU_MATMUL"  # =xla keeps XLA's default library
 # The XLA options, as a compile's `compiler_options` and as XLA_FLAGS; XLA_DEFAULT_OPTIONS
@@ -69,8 +70,7 @@ def reason_to_leave_alone(environ, isa: list[str], jaxlib: str | None,
         return None
     if any(word in flags.lower() for word in _LIBRARY_WORDS):
         return "XLA_FLAGS chooses"
-    platforms = environ.get("JAX_PLATFORMS", "")
-    if platforms != "cpu" and (platforms or accelerator):
+    if accelerator_runs_steps(environ, accelerator):
         return "an accelerator runs the steps"
     if "amx_tile" not in isa:
         return "measured faster only on CPUs with AMX"
@@ -96,7 +96,8 @@ def choose(environ=os.environ, stream=sys.stderr) -> None:
     """Adds ONEDNN_FLAGS to XLA_FLAGS where oneDNN was measured faster and nothing else was
     chosen, saying so on `stream` once (a process re-executed with them says nothing). Must
     run before JAX's CPU backend starts."""
-    if _reason(environ) is not None or ONEDNN_FLAGS in environ.get("XLA_FLAGS", ""):
+    # Already chosen (a relaunched process) is known without reading the CPU's facts again.
+    if ONEDNN_FLAGS in environ.get("XLA_FLAGS", "") or _reason(environ) is not None:
         return
     environ["XLA_FLAGS"] = f"{environ.get('XLA_FLAGS', '')} {ONEDNN_FLAGS}".strip()
     print(ANNOUNCEMENT, file=stream, flush=True)

@@ -37,7 +37,8 @@ import os
 import platform
 import sys
 
-from bert_jax.training.distributed import accelerator_present  # imports no JAX
+from bert_jax.training.distributed import (  # imports no JAX
+    accelerator_present, accelerator_runs_steps)
 
 OPT_OUT = "BERT_JAX_CPU_MALLOC"  # =system leaves glibc's defaults alone
 TUNABLE = ("glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=1000000000000000:"
@@ -68,8 +69,7 @@ def reason_to_leave_alone(environ, glibc: tuple[int, int] | None,
         return f"the environment chooses: {', '.join(chosen)}"
     if glibc is None or glibc < (2, 26):
         return "not glibc 2.26 or later"
-    platforms = environ.get("JAX_PLATFORMS", "")
-    if platforms != "cpu" and (platforms or accelerator):
+    if accelerator_runs_steps(environ, accelerator):
         return "an accelerator holds the step's memory"
     return None
 

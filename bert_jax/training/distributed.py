@@ -22,6 +22,13 @@ def accelerator_present(device_nodes=TPU_DEVICE_NODES + GPU_DEVICE_NODES) -> boo
     return any(glob.glob(pattern) for pattern in device_nodes)
 
 
+def accelerator_runs_steps(environ, accelerator: bool) -> bool:
+    """Whether JAX will run the steps on an accelerator: JAX_PLATFORMS names another platform
+    than the CPU, or it is unset and `accelerator` (accelerator_present()) says one is here."""
+    platforms = environ.get("JAX_PLATFORMS", "")
+    return platforms != "cpu" and bool(platforms or accelerator)
+
+
 def _on_tpu_vm() -> bool:
     return accelerator_present(TPU_DEVICE_NODES)
 
