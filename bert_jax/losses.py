@@ -7,12 +7,28 @@ dtype: a bf16 log-softmax over 30k classes loses the loss's low digits.
 import jax
 import jax.numpy as jnp
 
+from bert_jax.models.layers.platform import traced_platform
+
 Array = jax.Array
+
+# YNNPACK, which runs XLA's CPU reductions in jaxlib 0.10.2, slows down about nine times when
+# the elementwise work fused into a reduction spans rows wider than this: logsumexp over
+# 616 x 32,768 logits took 6.8 ms, over 616 x 32,769 62.5 ms (AMX Xeon, 2026-12-04). BERT's
+# vocabulary (30,522) is under it; ModernBERT's (50,368) and EuroBERT's (128,256) are not.
+# On a CPU a reduction over classes wider than this runs over pieces of at most this many.
+YNNPACK_ROW_LIMIT = 32768
+# Pieces narrower than this are not worth the split (a prime class count has no others).
+NARROWEST_PIECE = 1024
+
+
+# The scope the losses' operations are named by in a compiled program (aot_bytes, profiles).
+SCOPE = "cross_entropy"
 
 
 def cross_entropy(logits: Array, labels: Array) -> Array:
     """Per-example negative log-likelihood of `labels` under `logits` (..., classes)."""
-    return _negative_log_likelihood(logits.astype(jnp.float32), labels)
+    with jax.named_scope(SCOPE):
+        return _negative_log_likelihood(logits.astype(jnp.float32), labels)
 
 
 def _label_scores(logits: Array, labels: Array) -> Array:
@@ -30,15 +46,16 @@ def _negative_log_likelihood(logits: Array, labels: Array) -> Array:
 
 
 def _negative_log_likelihood_forward(logits: Array, labels: Array):
-    log_normaliser = jax.nn.logsumexp(logits, axis=-1)
+    log_normaliser = _log_normaliser(logits)
     return log_normaliser - _label_scores(logits, labels), (logits, log_normaliser, labels)
 
 
 def _negative_log_likelihood_backward(residuals, upstream: Array):
     logits, log_normaliser, labels = residuals
-    one_hot = labels[..., None] == jnp.arange(logits.shape[-1], dtype=labels.dtype)
-    probabilities = jnp.exp(logits - log_normaliser[..., None])
-    return upstream[..., None] * (probabilities - one_hot), None  # labels: no gradient
+    with jax.named_scope(SCOPE):
+        one_hot = labels[..., None] == jnp.arange(logits.shape[-1], dtype=labels.dtype)
+        probabilities = jnp.exp(logits - log_normaliser[..., None])
+        return upstream[..., None] * (probabilities - one_hot), None  # labels: no gradient
 
 
 _negative_log_likelihood.defvjp(_negative_log_likelihood_forward,
@@ -50,10 +67,45 @@ def top_class_is(logits: Array, labels: Array) -> Array:
     float32 1.0 / 0.0. Two plain reductions (the maximum, then the first index holding it)
     instead of argmax's (value, index) pair reduction, which XLA's CPU compiler does not
     vectorise: 441 ms of the EuroBERT step above over 128,256 classes."""
-    classes = jnp.arange(logits.shape[-1], dtype=jnp.int32)
-    at_maximum = logits == jnp.max(logits, axis=-1, keepdims=True)
-    first = jnp.min(jnp.where(at_maximum, classes, logits.shape[-1]), axis=-1)
-    return (first == labels).astype(jnp.float32)
+    num_classes = logits.shape[-1]
+    with jax.named_scope(SCOPE):
+        pieces = _pieces(logits)
+        classes = jnp.arange(num_classes, dtype=jnp.int32).reshape(pieces.shape[-2:])
+        maximum = _joined(jnp.max(pieces, axis=-1), jnp.max)
+        at_maximum = pieces == maximum[..., None, None]
+        first = _joined(jnp.min(jnp.where(at_maximum, classes, num_classes), axis=-1), jnp.min)
+        return (first == labels).astype(jnp.float32)
+
+
+def _log_normaliser(logits: Array) -> Array:
+    """log(sum(exp(logits))) over the last axis, as `jax.nn.logsumexp` computes it (the
+    maximum subtracted first, 0 in its place where it is not finite), over `_pieces`."""
+    pieces = _pieces(logits)
+    maximum = _joined(jnp.max(pieces, axis=-1), jnp.max)
+    maximum = jax.lax.stop_gradient(jnp.where(jnp.isfinite(maximum), maximum, 0.0))
+    sums = _joined(jnp.sum(jnp.exp(pieces - maximum[..., None, None]), axis=-1), jnp.sum)
+    return jnp.log(sums) + maximum
+
+
+def _pieces(logits: Array) -> Array:
+    """`logits` (..., classes) as (..., pieces, classes / pieces): on a CPU, pieces at most
+    YNNPACK_ROW_LIMIT wide where the class count divides into some no narrower than
+    NARROWEST_PIECE; elsewhere one piece."""
+    num_classes = logits.shape[-1]
+    count = 1
+    if traced_platform() == "cpu" and num_classes > YNNPACK_ROW_LIMIT:
+        count = next((count for count in range(2, num_classes // NARROWEST_PIECE + 1)
+                      if num_classes % count == 0
+                      and num_classes // count <= YNNPACK_ROW_LIMIT), 1)
+    return logits.reshape(*logits.shape[:-1], count, num_classes // count)
+
+
+def _joined(per_piece: Array, reduction) -> Array:
+    """`reduction` over the pieces' axis of per-piece results (..., pieces). The barrier keeps
+    XLA from merging the two reductions back into one over the whole row."""
+    if per_piece.shape[-1] == 1:
+        return per_piece[..., 0]
+    return reduction(jax.lax.optimization_barrier(per_piece), axis=-1)
 
 
 def pretraining_loss(mlm_logits: Array, nsp_logits: Array, masked_lm_ids: Array,

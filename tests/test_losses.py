@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from tolerances import assert_close
 
+from bert_jax import losses
 from bert_jax.losses import cross_entropy, pretraining_loss, top_class_is
 
 
@@ -129,3 +130,48 @@ def test_top_class_is_argmax_with_its_first_of_tied_maxima():
     labels = labels.at[:, :3].set(jnp.argmax(many, -1)[:, :3])
     np.testing.assert_array_equal(np.asarray(top_class_is(many, labels)),
                                   np.asarray(jnp.argmax(many, -1) == labels, np.float32))
+
+
+@pytest.mark.parametrize("classes, pieces", [
+    (30522, 1), (32768, 1),  # BERT's vocabulary, and the widest row in one piece
+    (50368, 2), (128256, 4),  # ModernBERT's and EuroBERT's: 25,184 and 32,064 wide
+    (250002, 9),  # XLM-R's: 2 x 3 x 3 x 13,889, so 9 pieces of 27,778
+    (32771, 1),  # a prime: only pieces of one class would divide it
+])
+def test_a_cpu_reduces_a_wide_row_of_classes_in_pieces(classes, pieces):
+    split = losses._pieces(jnp.zeros((2, classes)))
+    assert split.shape == (2, pieces, classes // pieces)
+
+
+def test_other_platforms_reduce_the_whole_row(monkeypatch):
+    monkeypatch.setattr(losses, "traced_platform", lambda: "tpu")
+    assert losses._pieces(jnp.zeros((2, 50368))).shape == (2, 1, 50368)
+
+
+def test_wide_rows_in_pieces_give_the_loss_its_gradient_and_the_first_tied_maximum():
+    """40,000 classes, so a CPU reduces each row in 2 pieces of 20,000 (losses._pieces):
+    the loss and its gradient against float64, and the first of maxima tied across pieces."""
+    rng = np.random.default_rng(9)
+    logits = rng.normal(0, 3, (4, 40000)).astype(np.float32)
+    logits[0, [5, 25000]] = 20.0  # tied: one in each piece
+    logits[1, [21000, 39999]] = 20.0  # tied, both in the second piece
+    logits[2, 30000] = 20.0
+    labels = np.array([25000, 21000, 30000, 7])
+    nll, gradient = jax.value_and_grad(lambda x: jnp.sum(cross_entropy(x, labels)))(
+        jnp.asarray(logits))
+    wide = logits.astype(np.float64)
+    top = wide.max(-1, keepdims=True)
+    log_sum = top[:, 0] + np.log(np.exp(wide - top).sum(-1))
+    # Each of XLA's 16 lanes adds up to 20,000 / 16 terms <= 1 one after another, and the
+    # log-sum-exp is about 20 here: 1,250 roundings of 20. A lost piece moves it by log 2.
+    assert_close(nll, np.sum(log_sum - wide[np.arange(4), labels]), 4 * 1250, scale=20.0)
+    softmax = np.exp(wide - log_sum[:, None])
+    expected = softmax - np.eye(40000)[labels]
+    # exp(x - lse): the exponent off by the log-sum-exp's error above, 1,250 steps of 20,
+    # relative to exp's value (at most 1).
+    assert_close(np.asarray(gradient), expected, 1250 * 20, scale=1.0)
+    np.testing.assert_array_equal(np.asarray(top_class_is(jnp.asarray(logits), labels)),
+                                  [0.0, 1.0, 1.0, float(np.argmax(logits[3]) == 7)])
+    first = np.array([5, 21000, 30000, 7])
+    np.testing.assert_array_equal(np.asarray(top_class_is(jnp.asarray(logits), first)),
+                                  [1.0, 1.0, 1.0, float(np.argmax(logits[3]) == 7)])

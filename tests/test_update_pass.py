@@ -45,11 +45,21 @@ def old_train_step(state, batch, rng, *, task, model, tx, schedule, mesh):
     return new_state, metrics
 
 
+def _config():
+    return tiny_run_config(**{"optimizer.clip_norm": 0.05})  # clipping on: scale < 1
+
+
+def _bundle():
+    config = _config()
+    mesh = sharding.make_mesh(devices=jax.devices()[:1])
+    return train_step_module.build_train_step(config, mesh, task_from_run_config(config))
+
+
 @pytest.fixture(scope="module")
 def steps():
-    config = tiny_run_config(**{"optimizer.clip_norm": 0.05})  # clipping on: scale < 1
+    config = _config()
     mesh = sharding.make_mesh(devices=jax.devices()[:1])
-    bundle = train_step_module.build_train_step(config, mesh, task_from_run_config(config))
+    bundle = _bundle()
     old = jax.jit(lambda state, batch, rng: old_train_step(
         state, batch, rng, task=bundle.task, model=bundle.model,
         tx=train_step_module.optimizer.make_optimizer(config.optimizer, 12)[0],
@@ -100,3 +110,28 @@ def test_a_non_finite_loss_keeps_the_state_as_the_old_step_did(steps):
     _same(new_state, old_state)
     _same(new_state, expected)
     assert float(new_metrics["finite"]) == float(old_metrics["finite"]) == 0.0
+
+
+def test_the_cpus_conditional_and_the_selects_of_other_platforms_take_the_same_steps(
+        steps, monkeypatch):
+    """On a CPU the update runs inside a conditional (`train_step._update_if`); a GPU or TPU
+    program chooses by selects after it. Both are traced here on the CPU: bit-identical
+    states on finite steps and on a non-finite one."""
+    bundle, _, batches = steps
+    rng = jax.random.PRNGKey(1)
+    example = (bundle.init_state(jax.random.PRNGKey(0)), batches[0], rng)
+    assert "stablehlo.case" in bundle.train_step.lower(*example).as_text()
+    monkeypatch.setattr(train_step_module, "traced_platform", lambda: "gpu")
+    lowered = _bundle().train_step.lower(*example)  # traced anew, under the patch
+    assert "stablehlo.case" not in lowered.as_text()
+    selecting = lowered.compile(compiler_options={"xla_cpu_use_fusion_emitters": True})
+    conditional = _compiled_with_default_emitters(bundle.train_step, *example)
+    poisoned = dict(batches[0], masked_lm_weights=np.full_like(
+        batches[0]["masked_lm_weights"], np.nan))
+    states = [bundle.init_state(jax.random.PRNGKey(0)) for _ in range(2)]
+    for batch in [*batches[:2], poisoned]:
+        states[0], conditional_metrics = conditional(states[0], batch, rng)
+        states[1], selecting_metrics = selecting(states[1], batch, rng)
+        _same(states[0], states[1])
+        _same(conditional_metrics, selecting_metrics)
+    assert int(states[0].step) == 2 and float(conditional_metrics["finite"]) == 0.0

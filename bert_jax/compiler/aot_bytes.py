@@ -42,7 +42,8 @@ PURPOSES = (
     ("attention", r"/attention\b"),
     ("MLP", r"/mlp\b"),
     ("embeddings", r"/embeddings\b"),
-    ("MLM head and loss", r"mlm_head|/head/|word_logits|take_along_axis|log_softmax"),
+    ("MLM head and loss", r"mlm_head|/head/|word_logits|take_along_axis|log_softmax|"
+                          r"cross_entropy"),  # losses.SCOPE
     ("NSP head and pooler", r"nsp_head|pool"),
 )
 COLLECTIVE_PURPOSE = "collectives' buffers"
@@ -203,7 +204,8 @@ def op_bytes(hlo_text: str, loop_trips: int = 1) -> list[OpBytes]:
     count), except the body of gradient accumulation's loop, whose ops count `loop_trips`
     times (the micro-batches of a full step; `hlo_module.loop_repeats`). libtpu's own loops
     are the windowed matmuls beside FSDP's gradient permutes, whose bodies work on chip;
-    counting such a body once keeps the corrected count a floor."""
+    counting such a body once keeps the corrected count a floor. A `conditional` (a CPU
+    step's optimizer update, `train_step._update_if`) likewise counts its branches' ops."""
     module = hlo_module.parse(hlo_text)
     names = _naming(module)
     repeats = hlo_module.loop_repeats(module, loop_trips)
@@ -216,7 +218,7 @@ def op_bytes(hlo_text: str, loop_trips: int = 1) -> list[OpBytes]:
         for instruction in instructions:
             op_name = (names.get(instruction.name, "") if computation == module.entry
                        else instruction.op_name) or inherited
-            if instruction.opcode == "while":
+            if instruction.opcode in ("while", "conditional"):
                 for called in instruction.calls:
                     count(called, op_name)
                 continue

@@ -37,6 +37,7 @@ from bert_jax import sharding
 from bert_jax.training import batch_warmup as batch_warmup_lib, global_reductions, optimizer
 from bert_jax.models.config import BertConfig, Precision
 from bert_jax.models.layers import layer_scan
+from bert_jax.models.layers.platform import traced_platform
 from bert_jax.errors import UserError
 from bert_jax.training.batch_warmup import BatchWarmup
 from bert_jax.training.layer_storage import LayerStorage, stacked_plan
@@ -176,16 +177,11 @@ def train_step(state: TrainState, batch: dict, rng: jax.Array, *, task: Task, mo
     metrics = task.means(sums, counts)
     with jax.named_scope(optimizer.FINITE):
         # Known before the update, so the choice between the new and the old state is made
-        # in the update's own pass over the parameters and moments (one read and one write of
-        # each), not in a second pass after a reduction over the new parameters.
+        # with the update (`_update_if`), not in a second pass after a reduction over the new
+        # parameters.
         inputs_finite = jnp.isfinite(metrics["loss"]) & jnp.isfinite(grad_norm)
-    updates, opt_state = tx.update(grads, state.opt_state, state.params)
-    with jax.named_scope(optimizer.UPDATE):
-        params = optax.apply_updates(state.params, updates)
-        # A non-finite loss or gradient keeps the old state, so the last good parameters
-        # survive it.
-        params, opt_state = jax.tree.map(lambda new, old: jnp.where(inputs_finite, new, old),
-                                         (params, opt_state), (state.params, state.opt_state))
+    # A non-finite loss or gradient keeps the old state, so the last good parameters survive it.
+    params, opt_state = _update_if(inputs_finite, tx, grads, state.params, state.opt_state)
     with jax.named_scope(optimizer.FINITE):
         # The updated parameters too: a finite gradient can still step them to inf (an
         # overflow in the optimizer). Such a step does not advance the step counter, which
@@ -200,6 +196,32 @@ def train_step(state: TrainState, batch: dict, rng: jax.Array, *, task: Task, mo
     if batch_warmup is not None:
         metrics["batch_size"] = jnp.float32(batch_warmup.micro_batch_size) * num_used
     return new_state, metrics
+
+
+def _update_if(keep: jax.Array, tx: optax.GradientTransformation, grads: Any, params: Any,
+               opt_state: Any) -> tuple[Any, Any]:
+    """(params, opt_state) after `tx`'s update from `grads` where `keep`, else as they are.
+
+    On a CPU the choice is a conditional around the update: chosen by selects after it,
+    XLA's CPU compiler gave StableAdamW's step separate select passes over the state (its
+    profile's `broadcast_select` fusions). Measured side by side on the AMX Xeon
+    (2026-12-04), the conditional takes ModernBERT's train step (3 layers, 2 x 1,024) 1.4%
+    (packed) and 2.4% (padded) faster, and BERT-Base's AdamW step as fast. A GPU's or TPU's
+    compiler fuses the selects into the update's own kernels, and on a GPU a conditional
+    waits for its predicate on the host, so there the selects stay.
+    """
+    def updated(operands):
+        params, opt_state = operands
+        with jax.named_scope(optimizer.UPDATE):
+            updates, opt_state = tx.update(grads, opt_state, params)
+            return optax.apply_updates(params, updates), opt_state
+
+    if traced_platform() == "cpu":
+        return jax.lax.cond(keep, updated, lambda operands: operands, (params, opt_state))
+    new = updated((params, opt_state))
+    with jax.named_scope(optimizer.UPDATE):
+        return jax.tree.map(lambda new_leaf, old_leaf: jnp.where(keep, new_leaf, old_leaf),
+                            new, (params, opt_state))
 
 
 def eval_step(params: Any, batch: dict, *, task: Task, model: nn.Module) -> dict:
