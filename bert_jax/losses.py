@@ -94,9 +94,9 @@ def _pieces(logits: Array) -> Array:
     num_classes = logits.shape[-1]
     count = 1
     if traced_platform() == "cpu" and num_classes > YNNPACK_ROW_LIMIT:
-        count = next((count for count in range(2, num_classes // NARROWEST_PIECE + 1)
-                      if num_classes % count == 0
-                      and num_classes // count <= YNNPACK_ROW_LIMIT), 1)
+        count = next((candidate for candidate in range(2, num_classes // NARROWEST_PIECE + 1)
+                      if num_classes % candidate == 0
+                      and num_classes // candidate <= YNNPACK_ROW_LIMIT), 1)
     return logits.reshape(*logits.shape[:-1], count, num_classes // count)
 
 

@@ -68,13 +68,16 @@ def steps():
     return bundle, old, [next(batches) for _ in range(3)]
 
 
+DEFAULT_EMITTERS = {"xla_cpu_use_fusion_emitters": True}
+
+
 def _compiled_with_default_emitters(jitted, *example):
     """Compiled with XLA's CPU fusion emitters, which tests/conftest.py turns off to compile
     faster: the two steps are different programs, and "bit-identical" holds for the fusions
     and reduction order users' programs get (LLVM's -O0 does not reorder them). The older
     emitters leave reductions unfused, and the two steps' sums then add in orders that
     differ by a rounding (1.2e-6 of a value, Intel Xeon Ice Lake)."""
-    return jitted.lower(*example).compile(compiler_options={"xla_cpu_use_fusion_emitters": True})
+    return jitted.lower(*example).compile(compiler_options=DEFAULT_EMITTERS)
 
 
 def _same(actual, expected):
@@ -124,7 +127,7 @@ def test_the_cpus_conditional_and_the_selects_of_other_platforms_take_the_same_s
     monkeypatch.setattr(train_step_module, "traced_platform", lambda: "gpu")
     lowered = _bundle().train_step.lower(*example)  # traced anew, under the patch
     assert "stablehlo.case" not in lowered.as_text()
-    selecting = lowered.compile(compiler_options={"xla_cpu_use_fusion_emitters": True})
+    selecting = lowered.compile(compiler_options=DEFAULT_EMITTERS)
     conditional = _compiled_with_default_emitters(bundle.train_step, *example)
     poisoned = dict(batches[0], masked_lm_weights=np.full_like(
         batches[0]["masked_lm_weights"], np.nan))

@@ -207,9 +207,9 @@ def _update_if(keep: jax.Array, tx: optax.GradientTransformation, grads: Any, pa
     profile's `broadcast_select` fusions). Measured side by side on the AMX Xeon
     (2026-12-04), the conditional takes ModernBERT's train step (3 layers, 2 x 1,024) 2.4%
     faster on padded rows (1.4% packed, within that host's noise), and BERT-Base's AdamW step
-    as fast, with 2.4% less temporary memory. A GPU's or TPU's
-    compiler fuses the selects into the update's own kernels, and on a GPU a conditional
-    waits for its predicate on the host, so there the selects stay.
+    as fast, with 2.4% less temporary memory. A GPU's or TPU's compiler fuses the selects
+    into the update's own kernels, and on a GPU a conditional waits for its predicate on the
+    host, so there the selects stay.
     """
     def updated(operands):
         params, opt_state = operands
