@@ -1,0 +1,115 @@
+"""Dense's product on a CPU (bert_jax/models/layers/dense.py): where a kernel has at least as
+many outputs as inputs, its gradient is taken as the inputs times the output's gradient
+(`inputs_first_product`), which XLA's CPU compiler runs without copying the larger operand
+out transposed. The gradients are the same numbers, in another order of operands."""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from aot_helpers import tpu_abstract_mesh
+from tolerances import ENCODER_STEPS, EPSILON32, assert_close
+
+from bert_jax import cpu_matmul
+from bert_jax.models.layers import dense
+
+CONFIG = type("Config", (), {"initializer_std": 0.02, "initializer_cutoff": 2.0})()
+
+
+def _exact_gradients(x, kernel, gradient, num_inputs):
+    """float64 numpy: the input's and the kernel's gradients, and for each entry the sum of
+    its terms' magnitudes with their count (what a float32 sum of them can be off by)."""
+    x, kernel, gradient = (np.asarray(a, np.float64) for a in (x, kernel, gradient))
+    rows = x.shape[:x.ndim - num_inputs]
+    flat_x = x.reshape(int(np.prod(rows)), -1)
+    flat_kernel = kernel.reshape(flat_x.shape[1], -1)
+    flat_gradient = gradient.reshape(flat_x.shape[0], -1)
+    x_gradient = flat_gradient @ flat_kernel.T
+    kernel_gradient = flat_x.T @ flat_gradient
+    x_magnitudes = np.abs(flat_gradient) @ np.abs(flat_kernel.T)
+    kernel_magnitudes = np.abs(flat_x.T) @ np.abs(flat_gradient)
+    return [(x_gradient.reshape(x.shape), x_magnitudes.reshape(x.shape), flat_kernel.shape[1]),
+            (kernel_gradient.reshape(kernel.shape), kernel_magnitudes.reshape(kernel.shape),
+             flat_x.shape[0])]
+
+
+@pytest.mark.parametrize("x_shape, kernel_shape, num_inputs", [
+    ((2, 48, 16), (16, 3, 4, 8), 1),  # a fused QKV projection: (inputs, 3, heads, head size)
+    ((2, 48, 16), (16, 2, 24), 1),  # a GeGLU input projection
+    ((3, 40, 4, 8), (4, 8, 32), 2),  # attention's output projection over (heads, head size)
+    ((96, 32), (32, 32), 1),  # square
+])
+@pytest.mark.parametrize("options", ["default", "onednn"])
+def test_inputs_first_gradients_are_within_a_float32_sums_bound_of_float64(
+        x_shape, kernel_shape, num_inputs, options):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    kernel = (rng.standard_normal(kernel_shape) / 4).astype(np.float32)
+    rows = x_shape[:len(x_shape) - num_inputs]
+    gradient = rng.standard_normal(rows + kernel_shape[num_inputs:]).astype(np.float32)
+
+    def gradients(x, kernel, gradient):
+        _, backward = jax.vjp(lambda x, kernel: dense.inputs_first_product(
+            x, kernel, num_inputs), x, kernel)
+        return backward(gradient)
+
+    compiler_options = {"default": cpu_matmul.XLA_DEFAULT_OPTIONS,
+                        "onednn": cpu_matmul.ONEDNN_OPTIONS}[options]
+    compiled = jax.jit(gradients).lower(x, kernel, gradient).compile(
+        compiler_options=compiler_options)
+    for actual, (expected, magnitudes, terms) in zip(
+            compiled(x, kernel, gradient), _exact_gradients(x, kernel, gradient, num_inputs)):
+        assert actual.shape == expected.shape
+        # Each entry is a float32 sum of `terms` products: in any order of summation it is
+        # off by at most terms x (half a step) of the sum of its terms' magnitudes, plus the
+        # product's own rounding; a wrong axis or a transposed operand is off by the whole.
+        bound = (terms + 1) * EPSILON32 / 2 * magnitudes
+        error = np.abs(np.asarray(actual, np.float64) - expected)
+        assert np.all(error <= bound), float(np.max(error - bound))
+
+
+def _uses_inputs_first(features, inputs, platform_mesh=None):
+    layer = dense.Dense(CONFIG, features, ("embed",), ("mlp",) * len(features),
+                        use_bias=False)  # the bias add is a custom_vjp of its own
+    x = jnp.ones((2, 4, inputs), jnp.float32)
+    params = layer.init(jax.random.PRNGKey(0), x)
+    forward = jax.make_jaxpr(layer.apply)
+    if platform_mesh is None:
+        return "custom_vjp_call" in str(forward(params, x))
+    with jax.sharding.use_abstract_mesh(platform_mesh):
+        return "custom_vjp_call" in str(forward(params, x))
+
+
+def test_dense_takes_the_inputs_first_form_on_a_cpu_where_outputs_are_no_fewer():
+    assert _uses_inputs_first((3, 8), 16)  # 24 outputs of 16 inputs: the QKV's shape
+    assert _uses_inputs_first((16,), 16)  # square
+    # More inputs than outputs: the copy would be of the inputs, the larger; JAX's rule.
+    assert not _uses_inputs_first((8,), 16)
+    # A TPU (or GPU) reads either operand transposed without a copy: JAX's rule everywhere.
+    assert not _uses_inputs_first((3, 8), 16, tpu_abstract_mesh())
+
+
+def test_dense_gradients_are_the_same_either_form_in_a_layer():
+    """Through `Dense` (its bias, its activation, its output scale) the inputs-first form
+    gives JAX's rule's gradients: what the form changes is only which operand comes first."""
+    layer = dense.Dense(CONFIG, (3, 8), ("embed",), ("heads", "kv"), activation=dense.gelu,
+                        output_scale=0.5)
+    x = jax.random.normal(jax.random.PRNGKey(1), (2, 8, 16))
+    params = nn.meta.unbox(layer.init(jax.random.PRNGKey(0), x))
+
+    def loss(params, x):
+        return jnp.sum(jnp.sin(layer.apply(params, x)))
+
+    actual = jax.grad(loss, argnums=(0, 1))(params, x)
+    original = dense.inputs_first_product
+    try:
+        dense.inputs_first_product = dense._product
+        expected = jax.grad(loss, argnums=(0, 1))(params, x)
+    finally:
+        dense.inputs_first_product = original
+    for (path, left), right in zip(jax.tree_util.tree_leaves_with_path(actual),
+                                   jax.tree.leaves(expected)):
+        # One product's sums (16 or 24 terms) in another order: well within the encoder's
+        # bound for another kernel's order of summation (tolerances.ENCODER_STEPS).
+        assert_close(left, right, ENCODER_STEPS, err_msg=jax.tree_util.keystr(path))
