@@ -120,17 +120,19 @@ def _add_bias_then_backward(activation, saved, gradient):
 add_bias_then.defvjp(_add_bias_then_forward, _add_bias_then_backward)
 
 
-def _product(x: Array, kernel: Array, num_inputs: int) -> Array:
-    """x's last `num_inputs` dimensions contracted with the kernel's first `num_inputs`."""
+def kernel_product(x: Array, kernel: Array, num_inputs: int) -> Array:
+    """x's last `num_inputs` dimensions contracted with the kernel's first `num_inputs`, its
+    gradient by JAX's rule."""
     contracting = (tuple(range(x.ndim - num_inputs, x.ndim)), tuple(range(num_inputs)))
     return jax.lax.dot_general(x, kernel, (contracting, ((), ())))
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
 def inputs_first_product(x: Array, kernel: Array, num_inputs: int) -> Array:
-    """`_product(x, kernel)`, whose kernel gradient is the inputs times the output's gradient,
-    in the kernel's own order (inputs, then outputs), where JAX's rule for the product takes
-    the output's gradient times the inputs, (outputs, inputs), and transposes that after.
+    """`kernel_product(x, kernel)`, whose kernel gradient is the inputs times the output's
+    gradient, in the kernel's own order (inputs, then outputs), where JAX's rule for the
+    product takes the output's gradient times the inputs, (outputs, inputs), and transposes
+    that after.
 
     Only the operands' order in the HLO changes: with oneDNN's products the gradients are the
     same to the bit (tests/test_dense_product.py). On a CPU the order matters. XLA hands a
@@ -145,11 +147,11 @@ def inputs_first_product(x: Array, kernel: Array, num_inputs: int) -> Array:
     forward pass fused into the activation that makes it (BERT-Base's GELU, written
     transposed: 42-85 ms a layer). GPUs and TPUs read either operand transposed without a
     copy, so they keep JAX's rule everywhere."""
-    return _product(x, kernel, num_inputs)
+    return kernel_product(x, kernel, num_inputs)
 
 
 def _inputs_first_forward(x, kernel, num_inputs):
-    return _product(x, kernel, num_inputs), (x, kernel)
+    return kernel_product(x, kernel, num_inputs), (x, kernel)
 
 
 def _inputs_first_backward(num_inputs, saved, gradient):
@@ -216,7 +218,7 @@ class Dense(nn.Module):
         if outputs >= inputs and traced_platform() == "cpu":
             y = inputs_first_product(x, kernel, num_inputs)
         else:
-            y = _product(x, kernel, num_inputs)
+            y = kernel_product(x, kernel, num_inputs)
         if not self.use_bias:
             return y if self.activation is None else self.activation(y)
         bias = self.param("bias", zeros(*self.output_axes), self.features,
