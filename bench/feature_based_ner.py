@@ -205,7 +205,7 @@ def main() -> None:
     parser.add_argument("--fine-tuned", default=None,
                         help="eval_results.json of a `bert-jax finetune ner` run to list beside")
     args = parser.parse_args()
-    announce_host()  # the CPU, its ISA, threads and load: figures carry their host
+    announce_host("features")  # the CPU, its ISA, threads and load: figures carry their host
 
     from bert_jax import inference
     from bert_jax.interop import model_source

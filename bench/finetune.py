@@ -265,7 +265,7 @@ def main() -> int:
     parser.add_argument("--learning-rate", type=float, default=5e-5)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    announce_host()  # the CPU, its ISA, threads and load: figures carry their host
+    announce_host("finetune")  # the CPU, its ISA, threads and load: figures carry their host
     # Before JAX is imported: a fresh cache, so that the first bert-jax run compiles.
     with tempfile.TemporaryDirectory(prefix="bench-finetune-xla-") as cache:
         os.environ["JAX_COMPILATION_CACHE_DIR"] = cache

@@ -193,7 +193,7 @@ def main() -> int:
                         help="keep every run here, and continue a stopped bench from it "
                              "(default: a temporary directory)")
     args = parser.parse_args()
-    announce_host()  # the CPU, its ISA, threads and load: figures carry their host
+    announce_host("glue")  # the CPU, its ISA, threads and load: figures carry their host
 
     model = minilm_directory()
     with tempfile.TemporaryDirectory() as directory:

