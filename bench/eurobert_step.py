@@ -100,7 +100,7 @@ def eurobert_jax_step(rows: Rows, layers: int, sparse: bool,
                       compiler_options: dict | None = None) -> JaxStep:
     """bert-jax's masked-LM steps of EuroBERT-210m with `layers` layers on `rows`: every
     position a slot (unless `sparse`: the masked ones), EuroBERT's AdamW."""
-    from bert_jax.models.config import preset
+    from bert_jax.models.presets import preset
     from bert_jax.tasks.masked_lm import MaskedLMTask
     seq_len = rows.ids.shape[1]
     task = MaskedLMTask(seq_len, MASK_RATE if sparse else 1.0)  # 1.0: T slots a row
@@ -115,7 +115,7 @@ def hf_model_config(layers: int):
     bert-jax's (the HF reader's key map)."""
     import transformers
     from bert_jax.interop.hf_eurobert import CONFIG_KEYS
-    from bert_jax.models.config import preset
+    from bert_jax.models.presets import preset
     ours = preset(PRESET, num_layers=layers)
     return transformers.EuroBertConfig(
         **{key: getattr(ours, field) for key, field in CONFIG_KEYS.items()},

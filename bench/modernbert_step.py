@@ -125,7 +125,7 @@ class TorchModernBert(TorchMaskedLM):
 
 def hf_model_config(layers: int):
     import transformers
-    from bert_jax.models.config import preset
+    from bert_jax.models.presets import preset
     ours = preset(PRESET, num_layers=layers)
     config = transformers.ModernBertConfig(
         vocab_size=ours.vocab_size, hidden_size=ours.hidden_dim,
@@ -188,7 +188,7 @@ def modernbert_jax_step(rows: Rows, layers: int, precision_overrides: dict | Non
                         compiler_options: dict | None = None) -> JaxStep:
     """bert-jax's masked-LM steps of ModernBERT-base with `layers` layers on `rows`, with
     ModernBERT's StableAdamW (the module docstring)."""
-    from bert_jax.models.config import preset
+    from bert_jax.models.presets import preset
     from bert_jax.tasks.masked_lm import MaskedLMTask
     task = MaskedLMTask(rows.ids.shape[1], MASK_RATE)
     return JaxStep(PRESET, jax_batch(rows, task.max_predictions), task=task,

@@ -27,7 +27,7 @@ from bench.host import announce_host  # noqa: E402
 
 def _shapes(preset: str) -> dict:
     from bert_jax.interop.tensor_map import parameter_shapes
-    from bert_jax.models.config import preset as model_preset
+    from bert_jax.models.presets import preset as model_preset
 
     return {"/".join(path): shape
             for path, shape in parameter_shapes(model_preset(preset, vocab_size=30522)).items()}

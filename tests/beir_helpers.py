@@ -10,7 +10,7 @@ from interop_helpers import WORDS, random_pretraining_params, write_vocab
 
 from bert_jax.embeddings.model_directory import EmbeddingSettings, write_settings
 from bert_jax.interop import model_writers
-from bert_jax.models.config import preset
+from bert_jax.models.presets import preset
 from input_pipeline.tokenization import load_tokenizer
 
 # Made-up documents in the tiny vocabulary, so no text is all [UNK]. d3's title is empty and

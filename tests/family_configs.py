@@ -4,7 +4,7 @@ them: the scanned-layer tests and the matrix-product library's tests run the sam
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax.models.config import preset
+from bert_jax.models.presets import preset
 
 # ModernBERT's 5 layers are layer 0 alone, one block of layers 1-3 (two sliding, one global)
 # and layer 4 alone.

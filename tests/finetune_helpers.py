@@ -4,7 +4,7 @@ import numpy as np
 from interop_helpers import WORDS, random_pretraining_params, write_vocab
 
 from bert_jax.interop import model_writers
-from bert_jax.models.config import preset
+from bert_jax.models.presets import preset
 from input_pipeline.tokenization import load_tokenizer
 
 

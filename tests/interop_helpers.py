@@ -27,7 +27,7 @@ def write_vocab(directory) -> str:
 def tiny_random_model(directory, seed: int = 0, max_positions: int = 64):
     """(config, random pre-training params, tokenizer): the tiny preset over write_vocab's
     vocabulary (written into `directory`)."""
-    from bert_jax.models.config import preset
+    from bert_jax.models.presets import preset
     from input_pipeline.tokenization import load_tokenizer
 
     tokenizer = load_tokenizer(write_vocab(directory))

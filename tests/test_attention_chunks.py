@@ -19,7 +19,8 @@ from aot_helpers import tpu_abstract_mesh
 from bert_jax import sharding
 from bert_jax.models.layers.attention import (_core, attention, attention_probabilities, chunk_count,
                                       traced_platform, visible_keys)
-from bert_jax.models.config import Precision, preset
+from bert_jax.models.config import Precision
+from bert_jax.models.presets import preset
 from bert_jax.errors import UserError
 from bert_jax.models.bert import BertModel
 

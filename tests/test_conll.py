@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from tolerances import assert_close
 
-from bert_jax.models.config import preset
+from bert_jax.models.presets import preset
 from bert_jax.errors import UserError
 from bert_jax.models.frozen_encoder_heads import FeatureTokenClassifier, LayerCombination
 from bert_jax.tasks.entity_metrics import entity_scores

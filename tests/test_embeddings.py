@@ -11,7 +11,7 @@ from tolerances import ENCODER_STEPS, assert_close, float32_steps
 
 from bert_jax.interop import model_writers
 from bert_jax.cli import main
-from bert_jax.models.config import preset
+from bert_jax.models.presets import preset
 from bert_jax.embeddings import pooling, search
 from bert_jax.embeddings.encoder import embed_texts, load_embedding_model
 from bert_jax.embeddings.model_directory import (EmbeddingSettings, read_settings,

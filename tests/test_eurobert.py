@@ -17,7 +17,8 @@ from eurobert_helpers import (EUROBERT_210M, classifier_difference, export_diffe
                               packed_differences, torch_forward, worst_difference)
 
 from bert_jax.interop import huggingface
-from bert_jax.models.config import EuroBertConfig, preset
+from bert_jax.models.config import EuroBertConfig
+from bert_jax.models.presets import preset
 from bert_jax.models.families import family_of
 
 BOUND = 5e-5

@@ -22,7 +22,7 @@ from squad_v2_windows import DOC_STRIDE, expected_targets, squad_v2_batches, v2_
 
 from bert_jax import sharding
 from bert_jax.interop import model_writers
-from bert_jax.models.config import preset
+from bert_jax.models.presets import preset
 from bert_jax.training import distributed, finetune, train_step
 from input_pipeline.tokenization import load_tokenizer
 

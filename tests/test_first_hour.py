@@ -228,7 +228,7 @@ def test_python_api_matches_the_library_functions(tmp_path):
     import bert_jax
     from bert_jax import inference
     from bert_jax.interop import model_writers
-    from bert_jax.models.config import preset
+    from bert_jax.models.presets import preset
     from input_pipeline.tokenization import load_tokenizer
 
     tokenizer = load_tokenizer(write_vocab(tmp_path))
@@ -261,7 +261,7 @@ def test_finetune_print_config_after_flags_and_overrides(tmp_path, capsys):
 
     from bert_jax import cli
     from bert_jax.interop import model_writers
-    from bert_jax.models.config import preset
+    from bert_jax.models.presets import preset
     from input_pipeline.tokenization import load_tokenizer
 
     tokenizer = load_tokenizer(write_vocab(tmp_path))
@@ -285,7 +285,7 @@ def test_every_api_method_takes_a_string_or_a_list(tmp_path):
 
     import bert_jax
     from bert_jax.interop import model_writers
-    from bert_jax.models.config import preset
+    from bert_jax.models.presets import preset
     from input_pipeline.tokenization import load_tokenizer
 
     tokenizer = load_tokenizer(write_vocab(tmp_path))

@@ -10,7 +10,7 @@ from flax.linen import meta
 
 from bert_jax.compiler import flops
 from bert_jax import losses
-from bert_jax.models.config import preset
+from bert_jax.models.presets import preset
 from bert_jax.models.bert import BertForPreTraining
 
 BATCH, SEQ_LEN, PREDICTIONS = 2, 32, 5

@@ -17,7 +17,7 @@ from pipeline_helpers import make_corpus, write_vocabulary
 from bert_jax.storage import files
 from bert_jax.interop import model_source, model_writers
 from bert_jax.cli import main
-from bert_jax.models.config import preset
+from bert_jax.models.presets import preset
 from bert_jax.errors import UserError
 from input_pipeline.tokenization import load_tokenizer
 

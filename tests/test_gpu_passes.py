@@ -12,7 +12,7 @@ import numpy as np
 import optax
 import pytest
 
-from bert_jax.models.config import preset
+from bert_jax.models.presets import preset
 from bert_jax.models.layers.dense import Dense, add_bias, add_bias_then, gelu
 from bert_jax.training import global_reductions
 

@@ -9,7 +9,7 @@ from tolerances import ENCODER_STEPS, assert_close
 
 from bert_jax import losses
 from bert_jax.interop import model_source, model_writers
-from bert_jax.models.config import preset
+from bert_jax.models.presets import preset
 from bert_jax.models.bert_heads import BertForSequenceClassification, BertForTokenClassification
 from bert_jax.models.bert import BertModel
 from input_pipeline.tokenization import load_tokenizer

@@ -13,7 +13,7 @@ from pipeline_helpers import WORDS, make_corpus, write_vocabulary
 from bert_jax import sharding
 from bert_jax.interop import model_writers
 from bert_jax.cli import main
-from bert_jax.models.config import preset
+from bert_jax.models.presets import preset
 from bert_jax.errors import UserError
 from bert_jax.run_config import load_run_config
 from input_pipeline.tokenization import load_tokenizer

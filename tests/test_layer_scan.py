@@ -27,7 +27,8 @@ import pytest
 from family_configs import CONFIGS, POSITIONS, family_batch
 from tolerances import ENCODER_STEPS, assert_close
 
-from bert_jax.models.config import REMAT_POLICY_NAMES, Precision, preset
+from bert_jax.models.config import REMAT_POLICY_NAMES, Precision
+from bert_jax.models.presets import preset
 from bert_jax.models.families import family_of
 from bert_jax.models.layers.layer_scan import (REMAT_POLICIES, per_layer, stack_layers,
                                                store_stacked, unstack_layers)

@@ -14,7 +14,7 @@ from pipeline_helpers import make_corpus, write_vocabulary
 import bert_jax
 from bert_jax.interop import model_writers
 from bert_jax.cli import main
-from bert_jax.models.config import preset
+from bert_jax.models.presets import preset
 from bert_jax.errors import UserError
 from input_pipeline.tokenization import load_tokenizer
 

@@ -19,7 +19,7 @@ from pipeline_helpers import write_vocabulary
 
 from bert_jax.cli import main
 from bert_jax.interop import model_writers
-from bert_jax.models.config import preset
+from bert_jax.models.presets import preset
 from input_pipeline.tokenization import load_tokenizer
 
 

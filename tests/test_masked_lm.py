@@ -9,7 +9,7 @@ from interop_helpers import WORDS, random_pretraining_params, write_vocab
 
 from bert_jax.interop import model_writers
 from bert_jax.cli import main
-from bert_jax.models.config import preset
+from bert_jax.models.presets import preset
 from bert_jax.inference import masked_input
 from input_pipeline.tokenization import load_tokenizer
 

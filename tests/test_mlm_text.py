@@ -99,7 +99,8 @@ def test_shard_directories_read_as_blocks_packed_or_not(tmp_path):
     import jax
 
     import pipeline_helpers as helpers
-    from bert_jax.models.config import Precision, preset
+    from bert_jax.models.config import Precision
+    from bert_jax.models.presets import preset
     from bert_jax.tasks.masked_lm import MaskedLMTask
     from input_pipeline.create_data import create_pretraining_data
 

@@ -7,7 +7,8 @@ import pytest
 from flax.linen import meta
 from tolerances import ENCODER_STEPS, assert_close
 
-from bert_jax.models.config import PRESET_NAMES, BertConfig, preset
+from bert_jax.models.config import BertConfig
+from bert_jax.models.presets import PRESET_NAMES, preset
 from bert_jax.errors import UserError
 from bert_jax.models.bert import BertForPreTraining, BertModel
 

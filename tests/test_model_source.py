@@ -67,7 +67,7 @@ def hf_model(tmp_path_factory):
     """A tiny random BERT saved as a Hugging Face directory (config.json, model.safetensors,
     vocab.txt, tokenizer_config.json), and small data to run it on."""
     from bert_jax.interop import model_writers
-    from bert_jax.models.config import preset
+    from bert_jax.models.presets import preset
     from input_pipeline.tokenization import load_tokenizer
 
     root = tmp_path_factory.mktemp("model_source")

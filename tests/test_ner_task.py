@@ -79,7 +79,7 @@ def test_frozen_encoder_head_reads_the_encoders_hidden_states():
     import jax
 
     from bert_jax import inference
-    from bert_jax.models.config import preset
+    from bert_jax.models.presets import preset
     from bert_jax.models.frozen_encoder_heads import FeatureTokenClassifier, FrozenEncoderTokenClassifier
 
     config = preset("tiny", vocab_size=40, hidden_dim=16, num_layers=2, num_heads=2,

@@ -15,7 +15,8 @@ import pytest
 
 import pipeline_helpers as helpers
 from tolerances import ENCODER_STEPS, assert_close
-from bert_jax.models.config import Precision, preset
+from bert_jax.models.config import Precision
+from bert_jax.models.presets import preset
 from bert_jax.errors import UserError
 from bert_jax.models.bert import BertModel
 from bert_jax.run_config import base_config

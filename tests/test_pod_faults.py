@@ -300,7 +300,7 @@ def test_a_refused_start_writes_nothing_and_names_what_differs(tmp_path):
     from test_training_support import synthetic_factory
 
     from bert_jax.interop import model_writers
-    from bert_jax.models.config import preset
+    from bert_jax.models.presets import preset
     from bert_jax.training.run_lock import RunLock
     from input_pipeline.tokenization import load_tokenizer
 

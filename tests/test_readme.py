@@ -44,7 +44,7 @@ import pytest
 from interop_helpers import random_pretraining_params, write_vocab
 
 from bert_jax.interop import model_source, model_writers
-from bert_jax.models.config import preset
+from bert_jax.models.presets import preset
 from input_pipeline.tokenization import load_tokenizer
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

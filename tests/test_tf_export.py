@@ -18,7 +18,7 @@ from tolerances import ENCODER_STEPS, assert_close, float32_steps
 
 from bert_jax.interop import model_source, model_writers
 from bert_jax.cli import main
-from bert_jax.models.config import preset
+from bert_jax.models.presets import preset
 from bert_jax.errors import UserError
 from input_pipeline.tokenization import load_tokenizer
 

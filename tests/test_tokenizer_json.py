@@ -225,7 +225,7 @@ def test_a_model_directory_keeps_its_tokenizer_json(pair, modernbert_directory, 
     from transformers import AutoTokenizer
 
     from bert_jax.interop import model_source, model_writers
-    from bert_jax.models.config import preset
+    from bert_jax.models.presets import preset
     from input_pipeline.vocabulary_files import copy_tokenizer_files
     ours, reference = pair
     config = preset("tiny", vocab_size=ours.vocab_size, hidden_dim=16, num_layers=1,

@@ -29,7 +29,7 @@ OVERRIDE_PREFIX = "--config."
 
 def base_config(model_preset: str = "base") -> ml_collections.ConfigDict:
     """Every field a run config has, with the original BERT recipe's values; files override."""
-    from bert_jax.models.config import preset  # light: a dataclass module
+    from bert_jax.models.presets import preset  # light: a dataclass module
     from bert_jax.models.families import family_of
 
     config = ml_collections.ConfigDict()
@@ -38,7 +38,7 @@ def base_config(model_preset: str = "base") -> ml_collections.ConfigDict:
     # mlm_nsp: BERT's masked LM + next sentence on create-data's masked pairs; mlm: masked LM
     # only (ModernBERT) on create-data --objective mlm's rows, masks drawn when rows are read.
     config.objective = "mlm_nsp"  # pre-training objective: mlm_nsp or mlm (masked LM only)
-    # The preset's config fields (models/config.py); vocab_size 0 = the vocabulary's size.
+    # The preset's config fields (models/presets.py); vocab_size 0 = the vocabulary's size.
     model = preset(model_preset, vocab_size=0)
     config.model = ml_collections.ConfigDict(model.to_dict())
     config.model.family = family_of(model).name  # bert, modernbert, eurobert: whose model.* fields

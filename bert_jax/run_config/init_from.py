@@ -33,7 +33,7 @@ def architecture_fields(model) -> tuple[str, ...]:
 
 def explicit_model_fields(config, override_keys) -> set[str]:
     """The architecture fields set by an override or by the config file (see above)."""
-    from bert_jax.models.config import preset
+    from bert_jax.models.presets import preset
 
     fields = architecture_fields(config.model)
     explicit = {key[len("model."):] for key in override_keys
