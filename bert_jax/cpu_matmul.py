@@ -86,7 +86,7 @@ def _jaxlib_version() -> str | None:
         return None
 
 
-def asked_for(environ) -> str | None:
+def _asked_for(environ) -> str | None:
     """The library BERT_JAX_CPU_MATMUL names, or None; an unknown value is an error."""
     value = environ.get(CHOICE, "")
     if value and value not in CHOICES:
@@ -98,7 +98,7 @@ def asked_for(environ) -> str | None:
 def reason_to_leave_alone(environ, isa: list[str], jaxlib: str | None, accelerator: bool,
                           command: str) -> str | None:
     """Why XLA's default library should run `command`'s products, or None for oneDNN."""
-    asked = asked_for(environ)
+    asked = _asked_for(environ)
     if asked == "xla":
         return f"{CHOICE}=xla"
     flags = environ.get("XLA_FLAGS", "")

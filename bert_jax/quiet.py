@@ -16,6 +16,8 @@ it first). It removes messages that say nothing to a bert-jax user, and only tho
   (`native_noise_filtered()` around that call), and JAX's "Error reading persistent
   compilation cache entry" when a second run finds the first one's program in the cache:
   only a client of that TPU could load it, so JAX compiles again, as it would without it.
+(JAX's warning for each program with oneDNN's products, which it cannot cache, is filtered
+where oneDNN is chosen, by `cpu_matmul.choose`, whose start-up line says it instead.)
 
 The same hook makes that import quicker: TensorFlow ends its import by loading Keras's
 optimizers (to register them for SavedModels that Keras wrote), 2-3 s of every command's
