@@ -204,10 +204,10 @@ def modernbert_jax_step(rows: Rows, layers: int, precision_overrides: dict | Non
 def jax_attention(rows: int, seq_len: int, window: int | None) -> str:
     """What bert-jax's attention does on this batch (precision.attention=auto, a CPU); a
     `window` of None: every layer full."""
-    from bert_jax.models.layers import attention, attention_kernels
+    from bert_jax.models.layers import attention, attention_kernels, banded_attention
     implementation = attention_kernels.choose("auto", "cpu", 0.0, seq_len, "float32")
     chunks = attention.chunk_count(rows, seq_len, -1, "cpu")
-    block = attention.band_block(seq_len, window, "cpu")
+    block = banded_attention.band_block(seq_len, window, "cpu")
     chunked = f"{implementation}, {chunks} chunk(s) of {rows // chunks} row(s)"
     if window is None:
         return chunked + ", every layer full"

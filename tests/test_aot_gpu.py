@@ -166,3 +166,35 @@ def test_the_report_leads_with_the_answer(base_two_layers):
     state = 12 * bert_parameter_count(vocab_size=30522, hidden_dim=768, num_layers=2,
                                       mlp_dim=3072, max_positions=512, num_segments=2)
     assert state < report["argument_bytes"] < state + 2**20
+
+
+# ModernBERT's repeating unit (one global layer, two sliding ones), bf16, objective mlm on
+# unpacked rows of 1,024 tokens, for the H100.
+MODERNBERT_THREE_LAYERS = run_config_text("modernbert-base", {
+    "model.num_layers": 3, "model.vocab_size": 50368, "precision.dtype": "bfloat16",
+    "batch_size": 2, "data.seq_len": 1024, "data.max_predictions": 308,
+    "data.max_sequences_per_row": 1, "objective": "mlm", "optimizer.warmup_steps": 10})
+
+
+def test_modernbert_takes_cudnn_globally_and_bands_in_its_sliding_layers(tmp_path):
+    """On a GPU the global layer of unpacked masked-LM rows runs cuDNN (told the rows hold
+    one sequence), and the sliding layers XLA's attention in bands: their products cover
+    each block of 64 queries against its 192 keys, not the 1,024 x 1,024 scores."""
+    _requires_the_plugin()
+    report, _ = compile_report(tmp_path, MODERNBERT_THREE_LAYERS, "--topology", "h100",
+                               needs_libtpu=False)
+    kinds = report["kernels_by_kind"]
+    assert kinds["cuDNN"]["kernels"] == 2  # the global layer, forward and backward
+    batch, seq_len, hidden, window, block = 2, 1024, 768, 64, 64
+
+    def core(keys_per_query):  # Q K^T and P V of one layer, forward, over every query
+        return batch * 4 * seq_len * keys_per_query * hidden
+
+    # The model's count takes each sliding query's 2 window + 1 keys and the global layer's
+    # 1,024; compiled, the global core is cuDNN's and each sliding query is scored against
+    # its block's block + 2 window keys (3x forward: the step). Exact counts of integers in
+    # float64, relative 1e-9.
+    expected = (report["model_flops_per_step"] - 3 * core(seq_len)
+                + 3 * 2 * (core(block + 2 * window) - core(2 * window + 1)))
+    assert kinds["matmul"]["flops"] == pytest.approx(expected, rel=1e-9)
+    assert kinds["cuDNN"]["flops"] == 7 / 2 * core(seq_len)

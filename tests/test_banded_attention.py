@@ -1,6 +1,7 @@
 """A sliding layer's banded attention core (bert_jax/models/layers/banded_attention.py): the
 full T x T core's values and gradients at every real token, for every block size, packed rows
-and padding, and taken on a CPU only where it was measured faster. The encoder through the
+and padding, and taken on a CPU or GPU only where it was measured (a CPU) or compiled (a GPU)
+faster. XLA's fused entry in bands: tests/test_modernbert_kernels.py. The encoder through the
 bands against transformers is tests/test_modernbert.py's parity (its rows take the bands).
 
 Bound: both forms add the same non-zero terms (a hidden key's softmax weight is exactly 0 in
@@ -16,7 +17,8 @@ import numpy as np
 import pytest
 
 from bert_jax.models.layers import banded_attention
-from bert_jax.models.layers.attention import _core, band_block
+from bert_jax.models.layers.attention import _core
+from bert_jax.models.layers.banded_attention import band_block
 
 WINDOW = 4  # tests/modernbert_helpers.py's local_attention of 8, half a side
 SEQ_LEN = 27  # not a multiple of any block: the last block runs past the row's end
@@ -77,7 +79,9 @@ def test_a_blocks_keys_and_band_are_the_window_around_it():
     (256, 64, "cpu", 64),  # the shortest rows measured faster in bands (attention.py)
     (255, 64, "cpu", None),  # shorter rows: not measured, the full form
     (1024, None, "cpu", None),  # a global layer
-    (1024, 64, "gpu", None),  # other platforms keep the full form (fused kernels take windows)
+    (1024, 64, "gpu", 64),  # a GPU: XLA's attention and the reference core in bands
+    (1024, 64, "cuda", 64),
+    (1024, 64, "tpu", None),  # splash's local mask skips the blocks outside the band itself
     (PARITY_ROWS, WINDOW, "cpu", WINDOW),  # test_modernbert.py's parity with transformers
 ])
 def test_band_block(seq_len, window, platform, expected):

@@ -67,6 +67,18 @@ def first_batch(shards, request):
     return dict(task=task, batch=batch, model=model, params=params)
 
 
+@pytest.mark.parametrize("per_row", [1, 3])
+def test_the_model_is_told_the_most_sequences_a_row_holds(per_row):
+    """data.max_sequences_per_row (the manifest's, which check_settings holds the config to)
+    reaches the model as its fused kernels' instance slots: at 1, a GPU's global layers take
+    cuDNN with per-row lengths (tests/test_aot_gpu.py compiles it)."""
+    task = MaskedLMPretrainingTask(max_predictions=4, max_sequences_per_row=per_row)
+    ids = np.ones((2, 8), np.int32)
+    keywords = task.model_keywords({"instance_ids": ids, "position_ids": ids})
+    assert keywords["max_instances"] == per_row
+    assert keywords["instance_ids"] is ids and keywords["position_ids"] is ids
+
+
 def test_the_loss_is_numpy_cross_entropy_over_the_masked_positions(first_batch):
     task, batch, model, params = (first_batch[name] for name in ("task", "batch", "model",
                                                                  "params"))

@@ -1,7 +1,7 @@
 """ModernBERT's sliding window on each platform's attention kernel, read on a CPU.
 
-XLA's attention takes the window through its own `local_window_size` (tests/test_modernbert.py
-runs it). Here: splash's `LocalMask` in Pallas's interpret mode against the reference core,
+XLA's attention takes the window in bands on a CPU or GPU (banded_attention.py; its
+`local_window_size` elsewhere), against JAX's own windowed call here. Here: splash's `LocalMask` in Pallas's interpret mode against the reference core,
 on padded and packed rows; what cuDNN is handed for a sliding layer (JAX's cuDNN window is
 left-sided only, so the two-sided band goes in as a mask, which JAX turns into a bias), read
 through a fake as tests/test_cudnn_arguments.py reads the segment arguments; and which kernel
@@ -116,6 +116,53 @@ def test_cudnn_is_handed_each_sliding_layers_band_as_a_mask(cudnn_calls):
     # bf16 activations (8 bits of mantissa) through 4 layers: ~1e-2 of values ~1-4.
     np.testing.assert_allclose(np.where(real, np.asarray(outputs, np.float32), 0),
                                np.where(real, np.asarray(expected, np.float32), 0), atol=0.05)
+
+
+def _scores_shapes(function, *args) -> set:
+    """The shapes of every value `function` traces whose last two dimensions are T x T."""
+    length = args[0].shape[1]
+    shapes = set()
+    for equation in jax.make_jaxpr(function)(*args).jaxpr.eqns:
+        for variable in equation.outvars:
+            shape = getattr(variable.aval, "shape", ())
+            if shape[-2:] == (length, length):
+                shapes.add(shape)
+    return shapes
+
+
+def test_xla_attention_runs_a_sliding_layer_in_bands_on_a_gpu(monkeypatch):
+    """On a GPU XLA's attention scores each block of queries against the keys its window
+    reaches, not T x T; values and gradients at real tokens equal JAX's own windowed call.
+
+    Bound: both forms add the same non-zero terms (a hidden key's weight is exactly 0) in other
+    groupings: a softmax over <= 33 keys of inputs ~0.25 and sums of values ~0.25, a few
+    float32 roundings (6e-8 each) of numbers below 1; 1e-6 for values and 1e-5 for gradients
+    (sums over up to 33 queries) leave a tenfold margin."""
+    query, key, value, ids = _inputs()
+    real = (np.asarray(ids) > 0)[..., None, None]
+
+    def windowed(query, key, value):  # JAX's own window: the full T x T scores, masked
+        return XLA_ATTENTION(query, key, value, mask=visible_keys(ids), scale=1.0,
+                             local_window_size=(WINDOW, WINDOW), implementation="xla")
+
+    def banded(query, key, value):
+        return attention_kernels.fused_context("xla", query, key, value, ids, window=WINDOW)
+
+    def loss(core):
+        return lambda *x: jnp.sum(jnp.where(real, jnp.sin(core(*x)), 0.0))
+
+    monkeypatch.setattr(attention_kernels, "traced_platform", lambda: "gpu")
+    assert _scores_shapes(banded, query, key, value) == set()
+    assert _scores_shapes(windowed, query, key, value)  # the full form holds T x T scores
+    np.testing.assert_allclose(np.where(real, banded(query, key, value), 0),
+                               np.where(real, windowed(query, key, value), 0), atol=1e-6)
+    expected = jax.grad(loss(windowed), argnums=(0, 1, 2))(query, key, value)
+    for got, want in zip(jax.grad(loss(banded), argnums=(0, 1, 2))(query, key, value),
+                         expected):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+    monkeypatch.setattr(attention_kernels, "traced_platform", lambda: "tpu")
+    # No bands where splash takes windows (a new function: jax caches traces by function).
+    assert _scores_shapes(lambda *x: banded(*x), query, key, value)
 
 
 def test_the_window_never_reaches_into_another_instance():

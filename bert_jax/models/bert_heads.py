@@ -91,13 +91,14 @@ class BertForMaskedLM(nn.Module):
     @nn.compact
     def __call__(self, input_ids: Array, segment_ids: Array, input_mask: Array,
                  masked_lm_positions: Array, train: bool = False, *,
-                 instance_ids: Array | None = None,
-                 position_ids: Array | None = None) -> Array:
+                 instance_ids: Array | None = None, position_ids: Array | None = None,
+                 max_instances: int | None = None) -> Array:
         """Packed rows (pre-training shards made with --pack) give their `instance_ids` and
-        `position_ids` (B, T), as `BertModel` takes them."""
+        `position_ids` (B, T) and the most instances a row holds (`max_instances`), as
+        `BertModel` takes them."""
         bert = BertModel(self.config, self.precision, with_pooler=False, name="bert")
         sequence_output, _ = bert(input_ids, segment_ids, input_mask, train, instance_ids,
-                                  position_ids)  # (B, T, H)
+                                  position_ids, max_instances)  # (B, T, H)
         gathered = jnp.take_along_axis(
             sequence_output, masked_lm_positions[..., None], axis=1)  # (B, P, H)
         logits = MaskedLanguageModelHead(self.config, self.precision, name="mlm_head")(

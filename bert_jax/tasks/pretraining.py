@@ -125,7 +125,9 @@ class MaskedLMPretrainingTask(MaskedLMRows, Task):
     model and batch of `finetune mlm`'s blocks).
 
     `max_predictions` is a row's slots (the masking schedule's, `masking_schedule.py`);
-    `max_sequences_per_row` is recorded only, as the model needs no per-sequence slots.
+    `max_sequences_per_row` (the shards' manifest's) is the most instances a row holds, which
+    the model's fused attention kernels are told (on a GPU, 1 takes cuDNN with per-row
+    lengths for the global layers, as BERT's unpacked rows do); no head has per-sequence slots.
     """
     name = "mlm_pretraining"
     terms = {"mlm_loss": "num_predictions", "mlm_accuracy": "num_predictions"}
@@ -140,6 +142,9 @@ class MaskedLMPretrainingTask(MaskedLMRows, Task):
     def settings(self):
         return {"objective": "mlm", "max_predictions": self.max_predictions,
                 "max_sequences_per_row": self.max_sequences_per_row}
+
+    def model_keywords(self, batch):
+        return {**super().model_keywords(batch), "max_instances": self.max_sequences_per_row}
 
     def counts(self, batch):
         # A row's sequences are numbered 1..k, so its largest instance id counts them.

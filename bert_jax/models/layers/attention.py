@@ -40,13 +40,6 @@ Array = jax.Array
 # 64-100 ms in chunks of 1-16 rows.
 AUTOMATIC_MIN_TOKENS = 160
 AUTOMATIC_ROWS = 2
-# Sliding layers on a CPU (banded_attention.py): blocks of this many windows (one side's
-# tokens), banded in rows of at least BAND_MIN_WINDOWS windows. Measured: one sliding layer's
-# core, forward and backward, 2 rows, 12 heads, window 64, full T x T -> bands of 64 queries:
-# 256 tokens 17.0 -> 12.9 ms, 384 49.2 -> 39.5, 512 88.0 -> 56.4, 1,024 383.5 -> 120.0 ms
-# (load 1.7-2.0); shorter rows were not measured and keep the full form.
-BAND_BLOCK_WINDOWS = 1
-BAND_MIN_WINDOWS = 4
 
 
 def attention_probabilities(query: Array, key: Array, instance_ids: Array,
@@ -111,15 +104,6 @@ def _core(query, key, value, instance_ids, rate, dropout_key, dtype, window=None
     return banded_attention.unband(context, *query.shape[:2])
 
 
-def band_block(seq_len, window: int | None, platform: str) -> int | None:
-    """The query block of a sliding layer's banded core, or None for the full T x T form:
-    on a CPU (where it was measured faster), rows of at least BAND_MIN_WINDOWS windows.
-    Other platforms keep their kernels' own window (attention_kernels.choose)."""
-    if window is None or platform != "cpu" or not isinstance(seq_len, (int, np.integer)):
-        return None
-    return BAND_BLOCK_WINDOWS * window if seq_len >= BAND_MIN_WINDOWS * window else None
-
-
 def _batch_shards() -> int:
     """How many ways the traced computation splits the batch (1 outside a mesh)."""
     mesh = jax.sharding.get_abstract_mesh()
@@ -176,7 +160,7 @@ def attention(query: Array, key: Array, value: Array, instance_ids: Array, rate:
         return attention_kernels.fused_context(implementation, query, key, value, instance_ids,
                                                max_instances, rate, kernel_seed, window)
     chunks = chunk_count(batch_size, seq_len, precision.attention_chunk_rows, platform)
-    band = band_block(seq_len, window, platform)
+    band = banded_attention.band_block(seq_len, window, platform)
     if chunks == 1:
         return _core(query, key, value, instance_ids, rate, dropout_key, precision.dtype,
                      window, band)

@@ -5,7 +5,8 @@ Implementations (`Precision.attention`):
              dropout, the probabilities when asked for. Exports and the probe take it.
   xla        `jax.nn.dot_product_attention(implementation='xla')` with the visibility mask of
              the instance ids: JAX's public entry on any platform, what the parity tests hold
-             the kernels' inputs to on a CPU.
+             the kernels' inputs to on a CPU. A sliding layer on a CPU or GPU runs it in
+             bands (banded_attention.band_block), so its work follows the window.
   cudnn      GPU: cuDNN's fused attention, bf16 or fp16 inputs only (cuDNN has no fp32
              kernel), given the segments a row can hold (`cudnn_arguments`):
              - unpacked rows (one instance, real tokens first, then padding): each row's
@@ -46,6 +47,8 @@ import jax.numpy as jnp
 
 from bert_jax.errors import UserError
 from bert_jax.models.config import ATTENTION_IMPLEMENTATIONS
+from bert_jax.models.layers import banded_attention
+from bert_jax.models.layers.platform import traced_platform
 from bert_jax.models.layers.visibility import visible_keys, within_window
 
 Array = jax.Array
@@ -67,7 +70,7 @@ def choose(implementation: str, platform: str, rate: float, seq_len, dtype: str,
     never timed on a TPU: no TPU path was). Attention dropout (`rate` > 0) keeps the
     reference unless `fused_dropout` opts into cuDNN's (module docstring).
     A sliding-window layer (`window`) takes splash with a local mask on a TPU and XLA's
-    attention on a GPU: cuDNN (as jax 0.10.2 calls it) has only a causal, left-side window,
+    attention in bands on a GPU (banded_attention.py): cuDNN (as jax 0.10.2 calls it) has only a causal, left-side window,
     so a two-sided one reaches it as a bias (opt-in, never measured).
     """
     if implementation != "auto":
@@ -101,6 +104,15 @@ def fused_context(implementation: str, query: Array, key: Array, value: Array,
 
 
 def _xla(query, key, value, instance_ids, window=None):
+    block = banded_attention.band_block(query.shape[1], window, traced_platform())
+    if block is not None:
+        # A sliding layer in bands (banded_attention.py): the work follows the band, where
+        # JAX's window argument only masks the full T x T scores.
+        query_rows, key_rows, value_rows, visible = banded_attention.banded_rows(
+            query, key, value, instance_ids, window, block)
+        context = jax.nn.dot_product_attention(query_rows, key_rows, value_rows,
+                                               mask=visible, scale=1.0, implementation="xla")
+        return banded_attention.unband(context, *query.shape[:2])
     # The window through JAX's own argument (it builds the same band, both sides inclusive).
     local_window_size = None if window is None else (window, window)
     return jax.nn.dot_product_attention(query, key, value, mask=visible_keys(instance_ids),
