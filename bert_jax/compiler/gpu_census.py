@@ -12,6 +12,13 @@ backward or the step's own). Set against an H100's profile of the same code, the
 within 4-9% of the measured kernels and the elementwise and reduction bytes over their
 measured time gave 2.45 TB/s (issue 43).
 
+A loop (a scanned layer stack, gradient accumulation's micro-batches) is one `kWhile` thunk
+with its condition's and body's thunks listed inside it: each of those is counted once per
+trip (XLA's `known_trip_count`), the condition's once more, nested loops multiplied; the
+`kWhile` itself launches nothing and moves no bytes. A dynamic-slice fusion (a loop reading
+or writing one layer's slice of a stacked array) is one kernel, a copy of the slice it
+takes, whatever it wraps.
+
 The FLOPs counted are what each call computes: a cuBLAS or Triton matmul 2 M N K (batch
 included); cuDNN's fused attention 2 products of 2 B N T S H forward, and 5 backward (the
 scores recomputed, then the gradients of both products' inputs), padding included.
@@ -33,7 +40,10 @@ KINDS = (MATMUL, CUDNN, ELEMENTWISE, REDUCTION, COPIES, COLLECTIVES, OTHER)
 MEMORY_BOUND = (ELEMENTWISE, REDUCTION)  # the kernels whose time is their bytes
 _COLLECTIVE_THUNKS = re.compile(r"AllReduce|AllGather|ReduceScatter|AllToAll|"
                                 r"CollectivePermute|Nccl|Send|Recv")
-_THUNK_LINE = re.compile(r"\s*(\d+):\s+(k\w+)\s+\[[^\]]*\]\s*(\S*)")
+_THUNK_LINE = re.compile(r"( *)(\d+):\s+(k\w+)\s+\[[^\]]*\]\s*(\S*)")
+_SECTION_LINE = re.compile(r"( *)(condition|body):\s*$")
+_TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
+_CONTROL_THUNKS = ("kWhile", "kConditional")  # run their inner thunks; launch nothing
 _SCRATCH = re.compile(r"^[su]8\[\d+\]")  # a custom call's workspace: s8[4194304]
 _TAKING = ("slice", "dynamic-slice", "gather")  # ops that read only part of their operand
 
@@ -51,8 +61,18 @@ class Kernel:
     op_name: str  # the JAX op it was made for
 
 
-def _thunks(dump_directory: str) -> list[tuple[str, str]]:
-    """(thunk kind, HLO instruction name) of each line of the dump's kernel list."""
+@dataclasses.dataclass(frozen=True)
+class Thunk:
+    """One line of XLA's kernel list."""
+    kind: str  # XLA's thunk kind
+    name: str  # the HLO instruction it runs
+    launches: int  # how many times a step runs it (loops' trips multiplied)
+    parts: tuple[str, ...] = ()  # a dynamic-slice fusion's inner instructions
+
+
+def _thunks(dump_directory: str, trip_counts: dict[str, int]) -> list[Thunk]:
+    """The dump's kernel list in launch order, loops' inner thunks counted per trip
+    (`trip_counts`: {while instruction: trips}; a loop without a known count, once)."""
     sequences = [path for path in glob.glob(os.path.join(dump_directory,
                                                          "*.thunk_sequence.txt"))]
     if len(sequences) != 1:
@@ -61,11 +81,34 @@ def _thunks(dump_directory: str) -> list[tuple[str, str]]:
     metadata = open(sequences[0].replace("thunk_sequence", "thunk_metadata")).read()
     names = {int(thunk_id): name for name, thunk_id in re.findall(
         r'profile_annotation: "([^"]+)"\s*thunk_id: (\d+)', metadata)}
-    found = []
+    found: list[Thunk] = []
+    # The thunks that hold others, innermost last: [indent, kind, trips, section, index].
+    holders: list[list] = []
     for line in open(sequences[0]):
-        match = _THUNK_LINE.match(line)
-        if match:
-            found.append((match.group(2), names.get(int(match.group(1)), match.group(3))))
+        section, match = _SECTION_LINE.match(line), _THUNK_LINE.match(line)
+        if not (section or match):
+            continue
+        indent = len((section or match).group(1))
+        # A section line belongs to the loop at or above its indent; a thunk is inside the
+        # holders indented less than itself.
+        while holders and (holders[-1][0] > indent if section else holders[-1][0] >= indent):
+            holders.pop()
+        if section:
+            if holders:
+                holders[-1][3] = section.group(2)
+            continue
+        kind, name = match.group(3), names.get(int(match.group(2)), match.group(4))
+        wrapper = next((holder for holder in holders if holder[1] == "kDynamicSliceFusion"),
+                       None)
+        if wrapper is not None:  # part of a dynamic-slice fusion's one kernel
+            thunk = found[wrapper[4]]
+            found[wrapper[4]] = dataclasses.replace(thunk, parts=thunk.parts + (name,))
+            continue
+        launches = math.prod(trips + (holder_section == "condition")
+                             for _, holder_kind, trips, holder_section, _ in holders
+                             if holder_kind == "kWhile")
+        found.append(Thunk(kind, name, launches))
+        holders.append([indent, kind, trip_counts.get(name, 1), "body", len(found) - 1])
     return found
 
 
@@ -163,39 +206,80 @@ def _sliced_reads(module, fusion) -> dict[int, int]:
     return found
 
 
+def _updated_in_place(module, fusion) -> tuple[dict[int, int], int | None]:
+    """({parameter index: 0}, bytes written) for a fusion whose result is a
+    dynamic-update-slice of its own parameter (a loop writing one layer's slice of a stacked
+    array; one output of a tuple may be): XLA gives the result that parameter's buffer, so
+    the kernel writes the update and reads nothing else of it. ({}, None) for other ops."""
+    body = module.computations.get(fusion.calls[0], []) if fusion.calls else []
+    if not body:
+        return {}, None
+    by_name = {inner.name: inner for inner in body}
+    root = body[-1]  # the ROOT, written last
+    outputs = [by_name.get(name) for name in root.operands] if root.opcode == "tuple" else [root]
+    skipped, written = {}, 0
+    for output in outputs:
+        buffer = by_name.get(output.operands[0]) if output and output.operands else None
+        if output is not None and output.opcode == "dynamic-update-slice" and (
+                buffer is not None and buffer.opcode == "parameter"):
+            skipped[buffer.parameter_number] = 0
+            written += by_name[output.operands[1]].result_bytes
+        elif output is not None:
+            written += output.result_bytes
+    return (skipped, written) if skipped else ({}, None)
+
+
 def _bytes(module, instruction, types: dict) -> int:
     """Operands and results; an operand read only through slices or gathers counts what
-    they take, and a custom call's u8/s8 workspace is left out."""
+    they take, a buffer updated in place only the update written into it, and a custom
+    call's u8/s8 workspace is left out."""
     results = re.findall(r"(?:pred|[suf]\d+|bf16|f8e\w+)\[[\d,]*\]", instruction.result)
     if instruction.opcode == "custom-call":
         results = [shape for shape in results if not _SCRATCH.match(shape)]
-    sliced = _sliced_reads(module, instruction) if instruction.opcode == "fusion" else {}
+    sliced, written = {}, None
+    if instruction.opcode == "fusion":
+        skipped, written = _updated_in_place(module, instruction)
+        sliced = {**_sliced_reads(module, instruction), **skipped}
     operands = sum(sliced.get(index, sum(array_bytes(types.get(name, ""))))
                    for index, name in enumerate(instruction.operands))
-    return sum(array_bytes(" ".join(results))) + operands
+    return (sum(array_bytes(" ".join(results))) if written is None else written) + operands
 
 
 def census(dump_directory: str, hlo_text: str) -> list[Kernel]:
-    """Every thunk of the dumped program, read with its instruction in `hlo_text`."""
+    """Every kernel launch of the dumped program, read with its instruction in `hlo_text`:
+    a kernel inside a loop appears once per trip."""
     module = hlo_module.parse(hlo_text)
-    entry = module.by_name(module.entry)
-    types = {name: instruction.result for name, instruction in entry.items()}
+    located = {}  # instruction name -> (instruction, the result types of its computation)
+    for instructions in module.computations.values():
+        types = {instruction.name: instruction.result for instruction in instructions}
+        located.update((instruction.name, (instruction, types)) for instruction in instructions)
+    trip_counts = {name: int(trips.group(1)) for name, (instruction, _) in located.items()
+                   if instruction.opcode == "while"
+                   and (trips := _TRIP_COUNT.search(instruction.attributes))}
     named = {op.name: op for op in aot_bytes.op_bytes(hlo_text)}
     kernels = []
-    for thunk, name in _thunks(dump_directory):
-        if thunk in ("kAsyncStart", "kAsyncDone") or (
-                _COLLECTIVE_THUNKS.search(thunk) and thunk.endswith("Done")):
+    for thunk in _thunks(dump_directory, trip_counts):
+        if thunk.kind in ("kAsyncStart", "kAsyncDone") or (
+                _COLLECTIVE_THUNKS.search(thunk.kind) and thunk.kind.endswith("Done")):
             # An asynchronous collective's wrapper (the collective is listed inside it) and
             # the wait for it: no kernels of their own.
             continue
-        instruction = entry.get(name)
-        kind, flops = _kind_and_flops(thunk, instruction, module, types)
-        op = named.get(name)
-        kernels.append(Kernel(
-            name=name, thunk=thunk, kind=kind,
-            bytes=_bytes(module, instruction, types) if instruction else 0, flops=flops,
+        instruction, types = located.get(thunk.name, (None, {}))
+        if thunk.kind in _CONTROL_THUNKS:
+            kind, flops, moved = OTHER, 0.0, 0
+        elif thunk.kind == "kDynamicSliceFusion":  # a copy of the slice its parts move
+            kind, flops = COPIES, 0.0
+            moved = sum(_bytes(module, *located[part]) for part in thunk.parts
+                        if part in located)
+        else:
+            kind, flops = _kind_and_flops(thunk.kind, instruction, module, types)
+            moved = _bytes(module, instruction, types) if instruction else 0
+        op = named.get(thunk.name)
+        kernels += [Kernel(
+            name=thunk.name, thunk=thunk.kind, kind=kind, bytes=moved, flops=flops,
             purpose=op.purpose if op else aot_bytes.OTHER,
-            direction=op.direction if op else "step", op_name=op.op_name if op else ""))
+            direction=op.direction if op else "step",
+            op_name=op.op_name if op else "")] * thunk.launches
     return kernels
 
 
