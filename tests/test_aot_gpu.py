@@ -248,3 +248,17 @@ def test_the_census_counts_a_loops_kernels_once_per_trip():
     memory_bound = {name: sum(census[kind]["bytes"] for kind in gpu_census.MEMORY_BOUND)
                     for name, census in (("scanned", scanned), ("unrolled", unrolled))}
     assert memory_bound["scanned"] < 1.5 * memory_bound["unrolled"], memory_bound
+
+
+def test_packed_rows_compile_with_cudnn_segments_on_a_cpu_host(tmp_path):
+    """precision.attention=cudnn on packed rows (jax's private entry with segments): the
+    step's abstract state traces the model too, and there cuDNN's version check must answer
+    for the target as it does when the step is lowered ("cuDNN not found" before)."""
+    _requires_the_plugin()
+    config = run_config_text("base", {
+        "model.num_layers": 1, "model.vocab_size": 30522, "model.attention_dropout_rate": 0.0,
+        "precision.dtype": "bfloat16", "precision.attention": "cudnn", "batch_size": 8,
+        "data.seq_len": 128, "data.max_predictions": 20, "data.max_sequences_per_row": 3,
+        "optimizer.warmup_steps": 10})
+    report, _ = compile_report(tmp_path, config, "--topology", "h100", needs_libtpu=False)
+    assert report["kernels_by_kind"]["cuDNN"]["kernels"] == 2  # one layer, each way

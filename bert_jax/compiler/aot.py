@@ -319,10 +319,12 @@ def compile_train_step(run_config, devices: list, topology: str = "",
     device, data = devices[0], run_config.data
     kernels, out_of_memory = None, None
     with PeakMemory() as peak:
-        bundle = train_step.build_train_step(run_config, mesh, task_from_run_config(run_config),
-                                             model_config=model_config)
         is_gpu = gpu_targets.card_for_device_kind(device.device_kind) is not None
+        # Building the step traces the model once (its abstract state), so cuDNN's checks
+        # must answer for the target there too, not only when the step is lowered.
         with gpu_targets.answering_for(device) if is_gpu else contextlib.nullcontext():
+            bundle = train_step.build_train_step(
+                run_config, mesh, task_from_run_config(run_config), model_config=model_config)
             lowered = bundle.train_step.lower(
                 bundle.abstract_state, bundle.abstract_batch, bundle.abstract_rng)
         operations = compile_memory.program_operations(lowered)
