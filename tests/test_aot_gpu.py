@@ -262,3 +262,26 @@ def test_packed_rows_compile_with_cudnn_segments_on_a_cpu_host(tmp_path):
         "optimizer.warmup_steps": 10})
     report, _ = compile_report(tmp_path, config, "--topology", "h100", needs_libtpu=False)
     assert report["kernels_by_kind"]["cuDNN"]["kernels"] == 2  # one layer, each way
+
+
+def test_the_steps_own_loop_without_a_known_trip_count_runs_its_micro_batches():
+    """Gradient accumulation under a batch warm-up loops over a traced number of
+    micro-batches, so XLA knows no trip count: its kernels count `loop_trips` times (the
+    full step's micro-batches), as the TPU report counts its bytes (aot_measure)."""
+    _requires_the_plugin()
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import SingleDeviceSharding
+
+    def step(weight, x, micro_batches):
+        return jax.lax.fori_loop(0, micro_batches, lambda _, x: jnp.tanh(x @ weight), x)
+
+    on_card = SingleDeviceSharding(gpu_targets.topology_devices("h100")[0])
+    lowered = jax.jit(step).lower(
+        jax.ShapeDtypeStruct((256, 256), jnp.bfloat16, sharding=on_card),
+        jax.ShapeDtypeStruct((64, 256), jnp.bfloat16, sharding=on_card),
+        jax.ShapeDtypeStruct((), jnp.int32, sharding=on_card))
+    _, kernels = gpu_targets.compile_with_census(lowered, loop_trips=6)
+    matmuls = gpu_census.by_kind(kernels)["matmul"]
+    assert matmuls["kernels"] == 6
+    assert matmuls["flops"] == 6 * 2 * 64 * 256 * 256

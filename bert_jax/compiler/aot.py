@@ -333,7 +333,8 @@ def compile_train_step(run_config, devices: list, topology: str = "",
             compile_memory.check(least, f"the train step for {topology or device.device_kind}",
                                  resident_before=peak.before)
         if is_gpu:
-            compiled, kernels = gpu_targets.compile_with_census(lowered)
+            compiled, kernels = gpu_targets.compile_with_census(lowered,
+                                                                run_config.grad_accum_steps)
         else:
             compiled, out_of_memory = _compile(lowered)
     compile_seconds = time.perf_counter() - start

@@ -14,7 +14,9 @@ measured time gave 2.45 TB/s (issue 43).
 
 A loop (a scanned layer stack, gradient accumulation's micro-batches) is one `kWhile` thunk
 with its condition's and body's thunks listed inside it: each of those is counted once per
-trip (XLA's `known_trip_count`), the condition's once more, nested loops multiplied; the
+trip (XLA's `known_trip_count`; for the step's own loop without one, gradient accumulation
+under a batch warm-up, the micro-batches of a full step), the condition's once more, nested
+loops multiplied; the
 `kWhile` itself launches nothing and moves no bytes. A dynamic-slice fusion (a loop reading
 or writing one layer's slice of a stacked array) is one kernel, a copy of the slice it
 takes, whatever it wraps.
@@ -245,17 +247,19 @@ def _bytes(module, instruction, types: dict) -> int:
     return (sum(array_bytes(" ".join(results))) if written is None else written) + operands
 
 
-def census(dump_directory: str, hlo_text: str) -> list[Kernel]:
+def census(dump_directory: str, hlo_text: str, loop_trips: int = 1) -> list[Kernel]:
     """Every kernel launch of the dumped program, read with its instruction in `hlo_text`:
-    a kernel inside a loop appears once per trip."""
+    a kernel inside a loop appears once per trip; the step's own loop, where XLA does not
+    know its trips, runs `loop_trips` (gradient accumulation's micro-batches)."""
     module = hlo_module.parse(hlo_text)
     located = {}  # instruction name -> (instruction, the result types of its computation)
     for instructions in module.computations.values():
         types = {instruction.name: instruction.result for instruction in instructions}
         located.update((instruction.name, (instruction, types)) for instruction in instructions)
-    trip_counts = {name: int(trips.group(1)) for name, (instruction, _) in located.items()
-                   if instruction.opcode == "while"
-                   and (trips := _TRIP_COUNT.search(instruction.attributes))}
+    trip_counts = {loop.name: loop_trips for loop in hlo_module.step_loops(module)}
+    trip_counts.update({name: int(trips.group(1)) for name, (instruction, _) in located.items()
+                        if instruction.opcode == "while"
+                        and (trips := _TRIP_COUNT.search(instruction.attributes))})
     named = {op.name: op for op in aot_bytes.op_bytes(hlo_text)}
     kernels = []
     for thunk in _thunks(dump_directory, trip_counts):

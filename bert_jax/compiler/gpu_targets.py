@@ -154,9 +154,10 @@ def compiler_options(dump_directory: str) -> dict:
             "xla_gpu_experimental_autotune_backends": "CUBLASLT_FISSION,NATIVE_EMITTER"}
 
 
-def compile_with_census(lowered) -> tuple:
+def compile_with_census(lowered, loop_trips: int = 1) -> tuple:
     """(compiled, its kernels: gpu_census.census) of a train step lowered for a GPU device
-    (under `answering_for` it).
+    (under `answering_for` it); `loop_trips`: the micro-batches of a full step, for a
+    gradient accumulation loop whose trips XLA does not know (a batch warm-up's).
 
     The persistent compilation cache is off for this compile: a program loaded from it is
     not compiled, so XLA would write no kernel list to count."""
@@ -169,7 +170,7 @@ def compile_with_census(lowered) -> tuple:
     try:
         with tempfile.TemporaryDirectory(prefix="bert-jax-gpu-kernels-") as dump:
             compiled = lowered.compile(compiler_options(dump))
-            return compiled, gpu_census.census(dump, compiled.as_text())
+            return compiled, gpu_census.census(dump, compiled.as_text(), loop_trips)
     except jax.errors.JaxRuntimeError as error:
         if "PTX compilation provider" not in str(error):
             raise

@@ -165,11 +165,16 @@ def called_computations(module: Module, roots) -> set[str]:
     return found
 
 
+def step_loops(module: Module) -> list[Instruction]:
+    """The while loops JAX wrote directly in the jitted step (gradient accumulation's)."""
+    return [instruction for instruction in module.entry_instructions()
+            if instruction.opcode == "while" and _JAX_LOOP.match(instruction.op_name)]
+
+
 def loop_repeats(module: Module, trips: int) -> dict[str, int]:
     """{computation: `trips`} for every computation the step's own JAX loop runs (gradient
     accumulation's: its body, its condition and all they call), where `trips` is the loop's
     trip count in a full step. Computations absent from it run once a step."""
-    loops = [instruction.calls for instruction in module.entry_instructions()
-             if instruction.opcode == "while" and _JAX_LOOP.match(instruction.op_name)]
+    loops = [instruction.calls for instruction in step_loops(module)]
     inside = called_computations(module, [name for calls in loops for name in calls])
     return dict.fromkeys(inside, trips)
