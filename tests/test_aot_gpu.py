@@ -181,10 +181,12 @@ def test_modernbert_takes_cudnn_globally_and_bands_in_its_sliding_layers(tmp_pat
     one sequence), and the sliding layers XLA's attention in bands: their products cover
     each block of 64 queries against its 192 keys, not the 1,024 x 1,024 scores."""
     _requires_the_plugin()
-    report, _ = compile_report(tmp_path, MODERNBERT_THREE_LAYERS, "--topology", "h100",
-                               needs_libtpu=False)
+    report, stdout = compile_report(tmp_path, MODERNBERT_THREE_LAYERS, "--topology", "h100",
+                                    needs_libtpu=False)
     kinds = report["kernels_by_kind"]
     assert kinds["cuDNN"]["kernels"] == 2  # the global layer, forward and backward
+    assert ("attention: cuDNN fused attention in 1 of 3 layers, XLA's attention in bands in "
+            "the others") in stdout
     batch, seq_len, hidden, window, block = 2, 1024, 768, 64, 64
 
     def core(keys_per_query):  # Q K^T and P V of one layer, forward, over every query

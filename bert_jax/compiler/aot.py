@@ -161,6 +161,7 @@ class CompileReport:
     splash_masks: dict = dataclasses.field(default_factory=dict)
     window: int = 0
     kernel_bytes_per_device: float = 0.0
+    num_layers: int = 0  # the encoder's layers (0: a report written before it was kept)
 
     @property
     def compile_cost(self) -> str:
@@ -355,7 +356,8 @@ def compile_train_step(run_config, devices: list, topology: str = "",
         compile_seconds=compile_seconds, compile_peak_resident_bytes=peak.bytes,
         program_operations=operations, compile_bytes_lower_bound=least,
         resident_before_compile_bytes=peak.before, out_of_memory=out_of_memory or "",
-        micro_batches=run_config.grad_accum_steps, window=getattr(model_config, "window", 0))
+        micro_batches=run_config.grad_accum_steps, window=getattr(model_config, "window", 0),
+        num_layers=model_config.num_layers)
 
 
 def devices_per_chip(device) -> int:

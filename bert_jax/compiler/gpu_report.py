@@ -17,9 +17,10 @@ the compiler made, not predictions: launch gaps, cuDNN's helper kernels and anyt
 slower than those rates add to them.
 """
 
-from bert_jax.compiler import gpu_census
+from bert_jax.compiler import aot_hlo, gpu_census
 from bert_jax.compiler.aot import CompileReport, format_bytes
 from bert_jax.compiler.aot_report import collective_lines, fit_line
+from bert_jax.models.layers import banded_attention
 
 # The H100's measured rates as fractions of its datasheet (module docstring).
 MEASURED_MATMUL = 707e12 / 989.4e12
@@ -123,6 +124,19 @@ def memory_line(report: CompileReport) -> str:
             + note)
 
 
+def attention_text(report: CompileReport) -> str:
+    """The attention the program holds and, where cuDNN runs only some of the layers (a
+    windowed model's global ones: cuDNN's window is one-sided), how many and what the others
+    run."""
+    calls = report.kernels_by_kind.get(gpu_census.CUDNN, {}).get("kernels", 0)
+    on_cudnn = calls // (2 * report.micro_batches)  # forward and backward, each micro-batch
+    if report.attention != aot_hlo.CUDNN or not 0 < on_cudnn < report.num_layers:
+        return report.attention
+    banded = banded_attention.band_block(report.seq_len, report.window or None, "gpu")
+    return (f"{report.attention} in {on_cudnn} of {report.num_layers} layers, XLA's attention"
+            f"{' in bands' if banded else ''} in the others")
+
+
 def format_gpu_report(report: CompileReport, mfu: float, steps: int) -> str:
     """The answer line, then memory, FLOPs, the census, bytes by purpose and the bound."""
     card = report.generation
@@ -134,7 +148,7 @@ def format_gpu_report(report: CompileReport, mfu: float, steps: int) -> str:
         answer_line(report),
         f"  batch {report.batch_size} x length {report.seq_len} ({report.max_predictions} "
         f"predictions), mesh {mesh}; {report.compile_cost}; attention: "
-        f"{report.attention}",
+        f"{attention_text(report)}",
         memory_line(report),
         f"  FLOPs per step: {report.model_flops_per_step:.3e} model (matmuls, 3x forward); "
         f"per GPU compiled: matmuls {matmul['flops']:.3e} in {matmul['kernels']} calls, cuDNN "
