@@ -1,11 +1,12 @@
 """ModernBERT's sliding window on each platform's attention kernel, read on a CPU.
 
 XLA's attention takes the window in bands on a CPU or GPU (banded_attention.py; its
-`local_window_size` elsewhere), against JAX's own windowed call here. Here: splash's `LocalMask` in Pallas's interpret mode against the reference core,
-on padded and packed rows; what cuDNN is handed for a sliding layer (JAX's cuDNN window is
-left-sided only, so the two-sided band goes in as a mask, which JAX turns into a bias), read
-through a fake as tests/test_cudnn_arguments.py reads the segment arguments; and which kernel
-`auto` takes for a windowed layer.
+`local_window_size` elsewhere), against JAX's own windowed call here. Here too: splash's
+`LocalMask` in Pallas's interpret mode against the reference core, on padded and packed
+rows; what cuDNN is handed for a sliding layer (JAX's cuDNN window is left-sided only, so
+the two-sided band goes in as a mask, which JAX turns into a bias), read through a fake as
+tests/test_cudnn_arguments.py reads the segment arguments; and which kernel `auto` takes for
+a windowed layer.
 """
 
 import dataclasses

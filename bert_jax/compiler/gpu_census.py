@@ -16,10 +16,9 @@ A loop (a scanned layer stack, gradient accumulation's micro-batches) is one `kW
 with its condition's and body's thunks listed inside it: each of those is counted once per
 trip (XLA's `known_trip_count`; for the step's own loop without one, gradient accumulation
 under a batch warm-up, the micro-batches of a full step), the condition's once more, nested
-loops multiplied; the
-`kWhile` itself launches nothing and moves no bytes. A dynamic-slice fusion (a loop reading
-or writing one layer's slice of a stacked array) is one kernel, a copy of the slice it
-takes, whatever it wraps.
+loops multiplied; the `kWhile` itself launches nothing and moves no bytes. A dynamic-slice
+fusion (a loop reading or writing one layer's slice of a stacked array) is one kernel, a
+copy of the slice it takes, whatever it wraps.
 
 The FLOPs counted are what each call computes: a cuBLAS or Triton matmul 2 M N K (batch
 included); cuDNN's fused attention 2 products of 2 B N T S H forward, and 5 backward (the
@@ -72,6 +71,16 @@ class Thunk:
     parts: tuple[str, ...] = ()  # a dynamic-slice fusion's inner instructions
 
 
+@dataclasses.dataclass
+class _Holder:
+    """A thunk of the list that may hold the lines after it (a loop, a dynamic-slice fusion)."""
+    indent: int  # its line's leading spaces: the lines inside it are indented further
+    kind: str
+    trips: int  # a loop's trips a step (1 for anything else)
+    index: int  # its Thunk's place in the list being read
+    section: str = "body"  # a loop's part being read: "condition" or "body"
+
+
 def _thunks(dump_directory: str, trip_counts: dict[str, int]) -> list[Thunk]:
     """The dump's kernel list in launch order, loops' inner thunks counted per trip
     (`trip_counts`: {while instruction: trips}; a loop without a known count, once)."""
@@ -84,8 +93,7 @@ def _thunks(dump_directory: str, trip_counts: dict[str, int]) -> list[Thunk]:
     names = {int(thunk_id): name for name, thunk_id in re.findall(
         r'profile_annotation: "([^"]+)"\s*thunk_id: (\d+)', metadata)}
     found: list[Thunk] = []
-    # The thunks that hold others, innermost last: [indent, kind, trips, section, index].
-    holders: list[list] = []
+    holders: list[_Holder] = []  # the thunks the current line may be inside, innermost last
     for line in open(sequences[0]):
         section, match = _SECTION_LINE.match(line), _THUNK_LINE.match(line)
         if not (section or match):
@@ -93,24 +101,24 @@ def _thunks(dump_directory: str, trip_counts: dict[str, int]) -> list[Thunk]:
         indent = len((section or match).group(1))
         # A section line belongs to the loop at or above its indent; a thunk is inside the
         # holders indented less than itself.
-        while holders and (holders[-1][0] > indent if section else holders[-1][0] >= indent):
+        while holders and (holders[-1].indent > indent if section
+                           else holders[-1].indent >= indent):
             holders.pop()
         if section:
             if holders:
-                holders[-1][3] = section.group(2)
+                holders[-1].section = section.group(2)
             continue
         kind, name = match.group(3), names.get(int(match.group(2)), match.group(4))
-        wrapper = next((holder for holder in holders if holder[1] == "kDynamicSliceFusion"),
+        wrapper = next((holder for holder in holders if holder.kind == "kDynamicSliceFusion"),
                        None)
         if wrapper is not None:  # part of a dynamic-slice fusion's one kernel
-            thunk = found[wrapper[4]]
-            found[wrapper[4]] = dataclasses.replace(thunk, parts=thunk.parts + (name,))
+            thunk = found[wrapper.index]
+            found[wrapper.index] = dataclasses.replace(thunk, parts=thunk.parts + (name,))
             continue
-        launches = math.prod(trips + (holder_section == "condition")
-                             for _, holder_kind, trips, holder_section, _ in holders
-                             if holder_kind == "kWhile")
+        launches = math.prod(holder.trips + (holder.section == "condition")
+                             for holder in holders if holder.kind == "kWhile")
         found.append(Thunk(kind, name, launches))
-        holders.append([indent, kind, trip_counts.get(name, 1), "body", len(found) - 1])
+        holders.append(_Holder(indent, kind, trip_counts.get(name, 1), len(found) - 1))
     return found
 
 

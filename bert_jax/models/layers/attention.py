@@ -97,11 +97,11 @@ def _core(query, key, value, instance_ids, rate, dropout_key, dtype, window=None
         return attend(attention_probabilities(query, key, instance_ids, window), value, rate,
                       dropout_key, dtype)
     # A sliding layer in bands (banded_attention.py): blocks of queries become rows.
-    query_rows, key_rows, value_rows, visible = banded_attention.banded_rows(
+    return banded_attention.in_bands(
+        lambda query_rows, key_rows, value_rows, visible: attend(
+            masked_probabilities(query_rows, key_rows, visible), value_rows, rate, dropout_key,
+            dtype),
         query, key, value, instance_ids, window, band_block)
-    context = attend(masked_probabilities(query_rows, key_rows, visible), value_rows, rate,
-                     dropout_key, dtype)
-    return banded_attention.unband(context, *query.shape[:2])
 
 
 def _batch_shards() -> int:

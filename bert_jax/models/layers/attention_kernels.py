@@ -70,8 +70,9 @@ def choose(implementation: str, platform: str, rate: float, seq_len, dtype: str,
     never timed on a TPU: no TPU path was). Attention dropout (`rate` > 0) keeps the
     reference unless `fused_dropout` opts into cuDNN's (module docstring).
     A sliding-window layer (`window`) takes splash with a local mask on a TPU and XLA's
-    attention in bands on a GPU (banded_attention.py): cuDNN (as jax 0.10.2 calls it) has only a causal, left-side window,
-    so a two-sided one reaches it as a bias (opt-in, never measured).
+    attention in bands on a GPU (banded_attention.py): cuDNN (as jax 0.10.2 calls it) has
+    only a causal, left-side window, so a two-sided one reaches it as a bias (opt-in, never
+    measured).
     """
     if implementation != "auto":
         return implementation
@@ -108,11 +109,10 @@ def _xla(query, key, value, instance_ids, window=None):
     if block is not None:
         # A sliding layer in bands (banded_attention.py): the work follows the band, where
         # JAX's window argument only masks the full T x T scores.
-        query_rows, key_rows, value_rows, visible = banded_attention.banded_rows(
+        return banded_attention.in_bands(
+            lambda query_rows, key_rows, value_rows, visible: jax.nn.dot_product_attention(
+                query_rows, key_rows, value_rows, mask=visible, scale=1.0, implementation="xla"),
             query, key, value, instance_ids, window, block)
-        context = jax.nn.dot_product_attention(query_rows, key_rows, value_rows,
-                                               mask=visible, scale=1.0, implementation="xla")
-        return banded_attention.unband(context, *query.shape[:2])
     # The window through JAX's own argument (it builds the same band, both sides inclusive).
     local_window_size = None if window is None else (window, window)
     return jax.nn.dot_product_attention(query, key, value, mask=visible_keys(instance_ids),

@@ -97,6 +97,16 @@ def banded_rows(query: Array, key: Array, value: Array, instance_ids: Array, win
             _key_spans(value, window, block, num_blocks), visible[:, None])
 
 
+def in_bands(core, query: Array, key: Array, value: Array, instance_ids: Array, window: int,
+             block: int) -> Array:
+    """The context (B, T, nh, hd) of a sliding layer computed in bands: `core(queries, keys,
+    values, visible)` (the reference core's or XLA's) on `banded_rows`' blocks, which become
+    rows of their own, then the blocks back in their rows."""
+    query_rows, key_rows, value_rows, visible = banded_rows(query, key, value, instance_ids,
+                                                            window, block)
+    return unband(core(query_rows, key_rows, value_rows, visible), *query.shape[:2])
+
+
 def unband(context: Array, batch_size: int, seq_len: int) -> Array:
     """(B n, block, nh, hd) -> (B, T, nh, hd): the blocks back in their rows."""
     return context.reshape(batch_size, -1, *context.shape[2:])[:, :seq_len]
