@@ -176,17 +176,23 @@ MODERNBERT_THREE_LAYERS = run_config_text("modernbert-base", {
     "data.max_sequences_per_row": 1, "objective": "mlm", "optimizer.warmup_steps": 10})
 
 
-def test_modernbert_takes_cudnn_globally_and_bands_in_its_sliding_layers(tmp_path):
+@pytest.mark.parametrize("bands", [False, True])
+def test_modernbert_takes_cudnn_globally_and_bands_in_its_sliding_layers_when_asked(
+        tmp_path, bands):
     """On a GPU the global layer of unpacked masked-LM rows runs cuDNN (told the rows hold
-    one sequence), and the sliding layers XLA's attention in bands: their products cover
-    each block of 64 queries against its 192 keys, not the 1,024 x 1,024 scores."""
+    one sequence). The sliding layers run XLA's attention on the 1,024 x 1,024 scores, or
+    with precision.gpu_attention_bands in bands: each block of 64 queries against its 192
+    keys."""
     _requires_the_plugin()
-    report, stdout = compile_report(tmp_path, MODERNBERT_THREE_LAYERS, "--topology", "h100",
+    config = MODERNBERT_THREE_LAYERS.replace(
+        "    return config", f"    config.precision.gpu_attention_bands = {bands}\n"
+                             "    return config")
+    report, stdout = compile_report(tmp_path, config, "--topology", "h100",
                                     needs_libtpu=False)
     kinds = report["kernels_by_kind"]
     assert kinds["cuDNN"]["kernels"] == 2  # the global layer, forward and backward
-    assert ("attention: cuDNN fused attention in 1 of 3 layers, XLA's attention in bands in "
-            "the others") in stdout
+    assert ("attention: cuDNN fused attention in 1 of 3 layers, XLA's attention"
+            + (" in bands" if bands else "") + " in the others\n") in stdout
     batch, seq_len, hidden, window, block = 2, 1024, 768, 64, 64
 
     def core(keys_per_query):  # Q K^T and P V of one layer, forward, over every query
@@ -194,10 +200,11 @@ def test_modernbert_takes_cudnn_globally_and_bands_in_its_sliding_layers(tmp_pat
 
     # The model's count takes each sliding query's 2 window + 1 keys and the global layer's
     # 1,024; compiled, the global core is cuDNN's and each sliding query is scored against
-    # its block's block + 2 window keys (3x forward: the step). Exact counts of integers in
-    # float64, relative 1e-9.
+    # its block's block + 2 window keys, or all 1,024 (3x forward: the step). Exact counts
+    # of integers in float64, relative 1e-9.
+    scored = block + 2 * window if bands else seq_len
     expected = (report["model_flops_per_step"] - 3 * core(seq_len)
-                + 3 * 2 * (core(block + 2 * window) - core(2 * window + 1)))
+                + 3 * 2 * (core(scored) - core(2 * window + 1)))
     assert kinds["matmul"]["flops"] == pytest.approx(expected, rel=1e-9)
     assert kinds["cuDNN"]["flops"] == 7 / 2 * core(seq_len)
 

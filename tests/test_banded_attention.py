@@ -1,8 +1,9 @@
 """A sliding layer's banded attention core (bert_jax/models/layers/banded_attention.py): the
 full T x T core's values and gradients at every real token, for every block size, packed rows
-and padding, and taken on a CPU or GPU only where it was measured (a CPU) or compiled (a GPU)
-faster. XLA's fused entry in bands: tests/test_modernbert_kernels.py. The encoder through the
-bands against transformers is tests/test_modernbert.py's parity (its rows take the bands).
+and padding, and taken on a CPU where it was measured faster (on a GPU, where it was only
+compiled faster, when asked). XLA's fused entry in bands: tests/test_modernbert_kernels.py.
+The encoder through the bands against transformers is tests/test_modernbert.py's parity (its
+rows take the bands).
 
 Bound: both forms add the same non-zero terms (a hidden key's softmax weight is exactly 0 in
 both), in other orders and groupings: softmax sums over at most 2 x window + 1 = 9 keys and
@@ -74,16 +75,17 @@ def test_a_blocks_keys_and_band_are_the_window_around_it():
         banded_attention.banded_rows(*_inputs(), window=WINDOW, block=3)
 
 
-@pytest.mark.parametrize("seq_len, window, platform, expected", [
-    (1024, 64, "cpu", 64),  # ModernBERT-base at 1,024 tokens: blocks of 64, 192 keys each
-    (256, 64, "cpu", 64),  # the shortest rows measured faster in bands (attention.py)
-    (255, 64, "cpu", None),  # shorter rows: not measured, the full form
-    (1024, None, "cpu", None),  # a global layer
-    (1024, 64, "gpu", 64),  # a GPU: XLA's attention and the reference core in bands
-    (1024, 64, "cuda", 64),
-    (1024, 64, "tpu", None),  # splash's local mask skips the blocks outside the band itself
-    (PARITY_ROWS, WINDOW, "cpu", WINDOW),  # test_modernbert.py's parity with transformers
+@pytest.mark.parametrize("seq_len, window, platform, gpu_bands, expected", [
+    (1024, 64, "cpu", False, 64),  # ModernBERT-base at 1,024 tokens: blocks of 64, 192 keys
+    (256, 64, "cpu", False, 64),  # the shortest rows measured faster in bands (banded_attention.py)
+    (255, 64, "cpu", False, None),  # shorter rows: not measured, the full form
+    (1024, None, "cpu", False, None),  # a global layer
+    (1024, 64, "gpu", False, None),  # a GPU: the full form unless asked (not timed on a GPU)
+    (1024, 64, "gpu", True, 64),  # precision.gpu_attention_bands: XLA's attention in bands
+    (1024, 64, "cuda", True, 64),
+    (1024, 64, "tpu", True, None),  # splash's local mask skips the blocks outside the band
+    (PARITY_ROWS, WINDOW, "cpu", False, WINDOW),  # test_modernbert.py's parity with transformers
 ])
-def test_band_block(seq_len, window, platform, expected):
-    assert band_block(seq_len, window, platform) == expected
+def test_band_block(seq_len, window, platform, gpu_bands, expected):
+    assert band_block(seq_len, window, platform, gpu_bands) == expected
 

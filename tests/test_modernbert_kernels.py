@@ -132,9 +132,11 @@ def _scores_shapes(function, *args) -> set:
 
 
 @pytest.mark.parametrize("key_heads", [2, 1])  # as many as the queries; grouped (UltraBERT)
-def test_xla_attention_runs_a_sliding_layer_in_bands_on_a_gpu(monkeypatch, key_heads):
-    """On a GPU XLA's attention scores each block of queries against the keys its window
-    reaches, not T x T; values and gradients at real tokens equal JAX's own windowed call.
+def test_xla_attention_runs_a_sliding_layer_in_bands_on_a_gpu_when_asked(monkeypatch,
+                                                                          key_heads):
+    """On a GPU with precision.gpu_attention_bands, XLA's attention scores each block of
+    queries against the keys its window reaches, not T x T; values and gradients at real
+    tokens equal JAX's own windowed call. Without the opt-in, and on a TPU, the full form.
 
     Bound: both forms add the same non-zero terms (a hidden key's weight is exactly 0) in other
     groupings: a softmax over <= 33 keys of inputs ~0.25 and sums of values ~0.25, a few
@@ -148,13 +150,16 @@ def test_xla_attention_runs_a_sliding_layer_in_bands_on_a_gpu(monkeypatch, key_h
         return XLA_ATTENTION(query, key, value, mask=visible_keys(ids), scale=1.0,
                              local_window_size=(WINDOW, WINDOW), implementation="xla")
 
-    def banded(query, key, value):
-        return attention_kernels.fused_context("xla", query, key, value, ids, window=WINDOW)
+    def xla_attention(bands: bool):  # a new function each time: jax caches traces by function
+        precision = Precision(attention="xla", gpu_attention_bands=bands)
+        return lambda query, key, value: attention.attention(
+            query, key, value, ids, 0.0, None, precision, window=WINDOW)
 
     def loss(core):
         return lambda *x: jnp.sum(jnp.where(real, jnp.sin(core(*x)), 0.0))
 
-    monkeypatch.setattr(attention_kernels, "traced_platform", lambda: "gpu")
+    monkeypatch.setattr(attention, "traced_platform", lambda: "gpu")
+    banded = xla_attention(bands=True)
     assert _scores_shapes(banded, query, key, value) == set()
     assert _scores_shapes(windowed, query, key, value)  # the full form holds T x T scores
     np.testing.assert_allclose(np.where(real, banded(query, key, value), 0),
@@ -163,9 +168,10 @@ def test_xla_attention_runs_a_sliding_layer_in_bands_on_a_gpu(monkeypatch, key_h
     for got, want in zip(jax.grad(loss(banded), argnums=(0, 1, 2))(query, key, value),
                          expected):
         np.testing.assert_allclose(got, want, atol=1e-5)
-    monkeypatch.setattr(attention_kernels, "traced_platform", lambda: "tpu")
-    # No bands where splash takes windows (a new function: jax caches traces by function).
-    assert _scores_shapes(lambda *x: banded(*x), query, key, value)
+    assert _scores_shapes(xla_attention(bands=False), query, key, value)  # the default
+    monkeypatch.setattr(attention, "traced_platform", lambda: "tpu")
+    # No bands where splash takes windows.
+    assert _scores_shapes(xla_attention(bands=True), query, key, value)
 
 
 def test_the_window_never_reaches_into_another_instance():

@@ -22,7 +22,7 @@ import ml_collections
 from bert_jax import quiet
 from bert_jax.compiler import aot_hlo, compile_memory, gpu_targets
 from bert_jax.compiler.aot_hlo import COLLECTIVES
-from bert_jax.models.config import BertConfig
+from bert_jax.models.config import BertConfig, Precision
 from bert_jax.peak_memory import PeakMemory
 from bert_jax.models.families import FAMILIES, config_from_dict
 from bert_jax.errors import UserError
@@ -162,6 +162,7 @@ class CompileReport:
     window: int = 0
     kernel_bytes_per_device: float = 0.0
     num_layers: int = 0  # the encoder's layers (0: a report written before it was kept)
+    attention_bands: bool = False  # precision.gpu_attention_bands: a GPU's sliding layers
 
     @property
     def compile_cost(self) -> str:
@@ -357,7 +358,8 @@ def compile_train_step(run_config, devices: list, topology: str = "",
         program_operations=operations, compile_bytes_lower_bound=least,
         resident_before_compile_bytes=peak.before, out_of_memory=out_of_memory or "",
         micro_batches=run_config.grad_accum_steps, window=getattr(model_config, "window", 0),
-        num_layers=model_config.num_layers)
+        num_layers=model_config.num_layers,
+        attention_bands=Precision.from_run_config(run_config).gpu_attention_bands)
 
 
 def devices_per_chip(device) -> int:

@@ -132,7 +132,8 @@ def attention_text(report: CompileReport) -> str:
     on_cudnn = calls // (2 * report.micro_batches)  # forward and backward, each micro-batch
     if report.attention != aot_hlo.CUDNN or not 0 < on_cudnn < report.num_layers:
         return report.attention
-    banded = banded_attention.band_block(report.seq_len, report.window or None, "gpu")
+    banded = banded_attention.band_block(report.seq_len, report.window or None, "gpu",
+                                         report.attention_bands)
     return (f"{report.attention} in {on_cudnn} of {report.num_layers} layers, XLA's attention"
             f"{' in bands' if banded else ''} in the others")
 

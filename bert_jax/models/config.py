@@ -42,6 +42,9 @@ class Precision:
     # GPU, opt-in: attention dropout inside cuDNN's fused kernel, its masks from cuDNN's own
     # generator (not yet checked on a GPU: bench/gpu/cudnn_dropout_check.py checks it).
     fused_attention_dropout: bool = False
+    # GPU, opt-in: a sliding-window layer's attention in bands, its work following the window
+    # (banded_attention.py; compiled for an H100, not yet timed on a GPU: docs/gpus.md).
+    gpu_attention_bands: bool = False
 
     def __post_init__(self):
         if self.attention not in ATTENTION_IMPLEMENTATIONS:

@@ -150,6 +150,7 @@ def attention(query: Array, key: Array, value: Array, instance_ids: Array, rate:
     implementation = attention_kernels.choose(precision.attention, platform, rate, seq_len,
                                               precision.dtype, max_instances, fused_dropout,
                                               window)
+    band = banded_attention.band_block(seq_len, window, platform, precision.gpu_attention_bands)
     if implementation != "reference":
         if rate and not (implementation == "cudnn" and fused_dropout):
             raise UserError(f"precision.attention={implementation!r} applies no attention "
@@ -158,9 +159,8 @@ def attention(query: Array, key: Array, value: Array, instance_ids: Array, rate:
                             + (" (or precision.fused_attention_dropout=True: cuDNN's own)"
                                if implementation == "cudnn" else ""))
         return attention_kernels.fused_context(implementation, query, key, value, instance_ids,
-                                               max_instances, rate, kernel_seed, window)
+                                               max_instances, rate, kernel_seed, window, band)
     chunks = chunk_count(batch_size, seq_len, precision.attention_chunk_rows, platform)
-    band = banded_attention.band_block(seq_len, window, platform)
     if chunks == 1:
         return _core(query, key, value, instance_ids, rate, dropout_key, precision.dtype,
                      window, band)

@@ -5,8 +5,9 @@ Implementations (`Precision.attention`):
              dropout, the probabilities when asked for. Exports and the probe take it.
   xla        `jax.nn.dot_product_attention(implementation='xla')` with the visibility mask of
              the instance ids: JAX's public entry on any platform, what the parity tests hold
-             the kernels' inputs to on a CPU. A sliding layer on a CPU or GPU runs it in
-             bands (banded_attention.band_block), so its work follows the window.
+             the kernels' inputs to on a CPU. A sliding layer runs it in bands where
+             banded_attention.band_block says (a CPU; a GPU, opt-in), so its work follows
+             the window.
   cudnn      GPU: cuDNN's fused attention, bf16 or fp16 inputs only (cuDNN has no fp32
              kernel), given the segments a row can hold (`cudnn_arguments`):
              - unpacked rows (one instance, real tokens first, then padding): each row's
@@ -48,7 +49,6 @@ import jax.numpy as jnp
 from bert_jax.errors import UserError
 from bert_jax.models.config import ATTENTION_IMPLEMENTATIONS
 from bert_jax.models.layers import banded_attention
-from bert_jax.models.layers.platform import traced_platform
 from bert_jax.models.layers.visibility import visible_keys, within_window
 
 Array = jax.Array
@@ -70,9 +70,9 @@ def choose(implementation: str, platform: str, rate: float, seq_len, dtype: str,
     never timed on a TPU: no TPU path was). Attention dropout (`rate` > 0) keeps the
     reference unless `fused_dropout` opts into cuDNN's (module docstring).
     A sliding-window layer (`window`) takes splash with a local mask on a TPU and XLA's
-    attention in bands on a GPU (banded_attention.py): cuDNN (as jax 0.10.2 calls it) has
-    only a causal, left-side window, so a two-sided one reaches it as a bias (opt-in, never
-    measured).
+    attention on a GPU (in bands with precision.gpu_attention_bands): cuDNN (as jax 0.10.2
+    calls it) has only a causal, left-side window, so a two-sided one reaches it as a bias
+    (opt-in, never measured).
     """
     if implementation != "auto":
         return implementation
@@ -89,13 +89,15 @@ def choose(implementation: str, platform: str, rate: float, seq_len, dtype: str,
 
 def fused_context(implementation: str, query: Array, key: Array, value: Array,
                   instance_ids: Array, max_instances: int | None = None, rate: float = 0.0,
-                  seed: int = 0, window: int | None = None) -> Array:
+                  seed: int = 0, window: int | None = None,
+                  band_block: int | None = None) -> Array:
     """The context (B, T, nh, hd) of pre-scaled (B, T, nh, hd) queries, keys and values, in
     `implementation` ('xla', 'cudnn' or 'splash'); attention dropout `rate` (cuDNN only)
     from the kernel's own generator, seeded with `seed`; a sliding-window layer's `window`
-    (keys with |q - k| <= window) in each kernel's own form."""
+    (keys with |q - k| <= window) in each kernel's own form, XLA's in bands of `band_block`
+    queries where one is given (banded_attention.band_block)."""
     if implementation == "xla":
-        return _xla(query, key, value, instance_ids, window)
+        return _xla(query, key, value, instance_ids, window, band_block)
     if implementation == "cudnn":
         return _cudnn(query, key, value, instance_ids, max_instances, rate, seed, window)
     if implementation == "splash":
@@ -104,8 +106,7 @@ def fused_context(implementation: str, query: Array, key: Array, value: Array,
                      f"expected one of {ATTENTION_IMPLEMENTATIONS}")
 
 
-def _xla(query, key, value, instance_ids, window=None):
-    block = banded_attention.band_block(query.shape[1], window, traced_platform())
+def _xla(query, key, value, instance_ids, window=None, block=None):
     if block is not None:
         # A sliding layer in bands (banded_attention.py): the work follows the band, where
         # JAX's window argument only masks the full T x T scores.

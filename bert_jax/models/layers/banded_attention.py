@@ -10,9 +10,9 @@ block + 2 window keys, which are whole blocks when `block` divides 2 window. Eac
 its keys become a row of their own (B x blocks rows of `block` queries), so the reference's
 softmax, dropout and context products run on them unchanged; the band within a block's keys
 is one static (block, block + 2 window) mask, and keys beyond either end of the row are
-padding (id 0), hidden as all padding is. Two cores take the bands: the reference core
-(attention.py) on a CPU or GPU, and XLA's fused entry (`attention_kernels`' 'xla', a GPU's
-choice for sliding layers in 16 bits), each where `band_block` says.
+padding (id 0), hidden as all padding is. Two cores take the bands, each where `band_block`
+says: the reference core (attention.py), and XLA's fused entry (`attention_kernels`' 'xla',
+a GPU's choice for sliding layers in 16 bits).
 
 What differs from the full form is only a query that sees no key at all (a padding token
 farther than the window from every real token): its softmax is uniform over the keys
@@ -36,21 +36,24 @@ Array = jax.Array
 # 64, full T x T -> bands of 64 queries: 256 tokens 17.0 -> 12.9 ms, 384 49.2 -> 39.5, 512
 # 88.0 -> 56.4, 1,024 383.5 -> 120.0 ms (load 1.7-2.0); shorter rows were not measured and
 # keep the full form.
-# On a GPU (XLA's attention; cuDNN as jax 0.10.2 calls it has no two-sided window), compiled
-# for an H100 on a CPU, ModernBERT-base's train step, bf16: at 16 x 1,024 the kernels' bound
-# fell from 119.8 to 81.9 ms and the temporaries from 34.1 to 22.6 GiB (blocks of 128 queries:
-# 82.6 ms), at 2 x 8,192 from 896 to 363 ms and 211 to 87 GiB (docs/gpus.md). Not timed on a
-# GPU. TPUs keep splash's local mask, whose kernel skips the blocks outside the band itself.
+# On a GPU, opt-in (`precision.gpu_attention_bands`) until a GPU times it beside the full
+# form: compiled for an H100 on a CPU, ModernBERT-base's train step, bf16 (XLA's attention;
+# cuDNN as jax 0.10.2 calls it has no two-sided window): at 16 x 1,024 the kernels' bound fell
+# from 119.8 to 81.9 ms and the temporaries from 34.1 to 22.6 GiB (blocks of 128 queries:
+# 82.6 ms), at 2 x 8,192 from 896 to 363 ms and 211 to 87 GiB (docs/gpus.md). TPUs keep
+# splash's local mask, whose kernel skips the blocks outside the band itself.
 BAND_BLOCK_WINDOWS = 1
 BAND_MIN_WINDOWS = 4
-BANDED_PLATFORMS = ("cpu", "gpu", "cuda")
+GPU_PLATFORMS = ("gpu", "cuda")
 
 
-def band_block(seq_len, window: int | None, platform: str) -> int | None:
+def band_block(seq_len, window: int | None, platform: str,
+               gpu_bands: bool = False) -> int | None:
     """The query block of a sliding layer's banded core, or None for the full T x T form: on
-    a CPU or GPU (BANDED_PLATFORMS), rows of at least BAND_MIN_WINDOWS windows."""
-    if (window is None or platform not in BANDED_PLATFORMS
-            or not isinstance(seq_len, (int, np.integer))):
+    a CPU, or a GPU with `gpu_bands` (precision.gpu_attention_bands), rows of at least
+    BAND_MIN_WINDOWS windows."""
+    banded = platform == "cpu" or (platform in GPU_PLATFORMS and gpu_bands)
+    if window is None or not banded or not isinstance(seq_len, (int, np.integer)):
         return None
     return BAND_BLOCK_WINDOWS * window if seq_len >= BAND_MIN_WINDOWS * window else None
 
