@@ -1,10 +1,12 @@
 """A pre-training config's GLUE suite at checkpoints (run_config/checkpoint_suite.py): the
 checkpoints it needs survive checkpoint.keep=1, the suite writes what `glue
---every-checkpoint` writes for them, a rerun repeats no finished fine-tuning run, and a
-task or data directory it cannot use fails before training starts."""
+--every-checkpoint` writes for them, a rerun repeats no finished fine-tuning run, a run
+stopped by a signal gives pretrain its exit status, and a task or data file it cannot use
+fails before training starts."""
 
 import json
 import os
+import shutil
 
 import pytest
 
@@ -12,7 +14,7 @@ import pipeline_helpers as helpers
 from finetune_helpers import tiny_model_directory
 from bert_jax.cli import main
 from bert_jax.errors import UserError
-from bert_jax.evaluation import glue
+from bert_jax.evaluation import glue, glue_steps
 from bert_jax.interop import model_source, source_kinds
 from bert_jax.run_config import load_run_config
 from bert_jax.tasks import continued_pretraining
@@ -61,7 +63,7 @@ def _pretrain(config_file: str, workdir: str, *overrides: str) -> int:
 
 
 def test_the_suite_runs_on_the_kept_checkpoints_and_a_rerun_repeats_nothing(
-        config_file, tmp_path, monkeypatch):
+        config_file, tmp_path, monkeypatch, capfd):
     run = str(tmp_path / "run")
     assert _pretrain(config_file, run) == 0
     # keep=1 alone would leave step 4: every 2nd save (step 2) was kept for the suite.
@@ -77,9 +79,20 @@ def test_the_suite_runs_on_the_kept_checkpoints_and_a_rerun_repeats_nothing(
     assert table[2].startswith("| 2 | 1,024 | ") and table[3].startswith("| 4 | 2,048 | ")
     assert os.path.getsize(os.path.join(suite, "glue_stsb.png")) > 1000
 
-    # Step 4's run lost (a suite stopped there): the rerun trains nothing and runs only it.
+    # Step 4's run lost: the rerun trains nothing and runs only it.
     os.remove(os.path.join(suite, "steps", "4", "runs", "stsb", "lr0.001-seed0",
                            glue.RUN_RESULT))
+    # A signal stopping one of the suite's runs (test_glue.py sends a real Ctrl-C):
+    # pretrain passes on its exit status and says how to go on.
+    def stopped(*args, **kwargs):
+        raise glue.Stopped(glue.Run("stsb", 1e-3, 0), 130)
+
+    monkeypatch.setattr(glue_steps, "run_config_suite", stopped)
+    capfd.readouterr()
+    assert _pretrain(config_file, run) == 130
+    assert "GLUE suite stopped in stsb lr 0.001 seed 0; the same command continues it" in (
+        capfd.readouterr().err)
+    monkeypatch.undo()
     ran = []
     run_one = glue.run_one
     monkeypatch.setattr(glue, "run_one", lambda run_, model, *rest, **named: ran.append(
@@ -100,6 +113,16 @@ def test_a_task_or_data_the_suite_cannot_use_fails_before_training(config_file, 
     assert _pretrain(config_file, run, f"--config.checkpoint_suite.data={tmp_path}") == 2
     error = capsys.readouterr().err
     assert "checkpoint_suite.data:" in error and "STS-B/train.tsv" in error
+    assert len(error.strip().splitlines()) == 1
+    # A dev file the suite reads only after pre-training: its header checked before it.
+    bad_header = str(tmp_path / "glue")
+    shutil.copytree(load_run_config(config_file).checkpoint_suite.data, bad_header)
+    dev = os.path.join(bad_header, "STS-B", "dev.tsv")
+    lines = open(dev).read().splitlines(keepends=True)
+    open(dev, "w").write(lines[0].replace("\tscore", "\tsimilarity") + "".join(lines[1:]))
+    assert _pretrain(config_file, run, f"--config.checkpoint_suite.data={bad_header}") == 2
+    error = capsys.readouterr().err
+    assert "checkpoint_suite.data:" in error and "STS-B/dev.tsv:1: no column 'score'" in error
     assert len(error.strip().splitlines()) == 1
     assert not os.path.exists(run)  # nothing trained, nothing written
     # Continued pre-training (--model M --text) runs no suite, so it refuses to keep for one.

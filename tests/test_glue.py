@@ -7,6 +7,7 @@ import csv
 import json
 import os
 import shutil
+import signal
 
 import numpy as np
 import pytest
@@ -238,6 +239,38 @@ def test_a_suite_killed_in_its_third_task_continues_and_gives_the_same_table(
             os.path.join(straight, name)).read()
     started[:] = []
     assert main(arguments) == 0 and started == []  # finished: nothing runs again
+
+
+def test_ctrl_c_in_a_run_exits_130_with_its_checkpoint_and_the_rerun_continues_it(
+        suite, tmp_path, glue_dir, monkeypatch, capfd):
+    model, straight = suite
+    workdir = str(tmp_path / "interrupted")
+    flags = SUITE_FLAGS[2:]  # one task (mrpc), the rest of the suite's flags
+    arguments = ["glue", "--model", model, "--data", glue_dir, "--workdir", workdir,
+                 "--recipe", "bert", "--tasks", "mrpc", *flags]
+    real_finetune = glue.finetune
+
+    def finetune(*args, log=print, **kwargs):
+        def interrupting_log(message):  # Ctrl-C during the first epoch's evaluation
+            if message.startswith("\nstep"):
+                os.kill(os.getpid(), signal.SIGINT)
+            log(message)
+        return real_finetune(*args, log=interrupting_log, **kwargs)
+
+    monkeypatch.setattr(glue, "finetune", finetune)
+    capfd.readouterr()
+    assert main(arguments) == 130
+    error = capfd.readouterr().err
+    assert "GLUE suite stopped in mrpc lr 0.001 seed 3; the same command continues it" in error
+    assert "Traceback" not in error and not os.path.exists(os.path.join(workdir, "glue.json"))
+    run = glue.Run("mrpc", 1e-3, 3)
+    assert os.path.exists(os.path.join(run.directory(workdir), "checkpoints"))
+    assert glue.finished(run, workdir) is None
+
+    monkeypatch.setattr(glue, "finetune", real_finetune)
+    assert main(arguments) == 0
+    # The resumed run is the uninterrupted one: the same dev metrics as the straight suite's.
+    assert glue.finished(run, workdir)["metrics"] == glue.finished(run, straight)["metrics"]
 
 
 def _error_line(capsys, arguments):

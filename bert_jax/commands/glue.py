@@ -20,7 +20,8 @@ dropped when it finishes unless --keep-checkpoints or another task starts from i
 glue.json ({task: metrics as fractions, "average": ...}), glue_runs.json (every run, the
 learning rate kept, the recipe) and glue.md (the table and every run). Rerunning the command
 continues where it stopped: a finished run is never repeated, an interrupted one resumes
-from its last checkpoint. Recipes:
+from its last checkpoint (Ctrl-C saves one when the step ends and exits with status 130,
+SIGTERM with 143). Recipes:
   bert              lr {2e-5, 3e-5, 5e-5}, 3 epochs, batch 32, 128 tokens, seeds 0 1 2, median
   modernbert-base   ModernBERT's Table 6 per task, batch 64, 256 tokens, betas (0.9, 0.98),
   modernbert-large  seeds 1618 42 6033, mean; RTE, MRPC, STS-B from the MNLI run
@@ -32,6 +33,8 @@ examples:
   bert-jax glue --model MODEL --data glue_data --workdir runs/glue_small --tasks mrpc,stsb \\
       --learning-rates 5e-5 --seeds 0 --epochs 1 --compare bert-base
 """
+import sys
+
 TAKES_OVERRIDES = True
 
 
@@ -109,6 +112,17 @@ def run(args) -> int:
     suite = dict(overrides=args.overrides, tfds_data_dir=args.tfds_data_dir,
                  keep_checkpoints=args.keep_checkpoints, compare=args.compare,
                  compare_runs=args.compare_run, show_progress=not args.no_progress)
+    try:
+        return _run_suite(args, tasks, recipe, suite)
+    except glue.Stopped as stopped:  # Ctrl-C or SIGTERM: the run's checkpoint is saved
+        print(f"bert-jax glue: {stopped}", file=sys.stderr)
+        return stopped.exit_status
+
+
+def _run_suite(args, tasks, recipe, suite) -> int:
+    from bert_jax.errors import UserError
+    from bert_jax.evaluation import glue, glue_table
+
     if args.every_checkpoint:
         from bert_jax.evaluation import glue_steps
 

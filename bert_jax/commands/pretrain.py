@@ -284,7 +284,9 @@ def run(args: argparse.Namespace) -> int:
     if "data_proportions" in result:
         say("rows drawn from each data source: " + ", ".join(
             f"{name} {share:.1%}" for name, share in result["data_proportions"].items()))
-    run_checkpoint_suite(suite_config, workdir, not args.no_progress, say)
+    stopped = run_checkpoint_suite(suite_config, workdir, not args.no_progress, say)
+    if stopped:
+        return stopped  # Ctrl-C or SIGTERM in a suite's run, its checkpoint saved
     say(f"\ndone: step {result['step']} of {total}"
         f"\n  checkpoints: {os.path.join(workdir, 'checkpoints')}"
         f"\n  TensorBoard: tensorboard --logdir {os.path.join(workdir, 'tensorboard')}"
@@ -293,11 +295,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_checkpoint_suite(run_config, workdir: str, show_progress: bool, say) -> None:
-    """The GLUE suite the config names at the run's kept checkpoints (checkpoint_suite.*)."""
+def run_checkpoint_suite(run_config, workdir: str, show_progress: bool, say) -> int | None:
+    """The GLUE suite the config names at the run's kept checkpoints (checkpoint_suite.*);
+    the exit status when a signal stopped one of its runs, else None."""
     import jax
 
-    from bert_jax.evaluation import glue_steps
+    from bert_jax.evaluation import glue, glue_steps
     from bert_jax.run_config import checkpoint_suite
 
     tasks = checkpoint_suite.tasks(run_config)
@@ -310,6 +313,10 @@ def run_checkpoint_suite(run_config, workdir: str, show_progress: bool, say) -> 
             "--every-checkpoint 1")
         return
     say(f"\nGLUE at the kept checkpoints ({','.join(tasks)}) into {suite}")
-    rows = glue_steps.run_config_suite(run_config, workdir, show_progress, say)
+    try:
+        rows = glue_steps.run_config_suite(run_config, workdir, show_progress, say)
+    except glue.Stopped as stopped:
+        say(f"bert-jax pretrain: {stopped}", file=sys.stderr)
+        return stopped.exit_status
     say("\n" + glue_steps.markdown(rows, tasks) + f"  {suite}/glue_steps.json  "
         f"{suite}/glue_steps.md  {suite}/glue_TASK.png")

@@ -47,6 +47,16 @@ class Run:
         return files.join(workdir, "runs", self.task, f"lr{self.learning_rate:g}-seed{self.seed}")
 
 
+class Stopped(Exception):
+    """A run of the suite stopped by Ctrl-C or SIGTERM after saving its checkpoint (the trainer
+    said where): the command exits with the signal's status, and run again, it continues."""
+
+    def __init__(self, run: Run, exit_status: int):
+        super().__init__(f"GLUE suite stopped in {run.task} lr {run.learning_rate:g} seed "
+                         f"{run.seed}; the same command continues it")
+        self.exit_status = exit_status
+
+
 def check_tasks(text: str) -> list[str]:
     """`--tasks`: known names, each once, in the order given."""
     tasks = [name.strip() for name in text.split(",") if name.strip()]
@@ -143,8 +153,10 @@ def run_one(run: Run, model, recipe, data_paths, workdir: str, overrides=(),
                         batch_size=task_recipe.batch_size, max_seq_len=recipe.max_seq_len,
                         seed=run.seed)
     task = _task_for(run.task, train_path)
-    finetune(task, model, train_path, dev_paths[0], directory, settings,
-             _overrides(recipe, run, overrides), show_progress=show_progress, log=log)
+    trained = finetune(task, model, train_path, dev_paths[0], directory, settings,
+                       _overrides(recipe, run, overrides), show_progress=show_progress, log=log)
+    if "exit_status" in trained:  # no final model and no predictions yet
+        raise Stopped(run, trained["exit_status"])
     prediction_paths = [files.join(directory, EVAL_PREDICTIONS)]
     for index, dev_path in enumerate(dev_paths[1:], start=1):  # MNLI mismatched
         path = files.join(directory, f"eval_predictions_{index}.jsonl")

@@ -16,12 +16,12 @@ The design, and why:
     `glue --every-checkpoint` can score them again with another recipe. Each is a whole
     checkpoint (parameters and optimizer state), so `every` sets the disk it takes.
 A task name or recipe that does not exist fails when the config is built (`check_section`),
-a data directory without a task's files before training starts (`check_data`).
+a split the suite could not read (a missing file, a header without the task's columns, a
+bad label) before training starts (`check_data` reads them all).
 """
 
 from bert_jax.errors import UserError
 from bert_jax.evaluation import glue_recipes
-from bert_jax.storage import files
 from input_pipeline.tasks import glue as glue_data
 
 SECTION = "checkpoint_suite"
@@ -79,18 +79,14 @@ def check_section(config, source: str) -> None:
 
 
 def check_data(config, source: str) -> None:
-    """Each task's files are where the suite will read them (before training starts)."""
+    """Every split the suite will read, read once before training starts: a missing file, a
+    header without the task's columns or a bad label cell ends the command then, not after
+    the hours of pre-training the suite waits for."""
     data = config.checkpoint_suite.data if tasks(config) else None
     for name in tasks(config):
         glue_task = glue_data.task(name)
-        try:
-            kind = glue_data.source_kind(data, glue_task)
-        except UserError as error:
-            raise UserError(f"{source}: {SECTION}.data: {error}") from None
-        if kind != "tsv":
-            continue  # tfds and datasets files: their splits are checked as they are read
-        for dev in glue_task.dev_files:
-            path = files.join(data, glue_task.directory, dev)
-            if not files.exists(path):
-                raise UserError(f"{source}: {SECTION}.data: no {path} (the dev set of task "
-                                f"{name})")
+        for split in ("train", *range(len(glue_task.dev_files))):
+            try:
+                glue_data.read_split(data, glue_task, split)
+            except UserError as error:
+                raise UserError(f"{source}: {SECTION}.data: {error}") from None
