@@ -12,6 +12,8 @@
 
 Usage: python bench/scan_compile.py compile --config configs/bert_large.py --scan on
        python bench/scan_compile.py step --preset base --batch 8 --seq-len 128 --rounds 5
+       python bench/scan_compile.py step --family modernbert --layers 7 --batch 2 \
+           --seq-len 1024 --rounds 5
 """
 
 import argparse
@@ -51,14 +53,37 @@ def compile_once(config_path: str, scan: bool) -> None:
           f"(before {peak.before / 2**30:.2f} GiB)", flush=True)
 
 
-def time_steps(preset: str, batch_size: int, seq_len: int, rounds: int, steps: int) -> None:
+def bert_sides(preset: str, batch_size: int, seq_len: int, layers: int) -> dict:
+    """BERT's pre-training step (MLM and NSP), dropout off, unrolled and scanned."""
     from bench.model_step import JaxStep, make_batch
 
     batch = make_batch(batch_size, seq_len, max(1, seq_len * 15 // 100))
-    sides = {scan: JaxStep(preset, batch, precision_overrides={"scan_layers": scan},
-                           model_overrides={"dropout_rate": 0.0,
-                                            "attention_dropout_rate": 0.0})
-             for scan in (False, True)}
+    depth = {"num_layers": layers} if layers else {}
+    return {scan: JaxStep(preset, batch, precision_overrides={"scan_layers": scan},
+                          model_overrides={"dropout_rate": 0.0, "attention_dropout_rate": 0.0,
+                                           **depth})
+            for scan in (False, True)}
+
+
+def modernbert_sides(batch_size: int, seq_len: int, layers: int) -> dict:
+    """ModernBERT-base's masked-LM step with its StableAdamW (bench/modernbert_step.py's) on
+    packed rows, unrolled and scanned (layer 0 alone, then blocks of three)."""
+    from bench.masked_lm_rows import make_rows
+    from bench.modernbert_step import MASK_RATE, PRESET, modernbert_jax_step
+    from bert_jax.models.presets import preset
+
+    config = preset(PRESET)
+    rows = make_rows("packed", batch_size, seq_len, config.local_attention,
+                     config.vocab_size, 0, mask_rate=MASK_RATE)
+    return {scan: modernbert_jax_step(rows, layers or config.num_layers,
+                                      precision_overrides={"scan_layers": scan})
+            for scan in (False, True)}
+
+
+def time_steps(family: str, preset: str, batch_size: int, seq_len: int, layers: int,
+               rounds: int, steps: int) -> None:
+    sides = (modernbert_sides(batch_size, seq_len, layers) if family == "modernbert"
+             else bert_sides(preset, batch_size, seq_len, layers))
     sides[True].load_params(sides[False].state.params)
     for side in sides.values():
         side()  # compile and warm
@@ -73,7 +98,9 @@ def time_steps(preset: str, batch_size: int, seq_len: int, rounds: int, steps: i
         ratios.append(seconds[True] / seconds[False])
         print(f"round {round_index}: unrolled {seconds[False]:.3f} s, scanned "
               f"{seconds[True]:.3f} s a step, scanned / unrolled {ratios[-1]:.3f}", flush=True)
-    print(f"{preset} {batch_size} x {seq_len}: step time scanned / unrolled, median of "
+    name = "modernbert-base" if family == "modernbert" else preset
+    print(f"{name}{f' ({layers} layers)' if layers else ''} {batch_size} x {seq_len}: step "
+          f"time scanned / unrolled, median of "
           f"{rounds} rounds {statistics.median(ratios):.3f} (range {min(ratios):.3f} - "
           f"{max(ratios):.3f})")
 
@@ -83,7 +110,12 @@ def main() -> None:
     parser.add_argument("what", choices=("compile", "step"))
     parser.add_argument("--config", default="configs/bert_large.py")
     parser.add_argument("--scan", choices=("on", "off"), default="on")
-    parser.add_argument("--preset", default="base")
+    parser.add_argument("--family", choices=("bert", "modernbert"), default="bert",
+                        help="step: BERT's pre-training step (--preset) or ModernBERT-base's "
+                             "masked-LM step on packed rows")
+    parser.add_argument("--preset", default="base", help="step: BERT's model size")
+    parser.add_argument("--layers", type=int, default=0,
+                        help="step: layers (0: the model's; ModernBERT scans 1 + 3k)")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=5)
@@ -93,7 +125,8 @@ def main() -> None:
     if args.what == "compile":
         compile_once(args.config, args.scan == "on")
     else:
-        time_steps(args.preset, args.batch, args.seq_len, args.rounds, args.steps)
+        time_steps(args.family, args.preset, args.batch, args.seq_len, args.layers,
+                   args.rounds, args.steps)
 
 
 if __name__ == "__main__":
