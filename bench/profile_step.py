@@ -19,6 +19,8 @@ Two steps can be traced:
   StableAdamW; torch.profiler) and prints both steps split by kind of work: the matrix
   products, the attention core, the optimizer, the rest (elementwise passes and
   reductions);
+- `--task eurobert`: the masked-LM step of bench/eurobert_step.py (EuroBERT-210m's widths,
+  `--layers` of them, every position a slot of its 128,256-word head);
 - `--task embed`: one batch of `bert-jax embed` (`embed_batch`: MiniLM's forward, mean
   pooling, normalisation) on `--batch` x `--seq-len` random ids (32 x 48 by default), no
   gradient; `--peer` profiles sentence-transformers' forward of the same batch beside it.
@@ -28,7 +30,7 @@ over its threads (and YNNPACK's helper tasks are not traced), so with `--peer` e
 kinds are given as shares of its own busy time and as those shares of its step's wall time;
 process CPU / wall says how busy each side keeps the cores.
 
-Usage: python bench/profile_step.py [--task pretrain|qa|modernbert|embed] [--preset base]
+Usage: python bench/profile_step.py [--task pretrain|qa|modernbert|eurobert|embed] [--preset base]
        [--batch B] [--seq-len T] [--steps 2] [--layers 22] [--layout padded] [--peer] [--scan]
 """
 
@@ -262,11 +264,12 @@ class EmbeddingStep:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--task", choices=("pretrain", "qa", "modernbert", "embed"),
+    parser.add_argument("--task", choices=("pretrain", "qa", "modernbert", "eurobert", "embed"),
                         default="pretrain")
-    parser.add_argument("--layers", type=int, default=22, help="modernbert: encoder layers")
+    parser.add_argument("--layers", type=int, default=22,
+                        help="modernbert, eurobert: encoder layers")
     parser.add_argument("--layout", choices=("padded", "packed"), default="padded",
-                        help="modernbert: the rows of bench/modernbert_step.py")
+                        help="modernbert, eurobert: the rows of bench/modernbert_step.py")
     parser.add_argument("--preset", default="base", help="the pre-training step's model")
     parser.add_argument("--batch", type=int, help="rows (default 8 pretrain, 32 qa)")
     parser.add_argument("--seq-len", type=int, help="tokens per row (default 128 pretrain, "
@@ -295,6 +298,15 @@ def main() -> None:
         step = modernbert_jax_step(rows, args.layers)
         peer = peer_step(rows, args.layers, step) if args.peer else None
         title = f"ModernBERT-base ({args.layers} layers) {batch} x {seq_len} {args.layout}"
+    elif args.task == "eurobert":
+        from eurobert_step import MASK_RATE as EUROBERT_MASK_RATE, SHORT, eurobert_jax_step
+        from masked_lm_rows import make_rows
+        from bert_jax.models.presets import preset
+        batch, seq_len = args.batch or 2, args.seq_len or 1024
+        rows = make_rows(args.layout, batch, seq_len, SHORT, preset("eurobert-210m").vocab_size,
+                         mask_rate=EUROBERT_MASK_RATE)
+        step = eurobert_jax_step(rows, args.layers, sparse=False)
+        title = f"EuroBERT-210m ({args.layers} layers) {batch} x {seq_len} {args.layout}"
     elif args.task == "embed":
         step = EmbeddingStep(args.batch or 32, args.seq_len or 48)
         peer = step.peer() if args.peer else None
