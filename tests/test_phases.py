@@ -129,14 +129,15 @@ class _Stopping:
 def test_a_phased_run_stopped_in_every_phase_resumes_bit_identically(phased_config, tmp_path,
                                                                     monkeypatch):
     logs = []
-    whole = phases.run_phases(phased_config, [], str(tmp_path / "whole"), show_progress=False,
-                              log=logs.append)
+    loaded = phases.load_phases(phased_config, [])
+    whole = phases.run_phases(phased_config, loaded, str(tmp_path / "whole"),
+                              show_progress=False, log=logs.append)
     assert whole["step"] == 6 and whole["phases"] == {"1": 2, "2": 4, "3": 6}
     assert any("data source books is new or changed" in line for line in logs)
     _stopping_at({1, 3, 5}, monkeypatch)  # in the middle of each phase
     stopped, losses = str(tmp_path / "stopped"), []
     for command, saved in enumerate((1, 3, 5, 6)):  # three stops, and the run to its end
-        result = phases.run_phases(phased_config, [], stopped, show_progress=False,
+        result = phases.run_phases(phased_config, loaded, stopped, show_progress=False,
                                    log=lambda *_: None)
         assert result["preempted"] == (command < 3) and result["step"] == saved
         losses += result["losses"]

@@ -257,9 +257,10 @@ def run(args: argparse.Namespace) -> int:
         return continue_model(args, say)
     workdir = args.workdir or default_workdir(args.config)
     if phases.phases_of(args.config):  # every phase in turn (tasks/phases.py)
-        suite_config = phases.load_phases(args.config, args.overrides)[-1][1]
+        loaded = phases.load_phases(args.config, args.overrides)
+        suite_config = loaded[-1][1]
         checkpoint_suite.check_data(suite_config, args.config)  # before hours, not after
-        result = phases.run_phases(args.config, args.overrides, workdir,
+        result = phases.run_phases(args.config, loaded, workdir,
                                    show_progress=not args.no_progress, log=say)
         total = list(result["phases"].values())[-1]
     else:

@@ -61,14 +61,14 @@ def _saved_step(workdir: str) -> int:
     return steps[-1] if steps else 0
 
 
-def run_phases(config_spec: str, overrides: list[str], workdir: str, *,
+def run_phases(config_spec: str, loaded: list[tuple[str, object]], workdir: str, *,
                show_progress: bool = True, log=print) -> dict:
-    """Trains each phase of `config_spec` in `workdir` in turn, passing over those already
-    trained; stops after a phase that was preempted or stopped early. Returns the last
-    phase's `trainer.train` result with 'losses' and 'evaluations' of every phase trained
-    here and 'phases': {name: the step it ended at}."""
+    """Trains each phase of `config_spec` (`loaded`: `load_phases`' list) in `workdir` in
+    turn, passing over those already trained; stops after a phase that was preempted or
+    stopped early. Returns the last phase's `trainer.train` result with 'losses' and
+    'evaluations' of every phase trained here and 'phases': {name: the step it ended at}."""
     losses, evaluations, ended, result = [], [], {}, None
-    for name, config in load_phases(config_spec, overrides):
+    for name, config in loaded:
         ended[name] = config.num_train_steps
         if _saved_step(workdir) >= config.num_train_steps:
             continue  # trained by an earlier command
