@@ -99,7 +99,6 @@ def outputs(args) -> list:
 
 
 def run(args) -> int:
-    from bert_jax.errors import UserError
     from bert_jax.evaluation import glue, glue_recipes, glue_references, glue_table
 
     tasks = glue.check_tasks(args.tasks)

@@ -306,13 +306,13 @@ def run_checkpoint_suite(run_config, workdir: str, show_progress: bool, say) -> 
 
     tasks = checkpoint_suite.tasks(run_config)
     if not tasks:
-        return
+        return None
     suite = os.path.join(workdir, glue_steps.SUITE_DIRECTORY)
     if jax.process_count() > 1:  # fine-tuning would wait on processes that have exited
         say(f"checkpoint_suite: run on one host: bert-jax glue --model {workdir} --data "
             f"{run_config.checkpoint_suite.data} --workdir {suite} --tasks {','.join(tasks)} "
             "--every-checkpoint 1")
-        return
+        return None
     say(f"\nGLUE at the kept checkpoints ({','.join(tasks)}) into {suite}")
     try:
         rows = glue_steps.run_config_suite(run_config, workdir, show_progress, say)
@@ -321,3 +321,4 @@ def run_checkpoint_suite(run_config, workdir: str, show_progress: bool, say) -> 
         return stopped.exit_status
     say("\n" + glue_steps.markdown(rows, tasks) + f"  {suite}/glue_steps.json  "
         f"{suite}/glue_steps.md  {suite}/glue_TASK.png")
+    return None
