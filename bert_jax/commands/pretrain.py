@@ -285,9 +285,9 @@ def run(args: argparse.Namespace) -> int:
     if "data_proportions" in result:
         say("rows drawn from each data source: " + ", ".join(
             f"{name} {share:.1%}" for name, share in result["data_proportions"].items()))
-    stopped = run_checkpoint_suite(suite_config, workdir, not args.no_progress, say)
-    if stopped:
-        return stopped  # Ctrl-C or SIGTERM in a suite's run, its checkpoint saved
+    suite_status = run_checkpoint_suite(suite_config, workdir, not args.no_progress, say)
+    if suite_status:
+        return suite_status  # Ctrl-C or SIGTERM in a suite's run, its checkpoint saved
     say(f"\ndone: step {result['step']} of {total}"
         f"\n  checkpoints: {os.path.join(workdir, 'checkpoints')}"
         f"\n  TensorBoard: tensorboard --logdir {os.path.join(workdir, 'tensorboard')}"
