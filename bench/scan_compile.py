@@ -8,10 +8,13 @@
   step     times the train step scanned and unrolled side by side in one process
            (bench/model_step.py's `JaxStep`, the same weights and batch), in interleaved
            rounds so a change in machine load hits both, and prints each round's
-           scanned / unrolled time ratio and their median.
+           scanned / unrolled time ratio and their median. `--remat POLICY` runs the
+           scanned side's blocks rematerialised (`precision.remat_policy`: `full` or
+           `matmul_outputs`); the unrolled side always runs as the CPU default does, without.
 
 Usage: python bench/scan_compile.py compile --config configs/bert_large.py --scan on
-       python bench/scan_compile.py step --preset base --batch 8 --seq-len 128 --rounds 5
+       python bench/scan_compile.py step --preset base --batch 8 --seq-len 128 --rounds 5 \
+           [--remat matmul_outputs]
        python bench/scan_compile.py step --family modernbert --layers 7 --batch 2 \
            --seq-len 1024 --rounds 5
 """
@@ -53,19 +56,26 @@ def compile_once(config_path: str, scan: bool) -> None:
           f"(before {peak.before / 2**30:.2f} GiB)", flush=True)
 
 
-def bert_sides(preset: str, batch_size: int, seq_len: int, layers: int) -> dict:
+def precision_overrides(scan: bool, remat: str) -> dict:
+    """The side's `precision` settings: scanned or not, and the scanned side's remat."""
+    if not scan or remat == "none":
+        return {"scan_layers": scan}
+    return {"scan_layers": True, "remat": True, "remat_policy": remat}
+
+
+def bert_sides(preset: str, batch_size: int, seq_len: int, layers: int, remat: str) -> dict:
     """BERT's pre-training step (MLM and NSP), dropout off, unrolled and scanned."""
     from bench.model_step import JaxStep, make_batch
 
     batch = make_batch(batch_size, seq_len, max(1, seq_len * 15 // 100))
     depth = {"num_layers": layers} if layers else {}
-    return {scan: JaxStep(preset, batch, precision_overrides={"scan_layers": scan},
+    return {scan: JaxStep(preset, batch, precision_overrides=precision_overrides(scan, remat),
                           model_overrides={"dropout_rate": 0.0, "attention_dropout_rate": 0.0,
                                            **depth})
             for scan in (False, True)}
 
 
-def modernbert_sides(batch_size: int, seq_len: int, layers: int) -> dict:
+def modernbert_sides(batch_size: int, seq_len: int, layers: int, remat: str) -> dict:
     """ModernBERT-base's masked-LM step with its StableAdamW (bench/modernbert_step.py's) on
     packed rows, unrolled and scanned (layer 0 alone, then blocks of three)."""
     from bench.masked_lm_rows import make_rows
@@ -76,14 +86,14 @@ def modernbert_sides(batch_size: int, seq_len: int, layers: int) -> dict:
     rows = make_rows("packed", batch_size, seq_len, config.local_attention,
                      config.vocab_size, 0, mask_rate=MASK_RATE)
     return {scan: modernbert_jax_step(rows, layers or config.num_layers,
-                                      precision_overrides={"scan_layers": scan})
+                                      precision_overrides=precision_overrides(scan, remat))
             for scan in (False, True)}
 
 
 def time_steps(family: str, preset: str, batch_size: int, seq_len: int, layers: int,
-               rounds: int, steps: int) -> None:
-    sides = (modernbert_sides(batch_size, seq_len, layers) if family == "modernbert"
-             else bert_sides(preset, batch_size, seq_len, layers))
+               rounds: int, steps: int, remat: str) -> None:
+    sides = (modernbert_sides(batch_size, seq_len, layers, remat) if family == "modernbert"
+             else bert_sides(preset, batch_size, seq_len, layers, remat))
     sides[True].load_params(sides[False].state.params)
     for side in sides.values():
         side()  # compile and warm
@@ -99,8 +109,9 @@ def time_steps(family: str, preset: str, batch_size: int, seq_len: int, layers: 
         print(f"round {round_index}: unrolled {seconds[False]:.3f} s, scanned "
               f"{seconds[True]:.3f} s a step, scanned / unrolled {ratios[-1]:.3f}", flush=True)
     name = "modernbert-base" if family == "modernbert" else preset
+    scanned = "scanned" if remat == "none" else f"scanned (remat {remat})"
     print(f"{name}{f' ({layers} layers)' if layers else ''} {batch_size} x {seq_len}: step "
-          f"time scanned / unrolled, median of "
+          f"time {scanned} / unrolled, median of "
           f"{rounds} rounds {statistics.median(ratios):.3f} (range {min(ratios):.3f} - "
           f"{max(ratios):.3f})")
 
@@ -120,13 +131,15 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--remat", choices=("none", "full", "matmul_outputs"), default="none",
+                        help="step: the scanned side's remat policy (unrolled runs without)")
     args = parser.parse_args()
     announce_host()
     if args.what == "compile":
         compile_once(args.config, args.scan == "on")
     else:
         time_steps(args.family, args.preset, args.batch, args.seq_len, args.layers,
-                   args.rounds, args.steps)
+                   args.rounds, args.steps, args.remat)
 
 
 if __name__ == "__main__":
