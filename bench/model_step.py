@@ -47,6 +47,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.host import announce_host  # noqa: E402
+from bench.timed_rounds import time_rounds, warm_up  # noqa: E402
 from bert_jax.cpu_matmul import XLA_DEFAULT_OPTIONS  # noqa: E402
 
 VOCAB_SIZE = 30522  # bert-base-uncased
@@ -210,24 +211,6 @@ def matmul_runs(size: int, xla_products: bool = False) -> dict:
     return runs
 
 
-def time_rounds(steps: dict, rounds: int, repeats: dict) -> dict[str, list[list[float]]]:
-    """Seconds per call, [round][call], for each entry of `steps`, called `repeats[name]`
-    times per round; the entries alternate, so a change in machine load hits them all."""
-    from tqdm import tqdm
-    times = {name: [] for name in steps}
-    with tqdm(total=rounds * sum(repeats.values()), unit="call", leave=False) as bar:
-        for _ in range(rounds):
-            for name, step in steps.items():
-                round_times = []
-                for _ in range(repeats[name]):
-                    start = time.perf_counter()
-                    step()
-                    round_times.append(time.perf_counter() - start)
-                    bar.update()
-                times[name].append(round_times)
-    return times
-
-
 def benchmark_preset(preset_name: str, args) -> list[str]:
     """Table rows for one model size: each framework's step, MFU against per-round peaks."""
     from bert_jax.compiler import flops
@@ -243,9 +226,7 @@ def benchmark_preset(preset_name: str, args) -> list[str]:
         args.seq_len if name == "torch" else args.predictions) for name in steps}
     peak_runs = matmul_runs(args.peak_size, args.xla_products)
     calls = {**steps, **{f"{name} peak": run for name, run in peak_runs.items()}}
-    for call in calls.values():
-        for _ in range(args.warmup):
-            call()
+    warm_up(calls, args.warmup)
     repeats = {name: args.steps if name in steps else args.peak_repeats for name in calls}
     times = time_rounds(calls, args.rounds, repeats)
     peaks = {name: [2 * args.peak_size**3 / statistics.median(r) for r in times[f"{name} peak"]]
@@ -284,7 +265,9 @@ def step_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--predictions", type=int, default=20, help="masked positions per row")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
     parser.add_argument("--steps", type=int, default=3, help="timed steps per round and framework")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed steps (compilation)")
+    parser.add_argument("--warmup", type=int, default=2,
+                        help="untimed steps at least (compilation; then until a step takes "
+                             "no fresh memory: warm_up)")
     parser.add_argument("--peak-size", type=int, default=2048, help="square matmul size for the peak")
     parser.add_argument("--peak-repeats", type=int, default=5, help="peak matmuls per round")
 

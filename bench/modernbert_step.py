@@ -58,7 +58,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as bench/model_step.py, f
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.model_step import JaxStep, time_rounds  # noqa: E402
+from bench.model_step import JaxStep  # noqa: E402
+from bench.timed_rounds import time_rounds, warm_up  # noqa: E402
 from bert_jax.cpu_matmul import XLA_DEFAULT_OPTIONS  # noqa: E402
 from bench.host import announce_host  # noqa: E402
 from bench.masked_lm_rows import (Rows, instances, jax_batch, make_rows,  # noqa: E402
@@ -216,16 +217,18 @@ def jax_attention(rows: int, seq_len: int, window: int | None) -> str:
         "on the full T x T scores"))
 
 
-def summary_lines(mode: str, times: dict, real_tokens: int) -> list[str]:
-    """Each side's median time and real tokens/s, and bert-jax's ratio to each transformers
-    side per round (the faster of sdpa and eager is the peer)."""
+def summary_lines(mode: str, times: dict, real_tokens: int, faults: dict) -> list[str]:
+    """Each side's median time, real tokens/s and page faults a call per round (time_rounds),
+    and bert-jax's ratio to each transformers side per round (the faster of sdpa and eager is
+    the peer)."""
     medians = {name: [statistics.median(r) for r in rounds] for name, rounds in times.items()}
     lines = []
     for name, values in medians.items():
         median = statistics.median(values)
         lines.append(f"  {mode:7s} {name:30s} {median * 1e3:9.1f} ms/step "
                      f"(rounds {min(values) * 1e3:.0f}-{max(values) * 1e3:.0f}) "
-                     f"{real_tokens / median:8.0f} real tokens/s")
+                     f"{real_tokens / median:8.0f} real tokens/s; page faults a call by round "
+                     + " ".join(f"{count / 1e3:.0f}k" for count in faults[name]))
     peer = min(("transformers sdpa", "transformers eager"),
                key=lambda name: statistics.median(medians[name]))
     for name in medians:
@@ -296,11 +299,10 @@ def compare_steps(header: str, rows: Rows, jax_step: JaxStep, reference: TorchMa
         calls = {name: step.forward if mode == "forward" else step
                  for name, step in {"bert-jax": jax_step, **other_jax_steps}.items()}
         calls.update({name: functools.partial(run, *side) for name, side in sides.items()})
-        for call in calls.values():
-            for _ in range(args.warmup):
-                call()
-        times = time_rounds(calls, args.rounds, {name: args.steps for name in calls})
-        mode_lines = summary_lines(mode, times, rows.real_tokens)
+        warm_up(calls, args.warmup)
+        faults = {}
+        times = time_rounds(calls, args.rounds, {name: args.steps for name in calls}, faults)
+        mode_lines = summary_lines(mode, times, rows.real_tokens, faults)
         print(*mode_lines, sep="\n", flush=True)
         lines += mode_lines
     tail = f"  load average after: {os.getloadavg()[0]:.1f}"
@@ -319,7 +321,9 @@ def argument_parser(description: str) -> argparse.ArgumentParser:
     parser.add_argument("--modes", default="forward,train", help="forward and/or train")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds")
     parser.add_argument("--steps", type=int, default=1, help="timed calls per round and side")
-    parser.add_argument("--warmup", type=int, default=1, help="untimed calls (compilation)")
+    parser.add_argument("--warmup", type=int, default=1,
+                        help="untimed calls at least (compilation; then until a call takes "
+                             "no fresh memory: bench/model_step.py's warm_up)")
     parser.add_argument("--seed", type=int, default=0, help="the batch's lengths, ids, masks")
     parser.add_argument("--unpacked", action="store_true",
                         help="packed layout: also transformers on the sequences unpacked")

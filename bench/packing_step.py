@@ -21,7 +21,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # bench.model_step sets the environment (JAX_PLATFORMS, OMP_WAIT_POLICY) before JAX loads.
-from bench.model_step import JaxStep, matmul_runs, step_arguments, time_rounds  # noqa: E402
+from bench.model_step import JaxStep, matmul_runs, step_arguments  # noqa: E402
+from bench.timed_rounds import time_rounds, warm_up  # noqa: E402
 from bench.host import announce_host  # noqa: E402
 
 CORPUS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..",
@@ -75,9 +76,7 @@ def packing_comparison(preset_name: str, args) -> list[str]:
     config = steps["unpacked"].model_config
     peak = {"jax peak": matmul_runs(args.peak_size)["jax"]}
     calls = {**steps, **peak}
-    for call in calls.values():
-        for _ in range(args.warmup):
-            call()
+    warm_up(calls, args.warmup)
     times = time_rounds(calls, args.rounds, {name: args.steps if name in steps
                                              else args.peak_repeats for name in calls})
     peaks = [2 * args.peak_size**3 / statistics.median(r) for r in times["jax peak"]]

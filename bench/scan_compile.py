@@ -28,6 +28,7 @@ import time
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.host import announce_host  # noqa: E402
+from bench.timed_rounds import warm_up  # noqa: E402
 
 
 def compile_once(config_path: str, scan: bool) -> None:
@@ -95,8 +96,7 @@ def time_steps(family: str, preset: str, batch_size: int, seq_len: int, layers: 
     sides = (modernbert_sides(batch_size, seq_len, layers, remat) if family == "modernbert"
              else bert_sides(preset, batch_size, seq_len, layers, remat))
     sides[True].load_params(sides[False].state.params)
-    for side in sides.values():
-        side()  # compile and warm
+    warm_up({"unrolled": sides[False], "scanned": sides[True]}, 1)  # compile, then steady
     ratios = []
     for round_index in range(rounds):
         seconds = {}
