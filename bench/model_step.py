@@ -35,7 +35,6 @@ import argparse
 import os
 import statistics
 import sys
-import time
 
 import numpy as np
 

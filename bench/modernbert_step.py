@@ -323,7 +323,7 @@ def argument_parser(description: str) -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=int, default=1, help="timed calls per round and side")
     parser.add_argument("--warmup", type=int, default=1,
                         help="untimed calls at least (compilation; then until a call takes "
-                             "no fresh memory: bench/model_step.py's warm_up)")
+                             "no fresh memory: bench/timed_rounds.py's warm_up)")
     parser.add_argument("--seed", type=int, default=0, help="the batch's lengths, ids, masks")
     parser.add_argument("--unpacked", action="store_true",
                         help="packed layout: also transformers on the sequences unpacked")

@@ -1,31 +1,17 @@
 """bert_jax.peak_memory: a block's peak resident memory, for compiles to say what they need."""
 
-import mmap
 import time
 
 import psutil
 
 from bert_jax import peak_memory
+from fresh_pages import MIB, touch
 
-MIB = 2**20
-
-
-def _touch(megabytes: int) -> mmap.mmap:
-    """Fresh pages from the kernel, every one written (resident, not only reserved), and
-    handed back when the map is deleted. Not numpy's malloc: a long-lived test worker's heap
-    can hold freed memory that is still resident, and malloc reuses it, so the block would
-    measure nothing (CI: a worker at 7.1 GB took np.ones' 200 MiB without its resident set
-    growing; reproduced here by running this file in a process started with cpu_memory's
-    tunables after freeing 300 MiB of numpy array)."""
-    block = mmap.mmap(-1, megabytes * MIB)
-    for offset in range(0, megabytes * MIB, mmap.PAGESIZE):
-        block[offset] = 1
-    return block
 
 
 def test_a_freed_allocation_still_counts_at_its_peak():
     with peak_memory.PeakMemory() as peak:
-        block = _touch(200)
+        block = touch(200)
         del block
     # The process held at least `before` plus the 200 MiB at the allocation's height. The
     # upper bound: the allocation and the interpreter's own churn, far under a second copy.
@@ -36,11 +22,11 @@ def test_a_freed_allocation_still_counts_at_its_peak():
 
 def test_a_watched_block_inside_another_leaves_the_outer_peak_whole():
     with peak_memory.PeakMemory() as outer:
-        block = _touch(200)
+        block = touch(200)
         del block
         # The inner watch resets the kernel's high-water mark; the outer must keep its 200 MiB.
         with peak_memory.PeakMemory() as inner:
-            small = _touch(20)
+            small = touch(20)
             del small
     assert outer.bytes - outer.before >= 196 * MIB
     assert inner.bytes - inner.before < 150 * MIB
@@ -50,7 +36,7 @@ def test_without_the_kernels_mark_a_sampler_measures(monkeypatch):
     monkeypatch.setattr(peak_memory, "_reset_high_water_mark", lambda: False)
     monkeypatch.setattr(peak_memory, "SAMPLE_SECONDS", 0.005)
     with peak_memory.PeakMemory() as peak:
-        block = _touch(200)
+        block = touch(200)
         time.sleep(0.05)  # held long enough for the sampler to see it (a spike can be missed)
         del block
     assert peak.bytes - peak.before >= 196 * MIB

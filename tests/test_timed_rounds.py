@@ -2,15 +2,13 @@
 and its rounds say how many fresh pages each call took."""
 
 import io
-import mmap
 import os
 import sys
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPOSITORY)
 from bench import timed_rounds  # noqa: E402
-
-MIB = 2**20
+from fresh_pages import touch  # noqa: E402
 
 
 class GrowingCall:
@@ -24,10 +22,7 @@ class GrowingCall:
     def __call__(self):
         self.calls += 1
         if self.calls <= self.growing:
-            block = mmap.mmap(-1, 40 * MIB)
-            for offset in range(0, 40 * MIB, mmap.PAGESIZE):
-                block[offset] = 1
-            self.maps.append(block)
+            self.maps.append(touch(40))
 
 
 def test_warm_up_lasts_until_two_rounds_in_a_row_take_no_fresh_memory():
