@@ -20,7 +20,8 @@ Two steps can be traced:
   products, the attention core, the optimizer, the rest (elementwise passes and
   reductions);
 - `--task eurobert`: the masked-LM step of bench/eurobert_step.py (EuroBERT-210m's widths,
-  `--layers` of them, every position a slot of its 128,256-word head);
+  `--layers` of them, every position a slot of its 128,256-word head); `--peer` as for
+  modernbert, beside transformers' EuroBertForMaskedLM and torch's AdamW;
 - `--task embed`: one batch of `bert-jax embed` (`embed_batch`: MiniLM's forward, mean
   pooling, normalisation) on `--batch` x `--seq-len` random ids (32 x 48 by default), no
   gradient; `--peer` profiles sentence-transformers' forward of the same batch beside it.
@@ -49,6 +50,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from host import announce_host  # noqa: E402  (bench/ is on the path here)
+from timed_rounds import warm_up  # noqa: E402
 
 # (part, pattern on the HLO op_name), first match wins; op_names carry the flax module path
 # and named scopes (`dropout` in bert_jax/models/layers/dropout.py, also inside attention chunks).
@@ -125,17 +127,27 @@ def torch_profile(step, steps: int) -> tuple[collections.Counter, float, float]:
     return kinds, wall, cpu
 
 
-def peer_step(rows, layers: int, jax_step):
-    """transformers' train step (sdpa) on `rows` with the weights `jax_step` is given too."""
+def peer_step(rows, layers: int, jax_step, family: str = "modernbert"):
+    """transformers' train step (sdpa) on `rows` with the weights `jax_step` is given too:
+    ModernBERT's (torch-optimi's StableAdamW) or EuroBERT's (torch's AdamW), as
+    bench/modernbert_step.py and bench/eurobert_step.py build them."""
     import types
-    from modernbert_step import (TorchModernBert, save_initial_weights, torch_sides)
+    import torch
+    import transformers
+    from modernbert_step import TorchModernBert, save_initial_weights, torch_sides
+    from eurobert_step import TorchEuroBert, hf_model_config
     from bert_jax.interop import model_source
     with tempfile.TemporaryDirectory(prefix="profile-peer-") as directory:
-        config = save_initial_weights(layers, directory)
+        if family == "eurobert":
+            torch.manual_seed(0)
+            transformers.EuroBertForMaskedLM(hf_model_config(layers)).save_pretrained(directory)
+            window, reference_class = None, TorchEuroBert  # every layer global
+        else:
+            window = save_initial_weights(layers, directory).local_attention // 2
+            reference_class = TorchModernBert
         jax_step.load_params(model_source.in_directory(directory).load().params)
-        reference = TorchModernBert(directory)  # the weights are read into memory
-    sides = torch_sides(rows, config.local_attention // 2,
-                        types.SimpleNamespace(unpacked=False, compile=False))
+        reference = reference_class(directory)  # the weights are read into memory
+    sides = torch_sides(rows, window, types.SimpleNamespace(unpacked=False, compile=False))
     return lambda: reference.train_step(*sides["transformers sdpa"])
 
 
@@ -274,17 +286,19 @@ def main() -> None:
     parser.add_argument("--batch", type=int, help="rows (default 8 pretrain, 32 qa)")
     parser.add_argument("--seq-len", type=int, help="tokens per row (default 128 pretrain, "
                                                     "256 qa)")
-    parser.add_argument("--steps", type=int, default=2, help="traced steps (after 2 warm-up)")
+    parser.add_argument("--steps", type=int, default=2,
+                        help="traced steps (after a warm-up of at least 2 to a steady heap)")
     parser.add_argument("--scan", action="store_true",
                         help="pretrain: the layer stack scanned (precision.scan_layers)")
     parser.add_argument("--top", type=int, default=0, help="also the N slowest operations")
     parser.add_argument("--peer", action="store_true",
-                        help="modernbert, embed: also transformers' step (or "
+                        help="modernbert, eurobert, embed: also transformers' step (or "
                              "sentence-transformers' forward) on the same inputs, by kind")
     args = parser.parse_args()
-    if args.peer and args.task not in ("modernbert", "embed"):
-        parser.error("--peer profiles transformers' ModernBERT step or sentence-transformers' "
-                     "embedding: use it with --task modernbert or embed")
+    if args.peer and args.task not in ("modernbert", "eurobert", "embed"):
+        parser.error("--peer profiles transformers' ModernBERT or EuroBERT step or "
+                     "sentence-transformers' embedding: use it with --task modernbert, "
+                     "eurobert or embed")
     announce_host()  # the CPU, its ISA, threads and load: figures carry their host
     import jax
     if args.task == "qa":
@@ -306,6 +320,7 @@ def main() -> None:
         rows = make_rows(args.layout, batch, seq_len, SHORT, preset("eurobert-210m").vocab_size,
                          mask_rate=EUROBERT_MASK_RATE)
         step = eurobert_jax_step(rows, args.layers, sparse=False)
+        peer = peer_step(rows, args.layers, step, "eurobert") if args.peer else None
         title = f"EuroBERT-210m ({args.layers} layers) {batch} x {seq_len} {args.layout}"
     elif args.task == "embed":
         step = EmbeddingStep(args.batch or 32, args.seq_len or 48)
@@ -322,8 +337,9 @@ def main() -> None:
     else:
         hlo = step.bundle.train_step.lower(step.state, step.batch, step.rng).compile().as_text()
     names = op_names(hlo)
-    for _ in range(2):
-        step()
+    # Both sides, alternating as the benches time them, until the heap holds still: a step
+    # traced while the heap still grows is timed with its page faults (bench/timed_rounds.py).
+    warm_up({"bert-jax": step, **({"reference": peer} if args.peer else {})}, minimum=2)
     with tempfile.TemporaryDirectory() as trace_dir:
         start, cpu_start = time.perf_counter(), time.process_time()
         jax.profiler.start_trace(trace_dir)
@@ -355,8 +371,6 @@ def main() -> None:
         for part, nanoseconds in parts.items():
             kinds[kind_of(part, False)] += (nanoseconds - matmuls[part]) / 1e3
             kinds[kind_of(part, True)] += matmuls[part] / 1e3
-        for _ in range(2):
-            peer()
         print("\nBy kind of work, beside the reference on the same inputs and weights "
               "(transformers' step with sdpa, or sentence-transformers' forward); bert-jax: XLA "
               "thread-time (YNNPACK's helper threads untraced), the reference: each operation's "
