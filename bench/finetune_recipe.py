@@ -61,29 +61,73 @@ def torch_optimizer(model, learning_rate: float):
     return torch.optim.AdamW(groups, lr=learning_rate, betas=(0.9, 0.999), eps=1e-6)
 
 
-def torch_train(model, rows, collator, args) -> float:
+def torch_train(model, rows, collator, args, checkpoint: str | None = None,
+                save_every: float = 300.0) -> float:
     """The recipe in PyTorch over `rows` batched by `collator`; returns the training wall time,
-    the model left in eval mode."""
+    the model left in eval mode.
+
+    With `checkpoint` (a file path) the run saves its state there after the first step that
+    ends `save_every` seconds after the last save, and a run started with that file present
+    continues from it: the model, optimizer, schedule, the epoch's data order (the loader's
+    generator as the epoch began, its finished batches drawn again and skipped) and the
+    dropout generator, so it ends as a run never stopped would
+    (tests/test_finetune_recipe.py). A GLUE grid's reference runs take most of an hour each
+    on 2 cores; the caller removes the file once the run's result is kept."""
     import torch
 
+    generator = torch.Generator().manual_seed(args.seed)
     loader = torch.utils.data.DataLoader(
         rows, batch_size=args.batch_size, shuffle=True, collate_fn=collator,
-        generator=torch.Generator().manual_seed(args.seed))
+        generator=generator)
     optimizer = torch_optimizer(model, args.learning_rate)
     scheduler = bert_schedule(optimizer, len(loader) * args.epochs)
+    saved = torch.load(checkpoint, weights_only=False) if checkpoint and os.path.exists(
+        checkpoint) else None
+    if saved:
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        scheduler.load_state_dict(saved["scheduler"])
     model.train()
-    start = time.perf_counter()
-    for _ in range(args.epochs):
-        for batch in loader:
+    start = last_save = time.perf_counter()
+    for epoch in range(saved["epoch"] if saved else 0, args.epochs):
+        resumed = saved is not None and epoch == saved["epoch"]
+        if resumed:  # the epoch's order again, from the generator as the epoch began
+            generator.set_state(saved["epoch_generator"])
+        epoch_generator = generator.get_state()  # before iter(): the loader draws from it there
+        batches = iter(loader)
+        done = saved["step_in_epoch"] if resumed else 0
+        for _ in range(done):
+            next(batches)
+        if resumed:
+            torch.set_rng_state(saved["torch_rng"])  # dropout's draws after the saved step
+        for batch in batches:
             loss = model(**batch).loss
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad()
-    seconds = time.perf_counter() - start
+            done += 1
+            if checkpoint and time.perf_counter() - last_save >= save_every:
+                _save(checkpoint, dict(
+                    model=model.state_dict(), optimizer=optimizer.state_dict(),
+                    scheduler=scheduler.state_dict(), torch_rng=torch.get_rng_state(),
+                    epoch=epoch, step_in_epoch=done, epoch_generator=epoch_generator,
+                    seconds=(saved["seconds"] if saved else 0.0)
+                    + time.perf_counter() - start))
+                last_save = time.perf_counter()
+    seconds = (saved["seconds"] if saved else 0.0) + time.perf_counter() - start
     model.eval()
     return seconds
+
+
+def _save(path: str, state: dict) -> None:
+    """`state` to `path` whole or not at all: a run killed while saving keeps the last one."""
+    import torch
+
+    partial = path + ".partial"
+    torch.save(state, partial)
+    os.replace(partial, path)
 
 
 def comparison_lines(title: str, ours: dict, again: dict, theirs: dict, examples: int,

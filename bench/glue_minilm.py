@@ -91,7 +91,10 @@ def bert_jax_glue(model: str, glue: str, workdir: str, args) -> tuple[list, floa
             for run in runs], seconds
 
 
-def transformers_run(model: str, glue: str, learning_rate: float, seed: int, args) -> dict:
+def transformers_run(model: str, glue: str, learning_rate: float, seed: int, args,
+                     checkpoint: str | None = None) -> dict:
+    """transformers fine-tuning `model` at one (learning rate, seed), scored on dev; the
+    training's state kept in `checkpoint` as it goes, and continued from it if present."""
     import torch
     import transformers
 
@@ -120,7 +123,7 @@ def transformers_run(model: str, glue: str, learning_rate: float, seed: int, arg
     train, dev = dataset("train"), dataset(0)
     seconds = torch_train(network, train, collator, argparse.Namespace(
         batch_size=args.batch_size, seed=seed, epochs=args.epochs,
-        learning_rate=learning_rate))
+        learning_rate=learning_rate), checkpoint=checkpoint)
     predicted = []
     with torch.no_grad():
         for begin in range(0, len(dev), 64):
@@ -135,7 +138,8 @@ def transformers_run(model: str, glue: str, learning_rate: float, seed: int, arg
 
 def transformers_runs(model: str, glue: str, workdir: str, args) -> list:
     """Every (learning rate, seed) of the grid in transformers, each kept in `workdir` as it
-    finishes so that a rerun repeats none."""
+    finishes so that a rerun repeats none, and a run stopped midway continues from its last
+    checkpoint (saved every 5 minutes; bench/finetune_recipe.torch_train)."""
     os.makedirs(workdir, exist_ok=True)
     runs = []
     for learning_rate in _numbers(args.learning_rates, float):
@@ -143,9 +147,12 @@ def transformers_runs(model: str, glue: str, workdir: str, args) -> list:
             path = os.path.join(workdir, f"transformers-{args.task}-lr{learning_rate:g}-"
                                          f"seed{seed}.json")
             if not os.path.exists(path):
-                result = transformers_run(model, glue, learning_rate, seed, args)
+                checkpoint = path.removesuffix(".json") + ".checkpoint.pt"
+                result = transformers_run(model, glue, learning_rate, seed, args, checkpoint)
                 with files.atomic_write(path) as file:
                     json.dump(result, file)
+                if os.path.exists(checkpoint):  # none if it trained in under 5 minutes
+                    os.remove(checkpoint)  # the run is kept; its training state is not
             runs.append(json.load(open(path)))
     return runs
 
