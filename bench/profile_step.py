@@ -61,8 +61,8 @@ PARTS = (
     ("attention scores/context products", r"attention/.*(bqhd,bkhd|bhqk,bkhd)"),
     ("attention softmax", r"attention/.*(softmax|reduce_max|exp|reduce_sum|sub|div)"),
     ("attention-probability dropout", r"attention/.*dropout"),
-    ("feed-forward dense", r"mlp/(intermediate|input|output)"),
-    ("GELU", r"mlp/|gelu|erf"),
+    ("feed-forward dense", r"mlp/(intermediate|input|output|gate|up|down)"),  # down: SwiGLU's
+    ("feed-forward activation (GELU, SiLU)", r"mlp/|gelu|erf|silu|logistic"),
     ("LayerNorm", r"layer_norm|_norm/|/norm/"),
     ("hidden-state dropout", r"dropout"),
     ("MLM head + vocabulary projection", r"mlm_head|word_logits|nsp_head|take_along_axis|"
