@@ -81,8 +81,13 @@ def torch_train(model, rows, collator, args, checkpoint: str | None = None,
         generator=generator)
     optimizer = torch_optimizer(model, args.learning_rate)
     scheduler = bert_schedule(optimizer, len(loader) * args.epochs)
+    recipe = dict(rows=len(rows), batch_size=args.batch_size, epochs=args.epochs,
+                  learning_rate=args.learning_rate, seed=args.seed)
     saved = torch.load(checkpoint, weights_only=False) if checkpoint and os.path.exists(
         checkpoint) else None
+    if saved and saved["recipe"] != recipe:
+        raise ValueError(f"{checkpoint} holds a run of {saved['recipe']}, not of {recipe}: "
+                         f"remove it to start this run afresh")
     if saved:
         model.load_state_dict(saved["model"])
         optimizer.load_state_dict(saved["optimizer"])
@@ -112,6 +117,7 @@ def torch_train(model, rows, collator, args, checkpoint: str | None = None,
                 _save(checkpoint, dict(
                     model=model.state_dict(), optimizer=optimizer.state_dict(),
                     scheduler=scheduler.state_dict(), torch_rng=torch.get_rng_state(),
+                    recipe=recipe,
                     epoch=epoch, step_in_epoch=done, epoch_generator=epoch_generator,
                     seconds=(saved["seconds"] if saved else 0.0)
                     + time.perf_counter() - start))

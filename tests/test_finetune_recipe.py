@@ -70,3 +70,15 @@ def test_continued_run_ends_as_an_unbroken_one(tmp_path, stop_at):
     for (name, expected), actual in zip(unbroken.state_dict().items(),
                                         continued.state_dict().values()):
         assert torch.equal(expected, actual), name
+
+
+def test_checkpoint_of_another_recipe_is_refused(tmp_path):
+    """A file left by a run of other settings (here 3 epochs, not 2) is not continued from."""
+    checkpoint = str(tmp_path / "run.pt")
+    longer = argparse.Namespace(**dict(vars(recipe()), epochs=3))
+    calls = []
+    with pytest.raises(Stop):
+        torch_train(tiny_model(), rows(), lambda batch: collate(batch, calls, 2), longer,
+                    checkpoint=checkpoint, save_every=0.0)
+    with pytest.raises(ValueError, match="run.pt holds a run of"):
+        torch_train(tiny_model(), rows(), collate, recipe(), checkpoint=checkpoint)
