@@ -75,6 +75,8 @@ def torch_train(model, rows, collator, args, checkpoint: str | None = None,
     on 2 cores; the caller removes the file once the run's result is kept."""
     import torch
 
+    from bert_jax.storage import files
+
     generator = torch.Generator().manual_seed(args.seed)
     loader = torch.utils.data.DataLoader(
         rows, batch_size=args.batch_size, shuffle=True, collate_fn=collator,
@@ -88,6 +90,7 @@ def torch_train(model, rows, collator, args, checkpoint: str | None = None,
     if saved and saved["recipe"] != recipe:
         raise ValueError(f"{checkpoint} holds a run of {saved['recipe']}, not of {recipe}: "
                          f"remove it to start this run afresh")
+    earlier_seconds = saved["seconds"] if saved else 0.0  # the training before the stop
     if saved:
         model.load_state_dict(saved["model"])
         optimizer.load_state_dict(saved["optimizer"])
@@ -114,26 +117,18 @@ def torch_train(model, rows, collator, args, checkpoint: str | None = None,
             optimizer.zero_grad()
             done += 1
             if checkpoint and time.perf_counter() - last_save >= save_every:
-                _save(checkpoint, dict(
-                    model=model.state_dict(), optimizer=optimizer.state_dict(),
-                    scheduler=scheduler.state_dict(), torch_rng=torch.get_rng_state(),
-                    recipe=recipe,
-                    epoch=epoch, step_in_epoch=done, epoch_generator=epoch_generator,
-                    seconds=(saved["seconds"] if saved else 0.0)
-                    + time.perf_counter() - start))
+                # Whole or not at all: a run killed while saving keeps the last one.
+                with files.atomic_write(checkpoint, "wb") as file:
+                    torch.save(dict(
+                        model=model.state_dict(), optimizer=optimizer.state_dict(),
+                        scheduler=scheduler.state_dict(), torch_rng=torch.get_rng_state(),
+                        recipe=recipe, epoch=epoch, step_in_epoch=done,
+                        epoch_generator=epoch_generator,
+                        seconds=earlier_seconds + time.perf_counter() - start), file)
                 last_save = time.perf_counter()
-    seconds = (saved["seconds"] if saved else 0.0) + time.perf_counter() - start
+    seconds = earlier_seconds + time.perf_counter() - start
     model.eval()
     return seconds
-
-
-def _save(path: str, state: dict) -> None:
-    """`state` to `path` whole or not at all: a run killed while saving keeps the last one."""
-    import torch
-
-    partial = path + ".partial"
-    torch.save(state, partial)
-    os.replace(partial, path)
 
 
 def comparison_lines(title: str, ours: dict, again: dict, theirs: dict, examples: int,
