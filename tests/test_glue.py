@@ -129,6 +129,27 @@ def test_tfds_glue_examples_become_download_rows():
     assert all(0 <= float(row.label) <= 5 and len(row.texts) == 2 for row in scores)
 
 
+
+@pytest.mark.parametrize("task, line, message", [
+    ("sst2", "a typo in the label\tO\n", r"label 'O'; GLUE's sst2 expects one of 0, 1"),
+    ("mnli", "\t".join(["9"] * 8 + ["premise", "hypothesis", "neutral", "entailed"]) + "\n",
+     r"label 'entailed'; GLUE's mnli expects one of entailment, neutral, contradiction"),
+    ("stsb", "\t".join(["9", "g", "f", "y", "9", "n", "n", "a", "b", "four"]) + "\n",
+     r"label 'four'; GLUE's stsb expects a similarity score"),
+])
+def test_a_label_outside_the_task_s_classes_is_an_error_naming_its_line(
+        glue_dir, tmp_path, task, line, message):
+    """A typo in a label cell never trains as a class of its own: the download's files name
+    every task's classes, so any other cell is an error at its file and line."""
+    data = str(tmp_path / "glue")
+    directory = glue_data.TASKS[task].directory
+    shutil.copytree(os.path.join(glue_dir, directory), os.path.join(data, directory))
+    train = os.path.join(data, directory, "train.tsv")
+    lines = open(train, encoding="utf-8").read().count("\n")
+    with open(train, "a", encoding="utf-8") as file:
+        file.write(line)
+    with pytest.raises(UserError, match=rf"train\.tsv:{lines + 1}: {message}"):
+        glue_data.read_split(data, glue_data.TASKS[task], "train")
 SUITE_FLAGS = ["--tasks", "cola,mrpc,stsb,wnli", "--learning-rates", "1e-3",
                "--seeds", "3", "--epochs", "2", "--batch-size", "8", "--max-seq-len", "16",
                "--no-progress"]

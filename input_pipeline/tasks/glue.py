@@ -107,8 +107,10 @@ def read_split(data: str, glue_task: GlueTask, split: int | str,
     kind = source_kind(data, glue_task)
     if kind == "tsv":
         name = "train.tsv" if split == "train" else glue_task.dev_files[split]
-        rows = columns.read_rows(files.join(data, glue_task.directory, name),
-                                 glue_task.tsv_columns, numeric_labels=glue_task.regression)
+        path = files.join(data, glue_task.directory, name)
+        rows = columns.read_rows(path, glue_task.tsv_columns,
+                                 numeric_labels=glue_task.regression)
+        _check_labels(rows, path, glue_task)
         return rows
     split_name = "train" if split == "train" else glue_task.dev_splits[split]
     if kind == "tfds":
@@ -117,6 +119,24 @@ def read_split(data: str, glue_task: GlueTask, split: int | str,
         records, where = _arrow_records(data, glue_task, split_name, kind)
     return [_dataset_row(record, glue_task, where, number)
             for number, record in enumerate(records, start=1)]
+
+
+def _check_labels(rows: list[columns.Row], path: str, glue_task: GlueTask) -> None:
+    """Every label one of the task's classes (a typo, "O" for "0", would otherwise train as a
+    class of its own and score as a wrong answer) or, STS-B, a number."""
+    for row in rows:
+        if glue_task.regression:
+            try:
+                float(row.label)
+                continue
+            except ValueError:
+                expected = "a similarity score, a number from 0 to 5"
+        elif row.label in glue_task.class_names:
+            continue
+        else:
+            expected = f"one of {', '.join(glue_task.class_names)}"
+        raise UserError(f"{path}:{row.line}: label {row.label!r}; GLUE's {glue_task.name} "
+                        f"expects {expected}")
 
 
 def _dataset_row(record: dict, glue_task: GlueTask, where: str, number: int) -> columns.Row:
