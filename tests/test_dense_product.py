@@ -110,3 +110,78 @@ def test_dense_gradients_are_the_same_either_form_in_a_layer(monkeypatch):
         # One product's sums (16 or 24 terms) in another order: well within the encoder's
         # bound for another kernel's order of summation (tolerances.ENCODER_STEPS).
         assert_close(left, right, ENCODER_STEPS, err_msg=jax.tree_util.keystr(path))
+
+
+PROJECTIONS = (("query", 0.125), ("key", 1.0), ("value", 1.0))  # 0.125: scaled exactly
+
+
+class _Projections(nn.Module):
+    """Attention's three projections of one input, joined into one product or each apart."""
+    joined: bool
+
+    @nn.compact
+    def __call__(self, x):
+        layers = [dense.Dense(CONFIG, (3, 8), ("embed",), ("heads", "kv"), name=name,
+                              output_scale=scale) for name, scale in PROJECTIONS]
+        if self.joined:
+            return dense.joined_projections(x, layers)
+        return [layer(x) for layer in layers]
+
+
+def test_joined_projections_keep_each_layer_s_parameters():
+    """Joining is how the step multiplies, not what it stores: the same parameters, under
+    the same names, initialised alike, so checkpoints and conversions cannot tell."""
+    x = jnp.ones((2, 4, 16), jnp.float32)
+    apart = _Projections(joined=False).init(jax.random.PRNGKey(0), x)
+    joined = _Projections(joined=True).init(jax.random.PRNGKey(0), x)
+    assert jax.tree.structure(apart) == jax.tree.structure(joined)
+    for left, right in zip(jax.tree.leaves(apart), jax.tree.leaves(joined)):
+        np.testing.assert_array_equal(left, right)
+
+
+def test_joined_projections_and_their_gradients_are_within_a_float32_sums_bound_of_float64():
+    """Each output, the input's gradient, each kernel's and each bias's against float64
+    numpy: a projection's output sums 16 products and its bias, the input's gradient sums
+    the three projections' 3 x 24 products, a kernel's and a bias's gradient sum the 2 x 48
+    rows. A projection multiplied by another's kernel, or a gradient sent to the wrong one,
+    is off by the whole."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 48, 16)).astype(np.float32)
+    params = nn.meta.unbox(_Projections(joined=True).init(jax.random.PRNGKey(0), x))
+    params = jax.tree.map(lambda leaf: rng.standard_normal(leaf.shape).astype(np.float32) / 4,
+                          params)  # biases too, not their initial zeros
+    cotangents = [rng.standard_normal((2, 48, 3, 8)).astype(np.float32) for _ in PROJECTIONS]
+    outputs, backward = jax.vjp(
+        lambda params, x: _Projections(joined=True).apply(params, x), params, x)
+    parameter_gradients, x_gradient = backward(cotangents)
+
+    layers = params["params"]
+    kernel = np.stack([np.asarray(layers[name]["kernel"], np.float64) * scale
+                       for name, scale in PROJECTIONS], axis=1)  # (16, 3 projections, 3, 8)
+    bias = np.stack([np.asarray(layers[name]["bias"], np.float64) * scale
+                     for name, scale in PROJECTIONS])
+    gradient = np.stack(cotangents, axis=2)  # (2, 48, 3 projections, 3, 8)
+    x64 = np.asarray(x, np.float64)
+    expected = np.einsum("btd,dpho->btpho", x64, kernel) + bias
+    magnitudes = np.einsum("btd,dpho->btpho", np.abs(x64), np.abs(kernel)) + np.abs(bias)
+    (x_expected, x_magnitudes, x_terms), (kernel_expected, kernel_magnitudes, rows) = (
+        _exact_gradients(x, kernel, gradient, 1))
+    bias_expected = gradient.sum(axis=(0, 1), dtype=np.float64)
+    bias_magnitudes = np.abs(gradient).sum(axis=(0, 1), dtype=np.float64)
+
+    def within(actual, expected, magnitudes, terms, what):
+        # A float32 sum of `terms` terms is off by at most terms x (half a step) of the sum
+        # of their magnitudes, in any order, plus the products' own roundings.
+        bound = (terms + 1) * EPSILON32 / 2 * magnitudes
+        error = np.abs(np.asarray(actual, np.float64) - expected)
+        assert np.all(error <= bound), (what, float(np.max(error - bound)))
+
+    for index, (name, scale) in enumerate(PROJECTIONS):
+        within(outputs[index], expected[:, :, index], magnitudes[:, :, index], 16 + 1, name)
+        # The stored kernel and bias are multiplied by the scale (a power of 2, so exactly):
+        # their gradients are the scaled ones' times it.
+        within(np.asarray(parameter_gradients["params"][name]["kernel"]) / scale,
+               kernel_expected[:, index], kernel_magnitudes[:, index], rows, name + " kernel")
+        within(np.asarray(parameter_gradients["params"][name]["bias"]) / scale,
+               bias_expected[index], bias_magnitudes[index], rows, name + " bias")
+    within(x_gradient, x_expected, x_magnitudes, x_terms, "input")

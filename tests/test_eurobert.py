@@ -42,16 +42,31 @@ def test_config_fields_read_and_refused(tmp_path):
             huggingface.config_from_hf({"model_type": "eurobert", **values}, "config.json")
 
 
-@pytest.mark.parametrize("tied", [False, True])
-def test_hidden_states_and_masked_lm_logits_equal_transformers(tmp_path, tied):
+def _join_projections(monkeypatch):
+    """The projections of one input as one product (`dense.joined_projections`), a GPU's
+    form, forced on this CPU."""
+    import jax
+
+    from bert_jax.models import eurobert
+
+    monkeypatch.setattr(eurobert, "joins_projections", lambda: True)
+    jax.clear_caches()  # no step traced with the projections apart may be reused
+
+
+@pytest.mark.parametrize("tied, joined", [(False, False), (True, False), (False, True)])
+def test_hidden_states_and_masked_lm_logits_equal_transformers(tmp_path, tied, joined,
+                                                               monkeypatch):
     """Every layer's hidden state (0 = embeddings, N = after the final norm) and the MLM
     logits, grouped-query attention, on a long row beside short padded ones; untied output
-    embeddings (EuroBERT-210m's) and tied ones (the decoder's bias kept)."""
+    embeddings (EuroBERT-210m's) and tied ones (the decoder's bias kept); and with the
+    projections joined (the keys' and values', the gate's and up's, with their biases)."""
+    if joined:
+        _join_projections(monkeypatch)
     reference = hf_model("EuroBertForMaskedLM", tmp_path, tie_word_embeddings=tied)
     config, params, _ = load_directory(tmp_path)
     assert config.tie_word_embeddings == tied and ("kernel" in params["mlm_head"]) != tied
     worst_hidden, worst_logits = hidden_and_logits(reference, config, params, *mixed_batch())
-    print(f"tied={tied}: hidden states {max(worst_hidden):.2e}, MLM logits {worst_logits:.2e}")
+    print(f"tied={tied}, joined={joined}: hidden states {max(worst_hidden):.2e}, MLM logits {worst_logits:.2e}")
     assert max(worst_hidden) < BOUND and worst_logits < BOUND
 
 
@@ -76,12 +91,16 @@ def test_eurobert_210m_preset_counts_the_parameters_transformers_builds():
     assert ours == expected and 205e6 < ours < 215e6
 
 
-def test_eurobert_210m_widths_equal_transformers(tmp_path):
+@pytest.mark.parametrize("joined", [False, True], ids=["apart", "joined"])
+def test_eurobert_210m_widths_equal_transformers(tmp_path, joined, monkeypatch):
     """EuroBERT-210m's published widths (768 hidden, 12 heads of 64, SwiGLU 3,072, theta
     250,000) at 2 of its 12 layers, at transformers' own initialisation (`post_init`, not
     redrawn), rows up to 24 tokens. The vocabulary is cut from 128,256 to 4,096 tokens to
     keep the test seconds long: its size changes no sum (each logit is a 768-term dot
-    product either way), only how many there are."""
+    product either way), only how many there are. Joined: the query, key and value
+    projections as one product (as many key/value heads as query heads), a GPU's form."""
+    if joined:
+        _join_projections(monkeypatch)
     _, transformers = pytest.importorskip("torch"), pytest.importorskip("transformers")
     config = transformers.EuroBertConfig(**{**EUROBERT_210M, "vocab_size": 4096},
                                          num_hidden_layers=2, bos_token_id=1, eos_token_id=2,
@@ -95,7 +114,7 @@ def test_eurobert_210m_widths_equal_transformers(tmp_path):
     ids, mask = mixed_batch(seed=7)
     ids[ids >= 5] += 1000  # ids spread over more of the vocabulary
     worst_hidden, worst_logits = hidden_and_logits(reference, ours, params, ids, mask)
-    print(f"210m widths: hidden states {max(worst_hidden):.2e}, MLM logits {worst_logits:.2e}")
+    print(f"210m widths, joined={joined}: hidden states {max(worst_hidden):.2e}, MLM logits {worst_logits:.2e}")
     assert max(worst_hidden) < BOUND and worst_logits < BOUND
 
 

@@ -64,10 +64,19 @@ def random_model(tmp_path_factory):
     return config, params, tokenizer, exported
 
 
-def test_minilm_every_layer_matches_transformers(minilm):
+# joined: the query, key and value projections as one product, a GPU's form
+# (dense.joined_projections), here forced on the CPU.
+@pytest.mark.parametrize("joined", [False, True], ids=["apart", "joined"])
+def test_minilm_every_layer_matches_transformers(minilm, joined, monkeypatch):
+    import jax
     import torch
     import transformers
 
+    from bert_jax.models import bert
+
+    if joined:
+        monkeypatch.setattr(bert, "joins_projections", lambda: True)
+        jax.clear_caches()  # no step traced before with the layers apart may be reused
     directory, config, params, tokenizer = minilm
     batch = tokenizer.encode_for_model(SENTENCES, 64)
     ours = inference.encode(params["bert"], batch["input_ids"], batch["segment_ids"],

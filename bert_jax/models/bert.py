@@ -20,7 +20,8 @@ import jax.numpy as jnp
 from bert_jax.models.config import BertConfig, Precision
 from bert_jax.models.layers.attention import attend, attention, attention_probabilities
 from bert_jax.models.layers.dense import (FLOAT32, Dense, add_bias, batch_split, gelu,
-                                          initializer, layer_norm, zeros)
+                                          initializer, joined_projections, joins_projections,
+                                          layer_norm, zeros)
 from bert_jax.models.layers.dropout import Dropout
 from bert_jax.models.layers.layer_scan import (block_params, dropout_key, remat_layer,
                                                scan_blocks, scanned)
@@ -79,9 +80,12 @@ class SelfAttention(nn.Module):
                                     self.precision)
         # The queries come out scaled by 1 / sqrt(head_dim), the scores' scale, folded into
         # their projection (Dense.output_scale).
-        query = project(name="query", output_scale=config.head_dim ** -0.5)(x)  # (B, T, nh, hd)
-        key = project(name="key")(x)  # (B, T, nh, hd)
-        value = project(name="value")(x)  # (B, T, nh, hd)
+        projections = [project(name="query", output_scale=config.head_dim ** -0.5),
+                       project(name="key"), project(name="value")]
+        if joins_projections():
+            query, key, value = joined_projections(x, projections)
+        else:
+            query, key, value = (projection(x) for projection in projections)  # (B, T, nh, hd)
         rate = config.attention_dropout_rate if train else 0.0
         dropout_key = self.make_rng("dropout") if rate else None
         if self.is_mutable_collection("intermediates"):  # attention maps asked for: keep them

@@ -31,7 +31,8 @@ import jax.numpy as jnp
 
 from bert_jax.models.config import EuroBertConfig, Precision
 from bert_jax.models.layers.attention import attend, attention, attention_probabilities
-from bert_jax.models.layers.dense import FLOAT32, Dense, initializer, ones
+from bert_jax.models.layers.dense import (FLOAT32, Dense, initializer, joined_projections,
+                                          joins_projections, ones)
 from bert_jax.models.layers.layer_scan import (block_params, dropout_key, remat_layer,
                                                scan_blocks, scanned)
 from bert_jax.models.layers.rotary import rotary_angles, rotate
@@ -63,10 +64,16 @@ class EuroBertAttention(nn.Module):
         # 1 / sqrt(head_dim) on the queries' kernel: rotation is linear, so scaling before it
         # is scaling after it, without a pass over the (B, T, nh, hd) queries.
         query = dense((config.num_heads, config.head_dim), ("embed",), ("heads", "kv"),
-                      output_scale=1.0 / math.sqrt(config.head_dim), name="query")(x)
+                      output_scale=1.0 / math.sqrt(config.head_dim), name="query")
         kv_shape = (config.num_kv_heads, config.head_dim)
-        key = dense(kv_shape, ("embed",), ("heads", "kv"), name="key")(x)  # (B, T, nkv, hd)
-        value = dense(kv_shape, ("embed",), ("heads", "kv"), name="value")(x)
+        key = dense(kv_shape, ("embed",), ("heads", "kv"), name="key")
+        value = dense(kv_shape, ("embed",), ("heads", "kv"), name="value")
+        if not joins_projections():
+            query, key, value = query(x), key(x), value(x)  # (B, T, nh or nkv, hd)
+        elif config.num_kv_heads == config.num_heads:
+            query, key, value = joined_projections(x, [query, key, value])
+        else:  # grouped queries: the keys and values alike, the queries wider
+            query, (key, value) = query(x), joined_projections(x, [key, value])
         cos, sin = rotary_angles(positions, config.head_dim,
                                  config.layer_rope_theta(self.layer_index))
         window = config.layer_window(self.layer_index)
@@ -92,9 +99,15 @@ class SwiGluMlp(nn.Module):
     def __call__(self, x: Array) -> Array:
         config, precision = self.config, self.precision
         dense = functools.partial(Dense, config, precision=precision, use_bias=config.mlp_bias)
-        gate = dense((config.mlp_dim,), ("embed",), ("mlp",), activation=jax.nn.silu,
-                     name="gate")(x)
-        up = dense((config.mlp_dim,), ("embed",), ("mlp",), name="up")(x)
+        up = dense((config.mlp_dim,), ("embed",), ("mlp",), name="up")
+        if joins_projections():
+            gate, up = joined_projections(
+                x, [dense((config.mlp_dim,), ("embed",), ("mlp",), name="gate"), up])
+            gate = jax.nn.silu(gate)
+        else:
+            gate = dense((config.mlp_dim,), ("embed",), ("mlp",), activation=jax.nn.silu,
+                         name="gate")(x)
+            up = up(x)
         return dense((config.hidden_dim,), ("mlp",), ("embed",), name="down")(gate * up)
 
 

@@ -49,6 +49,7 @@ import jax.numpy as jnp
 from bert_jax.errors import UserError
 from bert_jax.models.config import ATTENTION_IMPLEMENTATIONS
 from bert_jax.models.layers import banded_attention
+from bert_jax.models.layers.platform import GPU_PLATFORMS
 from bert_jax.models.layers.visibility import visible_keys, within_window
 
 Array = jax.Array
@@ -80,7 +81,7 @@ def choose(implementation: str, platform: str, rate: float, seq_len, dtype: str,
         return "reference"
     if platform == "tpu" and seq_len % SPLASH_BLOCK == 0 and not rate:
         return "splash"
-    if platform in ("cuda", "gpu") and dtype in ("bfloat16", "float16"):
+    if platform in GPU_PLATFORMS and dtype in ("bfloat16", "float16"):
         if max_instances == 1 and window is None:
             return "cudnn"
         return "reference" if rate else "xla"

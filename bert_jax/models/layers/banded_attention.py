@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bert_jax.models.layers.platform import GPU_PLATFORMS
 from bert_jax.models.layers.visibility import visible_by_instance
 
 Array = jax.Array
@@ -44,7 +45,6 @@ Array = jax.Array
 # splash's local mask, whose kernel skips the blocks outside the band itself.
 BAND_BLOCK_WINDOWS = 1
 BAND_MIN_WINDOWS = 4
-GPU_PLATFORMS = ("gpu", "cuda")
 
 
 def band_block(seq_len, window: int | None, platform: str,

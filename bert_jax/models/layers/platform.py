@@ -4,6 +4,8 @@ gradient)."""
 
 import jax
 
+GPU_PLATFORMS = ("gpu", "cuda")  # what jax calls a GPU's platform, by version
+
 
 def traced_platform() -> str:
     """The platform the step is traced for: the mesh's devices where there is a mesh (an AOT
