@@ -185,3 +185,17 @@ def test_joined_projections_and_their_gradients_are_within_a_float32_sums_bound_
         within(np.asarray(parameter_gradients["params"][name]["bias"]) / scale,
                bias_expected[index], bias_magnitudes[index], rows, name + " bias")
     within(x_gradient, x_expected, x_magnitudes, x_terms, "input")
+
+
+def test_precision_projections_chooses_the_form_and_refuses_a_typo():
+    """auto joins on a GPU only (this CPU: apart); joined and apart hold on any platform, so
+    that a GPU session can time the one beside the other."""
+    from bert_jax.errors import UserError
+    from bert_jax.models.config import Precision
+
+    assert not dense.joins_projections(Precision())
+    assert dense.joins_projections(Precision(projections="joined"))
+    assert not dense.joins_projections(Precision(projections="apart"))
+    with pytest.raises(UserError, match=r"precision.projections must be one of \['auto', "
+                                        r"'joined', 'apart'\], got 'join'"):
+        Precision(projections="join")

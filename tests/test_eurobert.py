@@ -49,7 +49,7 @@ def _join_projections(monkeypatch):
 
     from bert_jax.models import eurobert
 
-    monkeypatch.setattr(eurobert, "joins_projections", lambda: True)
+    monkeypatch.setattr(eurobert, "joins_projections", lambda precision: True)
     jax.clear_caches()  # no step traced with the projections apart may be reused
 
 

@@ -75,7 +75,7 @@ def test_minilm_every_layer_matches_transformers(minilm, joined, monkeypatch):
     from bert_jax.models import bert
 
     if joined:
-        monkeypatch.setattr(bert, "joins_projections", lambda: True)
+        monkeypatch.setattr(bert, "joins_projections", lambda precision: True)
         jax.clear_caches()  # no step traced before with the layers apart may be reused
     directory, config, params, tokenizer = minilm
     batch = tokenizer.encode_for_model(SENTENCES, 64)

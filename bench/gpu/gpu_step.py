@@ -30,7 +30,9 @@ against the card's datasheet dense peak (DATASHEET_PEAK). --markdown-out writes 
 the README quotes, headed by the card's name. --check exits 1 when bert-jax's median step is
 slower than PyTorch eager's in any configuration it ran (naming each), so one command on any
 GPU catches a regression. --attention and --fused-attention-dropout set bert-jax's
-`precision.attention` and `precision.fused_attention_dropout` (layers/attention_kernels.py).
+`precision.attention` and `precision.fused_attention_dropout` (layers/attention_kernels.py),
+--projections its `precision.projections` (the query, key and value as one product, a GPU's
+default, or apart: layers/dense.py).
 --smoke runs it all on the CPU in seconds.
 
 This file runs the comparison and writes the table; bench/gpu/gpu_frameworks.py holds the two
@@ -39,7 +41,7 @@ sides' steps, bench/gpu/gpu_card.py the card's peaks, matmul precision and memor
 Usage: python bench/gpu/gpu_step.py [--presets base,large] [--configs fp32:128x128,bf16:128x128,
            fp32:32x512,bf16:32x512] [--rounds 5] [--steps 10] [--compile all|none|CONFIGS]
            [--attention-dropout 0] [--attention auto] [--fused-attention-dropout]
-           [--check] [--markdown-out PATH] [--json-out PATH]
+           [--projections auto|joined|apart] [--check] [--markdown-out PATH] [--json-out PATH]
        python bench/gpu/gpu_step.py --smoke   # on the CPU, BERT-tiny, one round: checks the script
 """
 
@@ -65,7 +67,7 @@ from bench.model_step import make_batch, time_rounds  # noqa: E402
 from bench.gpu.gpu_card import (allow_tf32_in_torch, datasheet_peak, device_name,  # noqa: E402
                             matmul_peaks, memory_report, print_environment, release)
 from bench.gpu.gpu_frameworks import DTYPES, attention_path, build_steps  # noqa: E402
-from bert_jax.models.config import ATTENTION_IMPLEMENTATIONS  # noqa: E402
+from bert_jax.models.config import ATTENTION_IMPLEMENTATIONS, PROJECTIONS  # noqa: E402
 
 
 def benchmark_config(preset: str, precision: str, batch_size: int, seq_len: int, args,
@@ -78,7 +80,8 @@ def benchmark_config(preset: str, precision: str, batch_size: int, seq_len: int,
     steps = build_steps(preset, precision, batch, (precision, batch_size, seq_len) in compiled,
                         args.attention_dropout, {"attention": args.attention,
                                                  "fused_attention_dropout":
-                                                     args.fused_attention_dropout})
+                                                     args.fused_attention_dropout,
+                                                 "projections": args.projections})
     print(f"  {attention_path(batch_size, seq_len)}; bert-jax's compiled step holds "
           f"{steps['bert-jax'].attention()} attention", flush=True)
     # MFU on real tokens: model FLOPs of the batch's unpadded tokens (make_batch pads none,
@@ -180,6 +183,9 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--fused-attention-dropout", action="store_true",
                         help="bert-jax's precision.fused_attention_dropout: attention dropout "
                              "inside cuDNN's kernel (opt-in; bench/gpu/cudnn_dropout_check.py)")
+    parser.add_argument("--projections", default="auto", choices=PROJECTIONS,
+                        help="bert-jax's precision.projections: the query, key and value as "
+                             "one product (joined; auto on a GPU) or each apart")
     parser.add_argument("--check", action="store_true",
                         help="exit 1 if bert-jax is slower than PyTorch eager in any "
                              "configuration run")

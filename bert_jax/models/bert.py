@@ -82,7 +82,7 @@ class SelfAttention(nn.Module):
         # their projection (Dense.output_scale).
         projections = [project(name="query", output_scale=config.head_dim ** -0.5),
                        project(name="key"), project(name="value")]
-        if joins_projections():
+        if joins_projections(self.precision):
             query, key, value = joined_projections(x, projections)
         else:
             query, key, value = (projection(x) for projection in projections)  # (B, T, nh, hd)

@@ -17,6 +17,8 @@ DTYPES = ("float32", "bfloat16")
 ATTENTION_IMPLEMENTATIONS = ("auto", "reference", "xla", "cudnn", "splash")
 # Precision.remat_policy's choices (bert_jax/models/layers/layer_scan.py says what each keeps).
 REMAT_POLICY_NAMES = ("full", "matmul_outputs")
+# Precision.projections' choices (bert_jax/models/layers/dense.py, `joins_projections`).
+PROJECTIONS = ("auto", "joined", "apart")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +47,10 @@ class Precision:
     # GPU, opt-in: a sliding-window layer's attention in bands, its work following the window
     # (banded_attention.py; compiled for an H100, not yet timed on a GPU: docs/gpus.md).
     gpu_attention_bands: bool = False
+    # The projections of one input (BERT's and EuroBERT's query, key and value, EuroBERT's
+    # gate and up) as one product or each its own: auto (one on a GPU, apart elsewhere: what
+    # was measured, layers/dense.py), joined or apart. The parameters are the same either way.
+    projections: str = "auto"
 
     def __post_init__(self):
         if self.attention not in ATTENTION_IMPLEMENTATIONS:
@@ -58,6 +64,9 @@ class Precision:
         if self.remat_policy not in REMAT_POLICY_NAMES:
             raise UserError(f"precision.remat_policy must be one of {list(REMAT_POLICY_NAMES)}, "
                             f"got {self.remat_policy!r}")
+        if self.projections not in PROJECTIONS:
+            raise UserError(f"precision.projections must be one of {list(PROJECTIONS)}, "
+                            f"got {self.projections!r}")
         if self.attention_chunk_rows < -1:
             raise UserError(f"precision.attention_chunk_rows must be -1 (automatic), 0 (off) "
                             f"or a number of rows, got {self.attention_chunk_rows}")

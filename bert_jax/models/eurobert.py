@@ -68,7 +68,7 @@ class EuroBertAttention(nn.Module):
         kv_shape = (config.num_kv_heads, config.head_dim)
         key = dense(kv_shape, ("embed",), ("heads", "kv"), name="key")
         value = dense(kv_shape, ("embed",), ("heads", "kv"), name="value")
-        if not joins_projections():
+        if not joins_projections(precision):
             query, key, value = query(x), key(x), value(x)  # (B, T, nh or nkv, hd)
         elif config.num_kv_heads == config.num_heads:
             query, key, value = joined_projections(x, [query, key, value])
@@ -100,7 +100,7 @@ class SwiGluMlp(nn.Module):
         config, precision = self.config, self.precision
         dense = functools.partial(Dense, config, precision=precision, use_bias=config.mlp_bias)
         up = dense((config.mlp_dim,), ("embed",), ("mlp",), name="up")
-        if joins_projections():
+        if joins_projections(precision):
             gate, up = joined_projections(
                 x, [dense((config.mlp_dim,), ("embed",), ("mlp",), name="gate"), up])
             gate = jax.nn.silu(gate)

@@ -241,7 +241,7 @@ class Dense(nn.Module):
         return add_bias_then(y, bias, self.activation)
 
 
-def joins_projections() -> bool:
+def joins_projections(precision: Precision) -> bool:
     """Whether the encoders multiply several projections of one input as one product
     (`joined_projections`: BERT's query, key and value; EuroBERT's too, or its keys and
     values where the queries have more heads, and its MLP's gate and up): on a GPU, where XLA
@@ -251,7 +251,10 @@ def joins_projections() -> bool:
     it launched 50 (`aot`'s count of a layer's own kernels; docs/gpus.md). On a CPU the projections stay apart, each in `Dense`'s own form: joined,
     EuroBERT's 3-layer train step (2 x 1,024 packed, oneDNN's products, the AMX Xeon) ran
     1.5% slower (apart / joined 0.985, 7 rounds 0.956-0.999). A TPU's compiler has not been
-    measured with the joined form."""
+    measured with the joined form. `precision.projections` "joined" or "apart" decides
+    instead, on any platform (to time one form beside the other)."""
+    if precision.projections != "auto":
+        return precision.projections == "joined"
     return traced_platform() in GPU_PLATFORMS
 
 
