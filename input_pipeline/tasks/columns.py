@@ -147,7 +147,8 @@ def _cell(record, column: Column, path: str, number: int, what: str) -> str:
     return record[column]
 
 
-def _is_number(text: str) -> bool:
+def is_number(text: str) -> bool:
+    """Whether a cell reads as a number (a regression label, a score)."""
     try:
         float(text)
     except ValueError:
@@ -165,7 +166,7 @@ def header_reason(label_cells: Sequence[str], numeric_labels: bool) -> str | Non
     first, others = label_cells[0], list(label_cells[1:])
     if not others:
         return None
-    if not _is_number(first) and all(_is_number(label) for label in others):
+    if not is_number(first) and all(is_number(label) for label in others):
         return f"its label cell {first!r} is not a number and every other row's is"
     if numeric_labels or first in set(others) or len(set(others)) == len(others):
         return None

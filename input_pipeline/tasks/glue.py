@@ -124,19 +124,13 @@ def read_split(data: str, glue_task: GlueTask, split: int | str,
 def _check_labels(rows: list[columns.Row], path: str, glue_task: GlueTask) -> None:
     """Every label one of the task's classes (a typo, "O" for "0", would otherwise train as a
     class of its own and score as a wrong answer) or, STS-B, a number."""
+    expected = ("a similarity score, a number" if glue_task.regression
+                else f"one of {', '.join(glue_task.class_names)}")
     for row in rows:
-        if glue_task.regression:
-            try:
-                float(row.label)
-                continue
-            except ValueError:
-                expected = "a similarity score, a number from 0 to 5"
-        elif row.label in glue_task.class_names:
-            continue
-        else:
-            expected = f"one of {', '.join(glue_task.class_names)}"
-        raise UserError(f"{path}:{row.line}: label {row.label!r}; GLUE's {glue_task.name} "
-                        f"expects {expected}")
+        if not (columns.is_number(row.label) if glue_task.regression
+                else row.label in glue_task.class_names):
+            raise UserError(f"{path}:{row.line}: label {row.label!r}; GLUE's {glue_task.name} "
+                            f"expects {expected}")
 
 
 def _dataset_row(record: dict, glue_task: GlueTask, where: str, number: int) -> columns.Row:
