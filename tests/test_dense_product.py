@@ -188,8 +188,8 @@ def test_joined_projections_and_their_gradients_are_within_a_float32_sums_bound_
 
 
 def test_precision_projections_chooses_the_form_and_refuses_a_typo():
-    """auto joins on a GPU only (this CPU: apart); joined and apart hold on any platform, so
-    that a GPU session can time the one beside the other."""
+    """auto keeps the projections apart (no GPU has timed the joined form); joined and apart
+    hold on any platform, so that a GPU session can time the one beside the other."""
     from bert_jax.errors import UserError
     from bert_jax.models.config import Precision
 

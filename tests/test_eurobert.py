@@ -43,8 +43,8 @@ def test_config_fields_read_and_refused(tmp_path):
 
 
 def _join_projections(monkeypatch):
-    """The projections of one input as one product (`dense.joined_projections`), a GPU's
-    form, forced on this CPU."""
+    """The projections of one input as one product (`dense.joined_projections`, the opt-in
+    `precision.projections=joined`), forced on this CPU."""
     import jax
 
     from bert_jax.models import eurobert
@@ -98,7 +98,7 @@ def test_eurobert_210m_widths_equal_transformers(tmp_path, joined, monkeypatch):
     redrawn), rows up to 24 tokens. The vocabulary is cut from 128,256 to 4,096 tokens to
     keep the test seconds long: its size changes no sum (each logit is a 768-term dot
     product either way), only how many there are. Joined: the query, key and value
-    projections as one product (as many key/value heads as query heads), a GPU's form."""
+    projections as one product (as many key/value heads as query heads), the opt-in form."""
     if joined:
         _join_projections(monkeypatch)
     _, transformers = pytest.importorskip("torch"), pytest.importorskip("transformers")

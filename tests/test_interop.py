@@ -64,8 +64,8 @@ def random_model(tmp_path_factory):
     return config, params, tokenizer, exported
 
 
-# joined: the query, key and value projections as one product, a GPU's form
-# (dense.joined_projections), here forced on the CPU.
+# joined: the query, key and value projections as one product (dense.joined_projections,
+# precision.projections=joined, opt-in for a GPU), here forced on the CPU.
 @pytest.mark.parametrize("joined", [False, True], ids=["apart", "joined"])
 def test_minilm_every_layer_matches_transformers(minilm, joined, monkeypatch):
     import jax

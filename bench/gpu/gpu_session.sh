@@ -19,10 +19,10 @@
 #   packed           gpu_packing.py base bf16 32 x 512: packed (3 a row; auto = XLA's
 #                    attention, and cuDNN segments) against unpacked rows, real tokens/s
 #   large            gpu_step.py large bf16 32x512, dropout 0, --check
-#   apart            base and large bf16 32x512 with the query, key and value projections apart
-#                    (precision.projections): set beside base's and large's (joined, the
-#                    default), torch eager the yardstick in both (issue 50: BERT-Large's
-#                    joined census has 435 fewer kernels but 1.5 GB more bytes)
+#   joined           base and large bf16 32x512 with the query, key and value projections as
+#                    one product (precision.projections=joined, opt-in): set beside base's and
+#                    large's (apart, the default), torch eager the yardstick in both (issue 50:
+#                    joined, BERT-Large's census has 385 fewer kernels but 1.5 GB more bytes)
 #   compiled         gpu_step.py base bf16 128x128 and 32x512 with torch.compile
 # Each step's log is OUT_DIR/NAME.log; gpu_step's tables also go to NAME.md and NAME.json.
 #
@@ -74,7 +74,7 @@ STEPS=(
   "dropout_fused|90|bench/gpu/gpu_step.py --presets base --configs bf16:32x512 --attention-dropout 0.1 --fused-attention-dropout $STEP_ARGS --check"
   "packed|180|bench/gpu/gpu_packing.py ${SMOKE:+--smoke}"
   "large|150|bench/gpu/gpu_step.py --presets large --configs bf16:32x512 $STEP_ARGS --check"
-  "apart|240|bench/gpu/gpu_step.py --presets base,large --configs bf16:32x512 --projections apart $STEP_ARGS"
+  "joined|240|bench/gpu/gpu_step.py --presets base,large --configs bf16:32x512 --projections joined $STEP_ARGS"
   "compiled|300|bench/gpu/gpu_step.py --presets base --configs bf16:128x128,bf16:32x512 ${STEP_ARGS/--compile none/--compile all} --check"
 )
 

@@ -31,8 +31,8 @@ the README quotes, headed by the card's name. --check exits 1 when bert-jax's me
 slower than PyTorch eager's in any configuration it ran (naming each), so one command on any
 GPU catches a regression. --attention and --fused-attention-dropout set bert-jax's
 `precision.attention` and `precision.fused_attention_dropout` (layers/attention_kernels.py),
---projections its `precision.projections` (the query, key and value as one product, a GPU's
-default, or apart: layers/dense.py).
+--projections its `precision.projections` (the query, key and value as one product, opt-in,
+or apart, the default: layers/dense.py).
 --smoke runs it all on the CPU in seconds.
 
 This file runs the comparison and writes the table; bench/gpu/gpu_frameworks.py holds the two
@@ -185,7 +185,7 @@ def parse_arguments() -> argparse.Namespace:
                              "inside cuDNN's kernel (opt-in; bench/gpu/cudnn_dropout_check.py)")
     parser.add_argument("--projections", default="auto", choices=PROJECTIONS,
                         help="bert-jax's precision.projections: the query, key and value as "
-                             "one product (joined; auto on a GPU) or each apart")
+                             "one product (joined, opt-in) or each apart (auto, apart)")
     parser.add_argument("--check", action="store_true",
                         help="exit 1 if bert-jax is slower than PyTorch eager in any "
                              "configuration run")

@@ -48,8 +48,9 @@ class Precision:
     # (banded_attention.py; compiled for an H100, not yet timed on a GPU: docs/gpus.md).
     gpu_attention_bands: bool = False
     # The projections of one input (BERT's and EuroBERT's query, key and value, EuroBERT's
-    # gate and up) as one product or each its own: auto (one on a GPU, apart elsewhere: what
-    # was measured, layers/dense.py), joined or apart. The parameters are the same either way.
+    # gate and up) as one product or each its own: auto (apart: what every measured step ran;
+    # joined compiles to fewer kernels for a GPU, not yet timed there: layers/dense.py),
+    # joined or apart. The parameters are the same either way.
     projections: str = "auto"
 
     def __post_init__(self):

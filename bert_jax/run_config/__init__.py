@@ -59,9 +59,9 @@ def base_config(model_preset: str = "base") -> ml_collections.ConfigDict:
     # GPU opt-in: cuDNN's own masks, not yet checked on a GPU (bench/gpu/cudnn_dropout_check.py).
     config.precision.fused_attention_dropout = False  # attention dropout inside cuDNN's kernel
     config.precision.gpu_attention_bands = False  # a GPU's sliding layers in bands (opt-in)
-    # BERT's and EuroBERT's query, key and value (EuroBERT's gate and up) as one product:
-    # auto joins them on a GPU, where the census measured it (layers/dense.py).
-    config.precision.projections = "auto"  # query, key, value as one product: auto, joined, apart
+    # GPU opt-in: BERT's and EuroBERT's query, key and value (EuroBERT's gate and up) as one
+    # product; fewer kernels compiled for an H100, not yet timed on a GPU (layers/dense.py).
+    config.precision.projections = "auto"  # query, key, value as one product: auto (apart), joined
     config.init_from = ""  # model dir or training workdir to start from; brings its model.* sizes
     config.batch_size = 256  # global sequences per optimizer step, over all processes
     config.grad_accum_steps = 1  # micro-batches per step (batch_size must divide evenly)

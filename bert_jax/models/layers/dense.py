@@ -2,8 +2,8 @@
 dense layer (on a CPU, its kernel's gradient taken in the order XLA runs without a transposed
 copy), LayerNorm with float32 statistics, the bias add whose gradient sums in float32, GELU
 (and the bias add and activation as one step that keeps only the matmul's output for the
-backward pass), several projections of one input as one product (a GPU's attention), and the
-batch-only layout of gathered rows."""
+backward pass), several projections of one input as one product (opt-in), and the batch-only
+layout of gathered rows."""
 
 import functools
 import math
@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.models.config import Precision
-from bert_jax.models.layers.platform import GPU_PLATFORMS, traced_platform
+from bert_jax.models.layers.platform import traced_platform
 
 Array = jax.Array
 
@@ -244,18 +244,18 @@ class Dense(nn.Module):
 def joins_projections(precision: Precision) -> bool:
     """Whether the encoders multiply several projections of one input as one product
     (`joined_projections`: BERT's query, key and value; EuroBERT's too, or its keys and
-    values where the queries have more heads, and its MLP's gate and up): on a GPU, where XLA
-    otherwise casts each kernel and adds each bias in kernels of their own, and multiplies
-    the input's gradient back through each projection apart. Compiled for an H100, BERT-
-    Base's encoder layer launches 49 kernels where it launched 62, EuroBERT-210m's 38 where
-    it launched 50 (`aot`'s count of a layer's own kernels; docs/gpus.md). On a CPU the projections stay apart, each in `Dense`'s own form: joined,
-    EuroBERT's 3-layer train step (2 x 1,024 packed, oneDNN's products, the AMX Xeon) ran
-    1.5% slower (apart / joined 0.985, 7 rounds 0.956-0.999). A TPU's compiler has not been
-    measured with the joined form. `precision.projections` "joined" or "apart" decides
-    instead, on any platform (to time one form beside the other)."""
-    if precision.projections != "auto":
-        return precision.projections == "joined"
-    return traced_platform() in GPU_PLATFORMS
+    values where the queries have more heads, and its MLP's gate and up). Only where
+    `precision.projections` is "joined": "auto" keeps them apart on every platform, the form
+    every measured step ran, until a GPU times the joined one beside it.
+
+    Compiled for an H100, joined is fewer kernels: XLA otherwise casts each kernel and adds
+    each bias in kernels of their own, and multiplies the input's gradient back through each
+    projection apart. BERT-Base's encoder layer launches 49 kernels where it launched 62,
+    EuroBERT-210m's 38 where it launched 50; but BERT-Large's step moves 1.5 GB more
+    (docs/gpus.md). On a CPU joined was slower: EuroBERT's 3-layer train step (2 x 1,024
+    packed, oneDNN's products, the AMX Xeon), apart / joined 0.985 (7 rounds 0.956-0.999).
+    A TPU's compiler has not been measured with it."""
+    return precision.projections == "joined"
 
 
 def joined_projections(x: Array, layers: list[Dense]) -> list[Array]:
