@@ -79,3 +79,20 @@ def test_the_gpu_session_lists_steps_that_exist():
     names = [line.split()[0] for line in listing[:-1]]
     assert names[:3] == ["dropout_check", "cudnn_tests", "base"]  # the most needed first
     assert listing[-1].endswith("budget 540 s")
+
+
+def test_the_band_bench_holds_each_form_to_the_full_one(monkeypatch):
+    """gpu_band_attention.py's check, on the CPU (Pallas interpreted, 2 x 256): XLA's bands
+    and the band kernel agree with the full form within its 1e-4 (measured 4e-7); a kernel
+    that dropped a key block of its band would not."""
+    from bench.gpu import gpu_band_attention
+    from bert_jax.models.layers import band_kernel
+
+    found = gpu_band_attention.agreement(2, 256, interpret=True)
+    assert set(found) == {"bands", "kernel"}
+    assert max(found.values()) <= gpu_band_attention.AGREEMENT
+    # A window of half the reach: the kernel's band misses keys the full form sees.
+    narrow = band_kernel.band_attention
+    monkeypatch.setattr(band_kernel, "band_attention", lambda q, k, v, ids, window, block, i:
+                        narrow(q, k, v, ids, window // 2, block // 2, i))
+    assert gpu_band_attention.agreement(2, 256, interpret=True)["kernel"] > 1e-2

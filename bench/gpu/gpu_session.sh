@@ -23,6 +23,11 @@
 #                    one product (precision.projections=joined, opt-in): set beside base's and
 #                    large's (apart, the default), torch eager the yardstick in both (issue 50:
 #                    joined, BERT-Large's census has 385 fewer kernels but 1.5 GB more bytes)
+#   band_tests       tests/test_band_kernel.py on the GPU: the Pallas band kernel compiled by
+#                    Triton, against full attention
+#   band             gpu_band_attention.py: a ModernBERT sliding layer's core at 16 x 1,024
+#                    and 2 x 8,192, full T x T, XLA's bands and the band kernel, checked
+#                    against each other and timed (issue 50)
 #   compiled         gpu_step.py base bf16 128x128 and 32x512 with torch.compile
 # Each step's log is OUT_DIR/NAME.log; gpu_step's tables also go to NAME.md and NAME.json.
 #
@@ -75,6 +80,8 @@ STEPS=(
   "packed|180|bench/gpu/gpu_packing.py ${SMOKE:+--smoke}"
   "large|150|bench/gpu/gpu_step.py --presets large --configs bf16:32x512 $STEP_ARGS --check"
   "joined|240|bench/gpu/gpu_step.py --presets base,large --configs bf16:32x512 --projections joined $STEP_ARGS"
+  "band_tests|40|-m pytest -q -p no:cacheprovider tests/test_band_kernel.py"
+  "band|110|bench/gpu/gpu_band_attention.py ${SMOKE:+--smoke}"
   "compiled|300|bench/gpu/gpu_step.py --presets base --configs bf16:128x128,bf16:32x512 ${STEP_ARGS/--compile none/--compile all} --check"
 )
 

@@ -163,6 +163,7 @@ class CompileReport:
     kernel_bytes_per_device: float = 0.0
     num_layers: int = 0  # the encoder's layers (0: a report written before it was kept)
     attention_bands: bool = False  # precision.gpu_attention_bands: a GPU's sliding layers
+    band_kernel: bool = False  # precision.gpu_band_kernel: a GPU's sliding layers
 
     @property
     def compile_cost(self) -> str:
@@ -347,6 +348,7 @@ def compile_train_step(run_config, devices: list, topology: str = "",
     if compiled is not None:
         measured = aot_measure.measure(compiled, model_config, run_config, dict(mesh.shape),
                                        kernels)
+    precision = Precision.from_run_config(run_config)
     return CompileReport(
         topology=topology, device_kind=device.device_kind, num_devices=len(devices),
         devices_per_chip=devices_per_chip(device),
@@ -359,7 +361,7 @@ def compile_train_step(run_config, devices: list, topology: str = "",
         resident_before_compile_bytes=peak.before, out_of_memory=out_of_memory or "",
         micro_batches=run_config.grad_accum_steps, window=getattr(model_config, "window", 0),
         num_layers=model_config.num_layers,
-        attention_bands=Precision.from_run_config(run_config).gpu_attention_bands)
+        attention_bands=precision.gpu_attention_bands, band_kernel=precision.gpu_band_kernel)
 
 
 def devices_per_chip(device) -> int:

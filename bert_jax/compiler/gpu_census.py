@@ -22,7 +22,9 @@ copy of the slice it takes, whatever it wraps.
 
 The FLOPs counted are what each call computes: a cuBLAS or Triton matmul 2 M N K (batch
 included); cuDNN's fused attention 2 products of 2 B N T S H forward, and 5 backward (the
-scores recomputed, then the gradients of both products' inputs), padding included.
+scores recomputed, then the gradients of both products' inputs), padding included; a
+Pallas kernel (kind "Pallas": one Triton call, opaque to the HLO) what the kernel that
+bert-jax wrote says it computes over its grid (band_kernel.compiled_flops), 0 for others.
 """
 
 import dataclasses
@@ -34,10 +36,12 @@ import re
 
 from bert_jax.compiler import aot_bytes, hlo_module
 from bert_jax.compiler.hlo_text import array_bytes
+from bert_jax.models.layers import band_kernel
 
-MATMUL, CUDNN, ELEMENTWISE, REDUCTION = "matmul", "cuDNN", "elementwise", "reduction"
+MATMUL, CUDNN, PALLAS = "matmul", "cuDNN", "Pallas"
+ELEMENTWISE, REDUCTION = "elementwise", "reduction"
 COPIES, COLLECTIVES, OTHER = "copies", "collectives", "other"
-KINDS = (MATMUL, CUDNN, ELEMENTWISE, REDUCTION, COPIES, COLLECTIVES, OTHER)
+KINDS = (MATMUL, CUDNN, PALLAS, ELEMENTWISE, REDUCTION, COPIES, COLLECTIVES, OTHER)
 MEMORY_BOUND = (ELEMENTWISE, REDUCTION)  # the kernels whose time is their bytes
 _COLLECTIVE_THUNKS = re.compile(r"AllReduce|AllGather|ReduceScatter|AllToAll|"
                                 r"CollectivePermute|Nccl|Send|Recv")
@@ -47,6 +51,9 @@ _TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
 _CONTROL_THUNKS = ("kWhile", "kConditional")  # run their inner thunks; launch nothing
 _SCRATCH = re.compile(r"^[su]8\[\d+\]")  # a custom call's workspace: s8[4194304]
 _TAKING = ("slice", "dynamic-slice", "gather")  # ops that read only part of their operand
+_TRITON_CALL = "__gpu$xla.gpu.triton"  # a Pallas kernel, compiled by Triton
+_TRITON_NAME = re.compile(r'\bname = "([^"]+)"')
+_TRITON_GRID = re.compile(r"\bgrid_[xyz] = (\d+)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,7 +169,19 @@ def _custom_call_flops(instruction, types: dict) -> float:
     return 0.0
 
 
+def _pallas_flops(instruction, types: dict) -> float:
+    """A Pallas kernel's FLOPs where bert-jax wrote it (band_kernel: its Triton call's name,
+    grid and queries say), else 0: Triton's program is opaque to the HLO."""
+    name = _TRITON_NAME.search(instruction.attributes)
+    programs = math.prod(int(size) for size in _TRITON_GRID.findall(instruction.attributes))
+    queries = _dimensions(types.get(instruction.operands[0], "")) if instruction.operands else []
+    flops = band_kernel.compiled_flops(name.group(1), programs, queries) if name else None
+    return flops or 0.0
+
+
 def _kind_and_flops(thunk: str, instruction, module, types: dict) -> tuple[str, float]:
+    if instruction is not None and _TRITON_CALL in instruction.attributes:
+        return PALLAS, _pallas_flops(instruction, types)
     if _COLLECTIVE_THUNKS.search(thunk):
         return COLLECTIVES, 0.0
     if thunk in ("kGemm", "kCublasLtMatmul", "kCuDnn"):

@@ -31,7 +31,8 @@ JAX_MEMORY_FRACTION = 0.75  # jax preallocates 75% of a GPU's memory unless told
 
 def kind_seconds(report: CompileReport, measured: bool) -> dict[str, float]:
     """Seconds each kernel kind needs at least: at the datasheet's peaks, or (`measured`) at
-    the H100's measured rates for matmuls, cuDNN attention and memory-bound kernels."""
+    the H100's measured rates for matmuls, cuDNN attention and memory-bound kernels (a
+    Pallas kernel, never timed, at the datasheet's either way)."""
     card = report.generation
     flops_rate, bytes_rate = card.peak_bf16_flops_per_chip, card.hbm_bytes_per_second_per_chip
     seconds = {}
@@ -133,9 +134,10 @@ def attention_text(report: CompileReport) -> str:
     if report.attention != aot_hlo.CUDNN or not 0 < on_cudnn < report.num_layers:
         return report.attention
     banded = banded_attention.band_block(report.seq_len, report.window or None, "gpu",
-                                         report.attention_bands)
-    return (f"{report.attention} in {on_cudnn} of {report.num_layers} layers, XLA's attention"
-            f"{' in bands' if banded else ''} in the others")
+                                         report.attention_bands or report.band_kernel)
+    others = ("the Pallas band kernel" if banded and report.band_kernel
+              else "XLA's attention in bands" if banded else "XLA's attention")
+    return f"{report.attention} in {on_cudnn} of {report.num_layers} layers, {others} in the others"
 
 
 def format_gpu_report(report: CompileReport, mfu: float, steps: int) -> str:
@@ -144,6 +146,7 @@ def format_gpu_report(report: CompileReport, mfu: float, steps: int) -> str:
     mesh = " ".join(f"{name}={size}" for name, size in report.mesh_shape.items())
     matmul, cudnn = (report.kernels_by_kind[kind] for kind in (gpu_census.MATMUL,
                                                                 gpu_census.CUDNN))
+    pallas = report.kernels_by_kind.get(gpu_census.PALLAS, {"kernels": 0})
     step_seconds = report.step_seconds(mfu)
     return "\n".join([
         answer_line(report),
@@ -154,7 +157,8 @@ def format_gpu_report(report: CompileReport, mfu: float, steps: int) -> str:
         f"  FLOPs per step: {report.model_flops_per_step:.3e} model (matmuls, 3x forward); "
         f"per GPU compiled: matmuls {matmul['flops']:.3e} in {matmul['kernels']} calls, cuDNN "
         f"attention {cudnn['flops']:.3e} in {cudnn['kernels']} calls (its backward recomputes "
-        f"the scores)",
+        f"the scores)" + (f", Pallas kernels {pallas['flops']:.3e} in {pallas['kernels']} calls"
+                          if pallas["kernels"] else ""),
         *census_lines(report),
         *purpose_lines(report),
         *collective_lines(report),

@@ -47,6 +47,9 @@ class Precision:
     # GPU, opt-in: a sliding-window layer's attention in bands, its work following the window
     # (banded_attention.py; compiled for an H100, not yet timed on a GPU: docs/gpus.md).
     gpu_attention_bands: bool = False
+    # GPU, opt-in: a sliding-window layer's attention as one Pallas kernel a pass over its
+    # band, the scores kept on chip (band_kernel.py; compiled for an H100, not yet timed).
+    gpu_band_kernel: bool = False
     # The projections of one input (BERT's and EuroBERT's query, key and value, EuroBERT's
     # gate and up) as one product or each its own: auto (apart: what every measured step ran;
     # joined compiles to fewer kernels for a GPU, not yet timed there: layers/dense.py),

@@ -59,6 +59,7 @@ def base_config(model_preset: str = "base") -> ml_collections.ConfigDict:
     # GPU opt-in: cuDNN's own masks, not yet checked on a GPU (bench/gpu/cudnn_dropout_check.py).
     config.precision.fused_attention_dropout = False  # attention dropout inside cuDNN's kernel
     config.precision.gpu_attention_bands = False  # a GPU's sliding layers in bands (opt-in)
+    config.precision.gpu_band_kernel = False  # a GPU's sliding layers in one Pallas kernel (opt-in)
     # GPU opt-in: BERT's and EuroBERT's query, key and value (EuroBERT's gate and up) as one
     # product; fewer kernels compiled for an H100, not yet timed on a GPU (layers/dense.py).
     config.precision.projections = "auto"  # query, key, value as one product: auto (apart), joined

@@ -26,7 +26,7 @@ import numpy as np
 from bert_jax.models.config import Precision
 from bert_jax.errors import UserError
 from bert_jax.models.layers import attention_kernels, banded_attention
-from bert_jax.models.layers.platform import traced_platform
+from bert_jax.models.layers.platform import GPU_PLATFORMS, traced_platform
 from bert_jax.models.layers.visibility import visible_keys
 from bert_jax.models.layers.dropout import dropout
 
@@ -150,7 +150,8 @@ def attention(query: Array, key: Array, value: Array, instance_ids: Array, rate:
     implementation = attention_kernels.choose(precision.attention, platform, rate, seq_len,
                                               precision.dtype, max_instances, fused_dropout,
                                               window)
-    band = banded_attention.band_block(seq_len, window, platform, precision.gpu_attention_bands)
+    band = banded_attention.band_block(seq_len, window, platform, precision.gpu_attention_bands
+                                       or precision.gpu_band_kernel)
     if implementation != "reference":
         if rate and not (implementation == "cudnn" and fused_dropout):
             raise UserError(f"precision.attention={implementation!r} applies no attention "
@@ -158,8 +159,9 @@ def attention(query: Array, key: Array, value: Array, instance_ids: Array, rate:
                             f"precision.attention='auto'"
                             + (" (or precision.fused_attention_dropout=True: cuDNN's own)"
                                if implementation == "cudnn" else ""))
-        return attention_kernels.fused_context(implementation, query, key, value, instance_ids,
-                                               max_instances, rate, kernel_seed, window, band)
+        return attention_kernels.fused_context(
+            implementation, query, key, value, instance_ids, max_instances, rate, kernel_seed,
+            window, band, band_kernel=precision.gpu_band_kernel and platform in GPU_PLATFORMS)
     chunks = chunk_count(batch_size, seq_len, precision.attention_chunk_rows, platform)
     if chunks == 1:
         return _core(query, key, value, instance_ids, rate, dropout_key, precision.dtype,
