@@ -226,18 +226,21 @@ MODERNBERT_THREE_LAYERS = run_config_text("modernbert-base", {
     "data.max_sequences_per_row": 1, "objective": "mlm", "optimizer.warmup_steps": 10})
 
 
-@pytest.mark.parametrize("sliding", ["full", "bands", "kernel"])
+@pytest.mark.parametrize("sliding", ["full", "bands", "kernel", "kernel, cudnn"])
 def test_modernbert_takes_cudnn_globally_and_bands_in_its_sliding_layers_when_asked(
         tmp_path, sliding):
     """On a GPU the global layer of unpacked masked-LM rows runs cuDNN (told the rows hold
     one sequence). The sliding layers run XLA's attention on the 1,024 x 1,024 scores, with
     precision.gpu_attention_bands in bands (each block of 64 queries against its 192 keys),
-    or with precision.gpu_band_kernel those bands in the Pallas band kernel, a call a pass."""
+    or with precision.gpu_band_kernel those bands in the Pallas band kernel, a call a pass,
+    also where precision.attention=cudnn puts every other layer on cuDNN."""
     _requires_the_plugin()
     config = MODERNBERT_THREE_LAYERS.replace(
         "    return config", f"    config.precision.gpu_attention_bands = {sliding == 'bands'}\n"
-                             f"    config.precision.gpu_band_kernel = {sliding == 'kernel'}\n"
-                             "    return config")
+                             f"    config.precision.gpu_band_kernel = {'kernel' in sliding}\n"
+                             + ("    config.precision.attention = 'cudnn'\n"
+                                if "cudnn" in sliding else "") + "    return config")
+    sliding = sliding.split(",")[0]
     report, stdout = compile_report(tmp_path, config, "--topology", "h100",
                                     needs_libtpu=False)
     kinds = report["kernels_by_kind"]

@@ -99,8 +99,11 @@ def fused_context(implementation: str, query: Array, key: Array, value: Array,
     from the kernel's own generator, seeded with `seed`; a sliding-window layer's `window`
     (keys with |q - k| <= window) in each kernel's own form, XLA's in bands of `band_block`
     queries where one is given (banded_attention.band_block), or with `band_kernel`
-    (precision.gpu_band_kernel, a GPU's) those bands in one Pallas kernel a pass."""
-    if implementation == "xla" and band_kernel and band_block is not None:
+    (precision.gpu_band_kernel, a GPU's) those bands in one Pallas kernel a pass, whether
+    the other layers take XLA's attention or cuDNN's (whose window is one-sided), unless
+    cuDNN's own dropout is asked for (the band kernel has none)."""
+    if (implementation in ("xla", "cudnn") and band_kernel and band_block is not None
+            and not rate):
         return _on_each_device(
             lambda *rows: band_attention(*rows, window, band_block),
             query, key, value, instance_ids)
