@@ -113,3 +113,16 @@ def test_the_census_reads_the_kernels_flops_from_their_grid():
     assert band_kernel.compiled_flops(forward, programs, queries) == 2 * 3 * product * programs
     assert band_kernel.compiled_flops(backward, programs, queries) == 7 * 3 * product * programs
     assert band_kernel.compiled_flops("mha_forward", programs, queries) is None
+
+
+def test_a_model_the_kernel_cannot_tile_is_refused_by_its_setting():
+    """A sliding layer with heads of 48 under precision.gpu_band_kernel: the error names the
+    setting and what to do, before anything is compiled."""
+    from bert_jax.errors import UserError
+    from bert_jax.models.layers import attention_kernels
+
+    query = jnp.zeros((1, 256, 2, 48), jnp.bfloat16)
+    with pytest.raises(UserError, match="precision.gpu_band_kernel: .*head size \\(48\\).*"
+                                        "set it to false"):
+        attention_kernels.fused_context("xla", query, query, query, jnp.ones((1, 256), jnp.int32),
+                                        window=64, band_block=64, band_kernel=True)

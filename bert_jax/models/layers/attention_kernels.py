@@ -50,7 +50,7 @@ import jax.numpy as jnp
 from bert_jax.errors import UserError
 from bert_jax.models.config import ATTENTION_IMPLEMENTATIONS
 from bert_jax.models.layers import banded_attention
-from bert_jax.models.layers.band_kernel import band_attention
+from bert_jax.models.layers.band_kernel import band_attention, unsupported as band_kernel_tiles
 from bert_jax.models.layers.platform import GPU_PLATFORMS
 from bert_jax.models.layers.visibility import visible_keys, within_window
 
@@ -104,6 +104,10 @@ def fused_context(implementation: str, query: Array, key: Array, value: Array,
     cuDNN's own dropout is asked for (the band kernel has none)."""
     if (implementation in ("xla", "cudnn") and band_kernel and band_block is not None
             and not rate):
+        reason = band_kernel_tiles(query.shape[-1], window, band_block)
+        if reason:
+            raise UserError(f"precision.gpu_band_kernel: {reason}; this model's sliding "
+                            f"layers cannot take it, set it to false")
         return _on_each_device(
             lambda *rows: band_attention(*rows, window, band_block),
             query, key, value, instance_ids)

@@ -64,6 +64,15 @@ def compiled_flops(name: str, programs: int, query_shape: list[int]) -> float | 
             * programs)
 
 
+def unsupported(head_dim: int, window: int, block: int) -> str:
+    """Why the kernel cannot take this layer ("" if it can): Triton's tiles are powers of
+    two, and a block must divide 2 window to tile the band."""
+    if (2 * window) % block or block & (block - 1) or head_dim & (head_dim - 1):
+        return (f"the band kernel needs a power-of-two block ({block}) dividing 2 x window "
+                f"({2 * window}) and a power-of-two head size ({head_dim})")
+    return ""
+
+
 def _product(a: Array, b: Array, trans_a: bool = False, trans_b: bool = False) -> Array:
     """a @ b (either transposed) in float32; float32 inputs stay float32, not TF32, so a
     float32 caller gets float32's products as the reference core does."""
@@ -196,9 +205,8 @@ def _compiler_params():
 
 def _forward(query, key, value, instance_ids, window, block, interpret):
     batch_size, seq_len, num_heads, head_dim = query.shape
-    if (2 * window) % block or block & (block - 1) or head_dim & (head_dim - 1):
-        raise ValueError(f"the band kernel needs a power-of-two block ({block}) dividing "
-                         f"2 x window ({2 * window}) and a power-of-two head size ({head_dim})")
+    if unsupported(head_dim, window, block):
+        raise ValueError(unsupported(head_dim, window, block))
     num_blocks, (query, key, value, instance_ids) = _whole_blocks(block, query, key, value,
                                                                   instance_ids)
     specs = _specs(block, query.shape[1], num_heads // key.shape[2], head_dim)
