@@ -79,6 +79,13 @@ def _product(a: Array, b: Array, trans_a: bool = False, trans_b: bool = False) -
     return triton.dot(a, b, trans_a=trans_a, trans_b=trans_b, allow_tf32=False)
 
 
+def _row_dot(context: Array, context_gradient: Array) -> Array:
+    """Each query's context . its gradient (b,), float32: flash attention's delta, the
+    probability-weighted sum of the scores' gradients that each score's gradient is
+    measured from."""
+    return jnp.sum(context.astype(jnp.float32) * context_gradient.astype(jnp.float32), axis=1)
+
+
 def _visible(query_ids: Array, key_ids: Array, distance: Array, window: int) -> Array:
     """visibility.py's instance rule within the window, for (b,) query and (b,) key ids and
     their (b, b) signed distances q - k."""
@@ -129,7 +136,7 @@ def _forward_kernel(query_ref, key_ref, value_ref, query_ids_ref, key_ids_ref, c
 
 
 def _backward_kernel(query_ref, key_ref, value_ref, query_ids_ref, key_ids_ref, log_sum_exp_ref,
-                     delta_ref, context_gradient_ref, query_gradient_ref, key_gradient_ref,
+                     context_ref, context_gradient_ref, query_gradient_ref, key_gradient_ref,
                      value_gradient_ref, *, window: int, block: int, num_blocks: int):
     """Block r: the gradients of keys and values r (from the query blocks r - window / block
     .. r + window / block that see them), then of queries r (from their band's key blocks)."""
@@ -149,17 +156,19 @@ def _backward_kernel(query_ref, key_ref, value_ref, query_ids_ref, key_ids_ref, 
         probabilities = jnp.where(visible, jnp.exp(scores - log_sum_exp_ref[queries_at][:, None]),
                                   0.0)
         context_gradient = context_gradient_ref[queries_at, :]
+        delta = _row_dot(context_ref[queries_at, :], context_gradient)
         value_gradient += _product(probabilities.astype(context_gradient.dtype),
                                    context_gradient, trans_a=True)
         weight_gradient = _product(context_gradient, values, trans_b=True)
-        score_gradient = probabilities * (weight_gradient - delta_ref[queries_at][:, None])
+        score_gradient = probabilities * (weight_gradient - delta[:, None])
         key_gradient += _product(score_gradient.astype(queries.dtype), queries, trans_a=True)
     key_gradient_ref[...] = key_gradient.astype(key_gradient_ref.dtype)
     value_gradient_ref[...] = value_gradient.astype(value_gradient_ref.dtype)
 
     queries, query_ids = query_ref[own, :], query_ids_ref[own]
-    log_sum_exp, delta = log_sum_exp_ref[own], delta_ref[own]
+    log_sum_exp = log_sum_exp_ref[own]
     context_gradient = context_gradient_ref[own, :]
+    delta = _row_dot(context_ref[own, :], context_gradient)
     query_gradient = jnp.zeros(queries.shape, jnp.float32)
     for side in range(-reach, reach + 1):
         keys_at, inside = _block_at(r + side, num_blocks, block)
@@ -228,20 +237,15 @@ def _backward(query, key, value, instance_ids, context, log_sum_exp, context_gra
               block, interpret):
     batch_size, seq_len, num_heads, head_dim = query.shape
     key_heads = key.shape[2]
-    # delta_q = sum_k p_qk dP_qk = context_q . dcontext_q (flash attention's backward)
-    delta = jnp.einsum("bthd,bthd->bht", context.astype(jnp.float32),
-                       context_gradient.astype(jnp.float32))
-    num_blocks, (query, key, value, instance_ids, context_gradient) = _whole_blocks(
-        block, query, key, value, instance_ids, context_gradient)
-    delta = jnp.pad(delta, [(0, 0), (0, 0), (0, query.shape[1] - seq_len)])
+    num_blocks, (query, key, value, instance_ids, context, context_gradient) = _whole_blocks(
+        block, query, key, value, instance_ids, context, context_gradient)
     groups = num_heads // key_heads
     specs = _specs(block, query.shape[1], groups, head_dim)
     query_gradient, key_gradient, value_gradient = pl.pallas_call(
         functools.partial(_backward_kernel, window=window, block=block, num_blocks=num_blocks),
         grid=(num_blocks, batch_size, num_heads),
         in_specs=[specs["row"], specs["key_row"], specs["key_row"], specs["row_ids"],
-                  specs["row_ids"], specs["per_query_row"], specs["per_query_row"],
-                  specs["row"]],
+                  specs["row_ids"], specs["per_query_row"], specs["row"], specs["row"]],
         out_specs=[specs["block"]] * 3,
         # Keys' and values' gradients per query head; a key head shared by a group of query
         # heads sums its group's below, from float32.
@@ -249,7 +253,7 @@ def _backward(query, key, value, instance_ids, context, log_sum_exp, context_gra
         + [jax.ShapeDtypeStruct(query.shape, jnp.float32 if groups > 1 else key.dtype)] * 2,
         compiler_params=_compiler_params(), interpret=interpret,
         name=kernel_name("backward", 2 * window // block + 1),
-    )(query, key, value, instance_ids, instance_ids, log_sum_exp, delta, context_gradient)
+    )(query, key, value, instance_ids, instance_ids, log_sum_exp, context, context_gradient)
 
     def per_key_head(gradient):
         gradient = gradient[:, :seq_len]
