@@ -47,6 +47,7 @@ _NAME = re.compile(r"band_attention_(forward|backward)_(\d+)_key_blocks$")
 
 
 def kernel_name(direction: str, key_blocks: int) -> str:
+    """The Triton call's name of one pass ("forward", "backward") visiting `key_blocks`."""
     return f"band_attention_{direction}_{key_blocks}_key_blocks"
 
 
