@@ -270,6 +270,23 @@ def test_modernbert_takes_cudnn_globally_and_bands_in_its_sliding_layers_when_as
         pallas_calls / 2 * 9 / 2 * core(scored), rel=1e-9)
 
 
+def test_an_ultrabert_step_takes_the_band_kernel_in_its_sliding_layers(tmp_path):
+    """The Llama-style family's sliding layers (UltraBERT's pattern: two of every three,
+    here with grouped keys, 12 query heads to 4) take the band kernel too, and the report
+    names it: it read ModernBERT's `window` only, and called them XLA's attention."""
+    _requires_the_plugin()
+    config = run_config_text("eurobert-210m", {
+        "model.num_layers": 3, "model.variant": "ultrabert", "model.classifier_pooling": "mean",
+        "model.sliding_window": 64, "model.num_kv_heads": 4, "model.vocab_size": 1024,
+        "precision.dtype": "bfloat16", "precision.gpu_band_kernel": True, "batch_size": 2,
+        "data.seq_len": 1024, "data.max_predictions": 512, "data.max_sequences_per_row": 1,
+        "objective": "mlm", "optimizer.warmup_steps": 10})
+    report, stdout = compile_report(tmp_path, config, "--topology", "h100", needs_libtpu=False)
+    assert report["kernels_by_kind"]["Pallas"]["kernels"] == 2 * 2  # 2 sliding layers
+    assert ("attention: cuDNN fused attention in 1 of 3 layers, the Pallas band kernel in the "
+            "others\n") in stdout
+
+
 def test_the_band_kernel_runs_on_each_cards_own_rows(tmp_path):
     """Under FSDP on 2 H100s the band kernel runs on each card's own row (shard_map): a
     Pallas call is opaque to XLA's partitioner, which otherwise gathered every row's queries,

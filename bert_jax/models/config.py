@@ -354,6 +354,12 @@ class EuroBertConfig(_EncoderConfig):
         sliding = bool(self.layer_types) and self.layer_types[layer] == SLIDING_ATTENTION
         return self.sliding_window if sliding else None
 
+    @property
+    def window(self) -> int:
+        """The sliding layers' reach on each side, 0 without sliding layers (as ModernBERT's
+        config says it: what the compile reports hold the attention kernels to)."""
+        return max((self.layer_window(layer) or 0) for layer in range(self.num_layers))
+
     def layer_rope_theta(self, layer: int) -> float:
         return self.rope_theta if self.layer_window(layer) is None else self.sliding_rope_theta
 
