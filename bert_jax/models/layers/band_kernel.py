@@ -215,8 +215,9 @@ def _compiler_params():
 
 def _forward(query, key, value, instance_ids, window, block, interpret):
     batch_size, seq_len, num_heads, head_dim = query.shape
-    if unsupported(head_dim, window, block):
-        raise ValueError(unsupported(head_dim, window, block))
+    reason = unsupported(head_dim, window, block)
+    if reason:
+        raise ValueError(reason)
     num_blocks, (query, key, value, instance_ids) = _whole_blocks(block, query, key, value,
                                                                   instance_ids)
     specs = _specs(block, query.shape[1], num_heads // key.shape[2], head_dim)
