@@ -270,6 +270,26 @@ def test_modernbert_takes_cudnn_globally_and_bands_in_its_sliding_layers_when_as
         pallas_calls / 2 * 9 / 2 * core(scored), rel=1e-9)
 
 
+def test_the_band_kernel_setting_leaves_the_float32_reference_path_as_it_was(tmp_path):
+    """In float32 a GPU runs the reference core (cuDNN has no fp32 kernel, the band kernel is
+    a fused path's): precision.gpu_band_kernel neither puts it in bands nor adds a Pallas
+    call, so the step compiles to the products it had without the setting."""
+    _requires_the_plugin()
+    float32 = MODERNBERT_THREE_LAYERS.replace("'bfloat16'", "'float32'")
+    assert "'float32'" in float32
+    with_setting = float32.replace(
+        "    return config", "    config.precision.gpu_band_kernel = True\n    return config")
+    (tmp_path / "without").mkdir()
+    (tmp_path / "with").mkdir()
+    without, _ = compile_report(tmp_path / "without", float32, "--topology", "h100",
+                                needs_libtpu=False)
+    report, _ = compile_report(tmp_path / "with", with_setting, "--topology", "h100",
+                               needs_libtpu=False)
+    assert report["kernels_by_kind"]["Pallas"]["kernels"] == 0
+    assert report["kernels_by_kind"]["matmul"]["flops"] == without["kernels_by_kind"]["matmul"][
+        "flops"]
+
+
 def test_an_ultrabert_step_takes_the_band_kernel_in_its_sliding_layers(tmp_path):
     """The Llama-style family's sliding layers (UltraBERT's pattern: two of every three,
     here with grouped keys, 12 query heads to 4) take the band kernel too, and the report

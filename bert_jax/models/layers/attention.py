@@ -150,8 +150,11 @@ def attention(query: Array, key: Array, value: Array, instance_ids: Array, rate:
     implementation = attention_kernels.choose(precision.attention, platform, rate, seq_len,
                                               precision.dtype, max_instances, fused_dropout,
                                               window)
-    band = banded_attention.band_block(seq_len, window, platform, precision.gpu_attention_bands
-                                       or precision.gpu_band_kernel)
+    # The band kernel takes a fused path's bands; the reference core on a GPU (float32,
+    # attention dropout) keeps its own form, in bands only with gpu_attention_bands.
+    fused_bands = precision.gpu_band_kernel and implementation != "reference"
+    band = banded_attention.band_block(seq_len, window, platform,
+                                       precision.gpu_attention_bands or fused_bands)
     if implementation != "reference":
         if rate and not (implementation == "cudnn" and fused_dropout):
             raise UserError(f"precision.attention={implementation!r} applies no attention "
