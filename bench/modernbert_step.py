@@ -13,8 +13,10 @@ equal weights and equal inputs give equal losses, which is what makes the times 
                 loss) and `train_step` (forward, backward, StableAdamW: `optimizer.name=
                 stable_adamw`, lr 8e-4, betas 0.9/0.98, eps 1e-6, weight decay 1e-5 scaled
                 by lr/peak (`decouple_learning_rate`), none on norms and biases, no global
-                clip: StableAdamW clips each tensor's step itself). Its MLM head scores the
-                task's ceil(0.3 T) gathered slots a row (unused slots weigh 0). Attention:
+                clip: StableAdamW clips each tensor's step itself). Its MLM head has the
+                task's ceil(0.3 T) gathered slots a row (unused slots weigh 0) and on a CPU
+                scores the slots in use, in eighths of all slots (`models/layers/
+                slots_in_use.py`: 385 of the 616 where padded rows mask 340). Attention:
                 `precision.attention=auto`, which on a CPU is the reference path, chunked.
   transformers  `ModernBertForMaskedLM` with `sparse_prediction=True` (logits only at the
                 masked positions, as ours), the loss of `labels` (-100 elsewhere); forward

@@ -71,12 +71,15 @@ def first_batch(shards, request):
 def test_the_model_is_told_the_most_sequences_a_row_holds(per_row):
     """data.max_sequences_per_row (the manifest's, which check_settings holds the config to)
     reaches the model as its fused kernels' instance slots: at 1, a GPU's global layers take
-    cuDNN with per-row lengths (tests/test_aot_gpu.py compiles it)."""
+    cuDNN with per-row lengths (tests/test_aot_gpu.py compiles it). The slots' weights come
+    along, so that a CPU scores only the slots in use (tests/test_slots_in_use.py)."""
     task = MaskedLMPretrainingTask(max_predictions=4, max_sequences_per_row=per_row)
-    ids = np.ones((2, 8), np.int32)
-    keywords = task.model_keywords({"instance_ids": ids, "position_ids": ids})
+    ids, weights = np.ones((2, 8), np.int32), np.ones((2, 4), np.float32)
+    keywords = task.model_keywords({"instance_ids": ids, "position_ids": ids,
+                                    "masked_lm_weights": weights})
     assert keywords["max_instances"] == per_row
     assert keywords["instance_ids"] is ids and keywords["position_ids"] is ids
+    assert keywords["masked_lm_weights"] is weights
 
 
 def test_the_loss_is_numpy_cross_entropy_over_the_masked_positions(first_batch):

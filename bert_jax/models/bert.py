@@ -19,12 +19,13 @@ import jax.numpy as jnp
 
 from bert_jax.models.config import BertConfig, Precision
 from bert_jax.models.layers.attention import attend, attention, attention_probabilities
-from bert_jax.models.layers.dense import (FLOAT32, Dense, add_bias, batch_split, gelu,
+from bert_jax.models.layers.dense import (FLOAT32, Dense, batch_split, gelu,
                                           initializer, joined_projections, joins_projections,
                                           layer_norm, zeros)
 from bert_jax.models.layers.dropout import Dropout
 from bert_jax.models.layers.layer_scan import (block_params, dropout_key, remat_layer,
                                                scan_blocks, scanned)
+from bert_jax.models.layers.slots_in_use import decoder_logits
 
 Array = jax.Array
 
@@ -186,20 +187,21 @@ class BertModel(nn.Module):
         """The pooler, tanh(dense), over [CLS] states (..., H)."""
         return batch_split(jnp.tanh(self.pooler(batch_split(cls_states))))
 
-    def word_logits(self, x: Array) -> Array:
-        """Scores against the word embeddings: the MLM decoder shares its weights with them.
-        A matmul in the compute dtype (the table is looked up in float32, see Embeddings)."""
-        table = self.embeddings.word_embeddings.embedding.astype(self.precision.dtype)
-        return jnp.einsum("...h,vh->...v", x.astype(self.precision.dtype), table)  # (..., vocab)
+    def word_table(self) -> Array:
+        """The word embeddings (vocab, H), which the MLM decoder shares: it scores in the
+        compute dtype (the table is looked up in float32, see Embeddings)."""
+        return self.embeddings.word_embeddings.embedding
 
 
 class MaskedLanguageModelHead(nn.Module):
-    """Transform (dense + GELU + LayerNorm), then the tied decoder plus an output bias."""
+    """Transform (dense + GELU + LayerNorm), then the tied decoder plus an output bias: the
+    word embeddings' `table`; on a CPU, only the slots of nonzero `weights` when given
+    (`slots_in_use`)."""
     config: BertConfig
     precision: Precision = FLOAT32
 
     @nn.compact
-    def __call__(self, x: Array, decode) -> Array:
+    def __call__(self, x: Array, table: Array, weights: Array | None = None) -> Array:
         config, precision = self.config, self.precision
         x = Dense(config, (config.hidden_dim,), ("embed",), ("embed_out",), precision,
                   name="transform")(batch_split(x))
@@ -210,7 +212,7 @@ class MaskedLanguageModelHead(nn.Module):
         x = batch_split(x)
         bias = self.param("output_bias", zeros("vocab"), (config.vocab_size,),
                           precision.param_dtype)
-        return add_bias(decode(x), bias)
+        return decoder_logits(x, table, bias, weights)
 
 
 class BertForPreTraining(nn.Module):
@@ -227,8 +229,8 @@ class BertForPreTraining(nn.Module):
     def __call__(self, input_ids: Array, segment_ids: Array, input_mask: Array,
                  masked_lm_positions: Array, train: bool = False, *,
                  instance_ids: Array | None = None, position_ids: Array | None = None,
-                 instance_starts: Array | None = None, max_instances: int | None = None
-                 ) -> tuple[Array, Array]:
+                 instance_starts: Array | None = None, max_instances: int | None = None,
+                 masked_lm_weights: Array | None = None) -> tuple[Array, Array]:
         """Returns MLM logits (B, P, vocab) at `masked_lm_positions` (B, P) and NSP logits (B, 2).
 
         Only the P gathered positions reach the vocabulary projection: at sequence 128 with
@@ -236,12 +238,14 @@ class BertForPreTraining(nn.Module):
         (`instance_ids`, `position_ids` (B, T), see `BertModel`) give each instance's [CLS]
         position in `instance_starts` (B, N): NSP logits are then (B, N, 2), one per instance;
         `max_instances` (static) is N, the slots a fused kernel gives a row's instances.
+        With `masked_lm_weights` (B, P), a CPU scores only the slots that count
+        (`slots_in_use`: the others' logits are 0 beyond the size it scores).
         """
         sequence_output, pooled = self.bert(input_ids, segment_ids, input_mask, train,
                                             instance_ids, position_ids, max_instances)
         gathered = jnp.take_along_axis(
             sequence_output, masked_lm_positions[..., None], axis=1)  # (B, P, H)
-        mlm_logits = self.mlm_head(gathered, self.bert.word_logits)
+        mlm_logits = self.mlm_head(gathered, self.bert.word_table(), masked_lm_weights)
         if instance_starts is not None:
             cls_states = jnp.take_along_axis(
                 sequence_output, instance_starts[..., None], axis=1)  # (B, N, H)

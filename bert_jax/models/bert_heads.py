@@ -92,15 +92,17 @@ class BertForMaskedLM(nn.Module):
     def __call__(self, input_ids: Array, segment_ids: Array, input_mask: Array,
                  masked_lm_positions: Array, train: bool = False, *,
                  instance_ids: Array | None = None, position_ids: Array | None = None,
-                 max_instances: int | None = None) -> Array:
+                 max_instances: int | None = None,
+                 masked_lm_weights: Array | None = None) -> Array:
         """Packed rows (pre-training shards made with --pack) give their `instance_ids` and
         `position_ids` (B, T) and the most instances a row holds (`max_instances`), as
-        `BertModel` takes them."""
+        `BertModel` takes them; `masked_lm_weights` (B, P), the slots that count
+        (`slots_in_use`)."""
         bert = BertModel(self.config, self.precision, with_pooler=False, name="bert")
         sequence_output, _ = bert(input_ids, segment_ids, input_mask, train, instance_ids,
                                   position_ids, max_instances)  # (B, T, H)
         gathered = jnp.take_along_axis(
             sequence_output, masked_lm_positions[..., None], axis=1)  # (B, P, H)
         logits = MaskedLanguageModelHead(self.config, self.precision, name="mlm_head")(
-            gathered, bert.word_logits)
+            gathered, bert.word_table(), masked_lm_weights)
         return logits.astype(jnp.float32)

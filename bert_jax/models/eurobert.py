@@ -190,7 +190,6 @@ class EuroBertModel(nn.Module):
             x = layer(x, *arguments)
         return x
 
-    def word_logits(self, x: Array) -> Array:
-        """Scores against the token embeddings (the decoder when `tie_word_embeddings`)."""
-        table = self.token_embeddings.embedding.astype(self.precision.dtype)
-        return jnp.einsum("...h,vh->...v", x.astype(self.precision.dtype), table)  # (..., vocab)
+    def word_table(self) -> Array:
+        """The token embeddings (vocab, H): the decoder when `tie_word_embeddings`."""
+        return self.token_embeddings.embedding

@@ -28,7 +28,8 @@ import jax.numpy as jnp
 from bert_jax.models.config import EuroBertConfig, Precision
 from bert_jax.models.eurobert import EuroBertModel
 from bert_jax.models.layers.dense import FLOAT32, Dense, batch_split, gelu
-from bert_jax.models.modernbert_heads import OutputBias
+from bert_jax.models.layers.slots_in_use import decoder_logits
+from bert_jax.models.modernbert_heads import TiedDecoder
 
 Array = jax.Array
 
@@ -55,12 +56,13 @@ def gelu_tanh(x: Array) -> Array:
 class UltraBertPredictionHead(nn.Module):
     """UltraBERT's masked-LM head (transformers' `UltrabertPredictionHead`): two bias-free
     dense layers, each followed by tanh GELU, then the bias-free `decoder` to the
-    vocabulary; with `tie_word_embeddings` the decoder is the token embeddings' `table`."""
+    vocabulary; with `tie_word_embeddings` the decoder is the token embeddings' `table`
+    (on a CPU, scoring only the slots of nonzero `weights` when given: `slots_in_use`)."""
     config: EuroBertConfig
     precision: Precision = FLOAT32
 
     @nn.compact
-    def __call__(self, x: Array, table: Array) -> Array:
+    def __call__(self, x: Array, table: Array, weights: Array | None = None) -> Array:
         config, precision = self.config, self.precision
         x = Dense(config, (config.prediction_head_size,), ("embed",), ("mlp",), precision,
                   use_bias=False, activation=gelu_tanh, name="linear1")(x)
@@ -69,11 +71,14 @@ class UltraBertPredictionHead(nn.Module):
         if not config.tie_word_embeddings:
             return _dense(config, config.vocab_size, precision, "decoder", "vocab",
                           use_bias=False)(x)
-        return jnp.einsum("...h,vh->...v", x, table.astype(precision.dtype))  # (..., vocab)
+        return decoder_logits(x.astype(precision.dtype), table, None, weights)  # (..., vocab)
 
 
 class EuroBertForMaskedLM(nn.Module):
-    """Masked-LM logits (B, P, vocab) at the P gathered positions of the final states."""
+    """Masked-LM logits (B, P, vocab) at the P gathered positions of the final states. With
+    `masked_lm_weights` (B, P), a CPU scores only the slots that count (`slots_in_use`)
+    where the decoder is the token embeddings (EuroBERT's and UltraBERT's); an untied
+    decoder scores every slot."""
     config: EuroBertConfig
     precision: Precision = FLOAT32
 
@@ -81,7 +86,8 @@ class EuroBertForMaskedLM(nn.Module):
     def __call__(self, input_ids: Array, segment_ids: Array, input_mask: Array,
                  masked_lm_positions: Array, train: bool = False, *,
                  instance_ids: Array | None = None, position_ids: Array | None = None,
-                 max_instances: int | None = None) -> Array:
+                 max_instances: int | None = None,
+                 masked_lm_weights: Array | None = None) -> Array:
         config, precision = self.config, self.precision
         encoder = EuroBertModel(config, precision, name="eurobert")
         sequence_output, _ = encoder(input_ids, segment_ids, input_mask, train, instance_ids,
@@ -89,16 +95,17 @@ class EuroBertForMaskedLM(nn.Module):
         gathered = batch_split(jnp.take_along_axis(
             sequence_output, masked_lm_positions[..., None], axis=1))  # (B, P, H)
         if config.variant == "ultrabert":
-            table = encoder.token_embeddings.embedding
             return UltraBertPredictionHead(config, precision, name="mlm_head")(
-                gathered, table).astype(jnp.float32)
+                gathered, encoder.word_table(), masked_lm_weights).astype(jnp.float32)
         if not config.tie_word_embeddings:
             logits = _dense(config, config.vocab_size, precision, "mlm_head", "vocab",
                             use_bias=config.mlp_bias)(gathered)
+        elif config.mlp_bias:
+            logits = TiedDecoder(config.vocab_size, precision, name="mlm_head")(
+                gathered, encoder.word_table(), masked_lm_weights)  # (B, P, vocab)
         else:
-            logits = encoder.word_logits(gathered)  # (B, P, vocab)
-            if config.mlp_bias:
-                logits = OutputBias(config.vocab_size, precision, name="mlm_head")(logits)
+            logits = decoder_logits(gathered.astype(precision.dtype), encoder.word_table(),
+                                    None, masked_lm_weights)  # (B, P, vocab)
         return logits.astype(jnp.float32)
 
 

@@ -198,7 +198,6 @@ class ModernBertModel(nn.Module):
             x = layer(x, *arguments)
         return x
 
-    def word_logits(self, x: Array) -> Array:
-        """Scores against the token embeddings, which the masked-LM decoder shares (tied)."""
-        table = self.embeddings.token_embeddings.embedding.astype(self.precision.dtype)
-        return jnp.einsum("...h,vh->...v", x.astype(self.precision.dtype), table)  # (..., vocab)
+    def word_table(self) -> Array:
+        """The token embeddings (vocab, H), which the masked-LM decoder shares (tied)."""
+        return self.embeddings.token_embeddings.embedding

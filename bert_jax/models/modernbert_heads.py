@@ -19,7 +19,8 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.models.config import ModernBertConfig, Precision
-from bert_jax.models.layers.dense import FLOAT32, Dense, add_bias, batch_split, gelu, zeros
+from bert_jax.models.layers.dense import FLOAT32, Dense, batch_split, gelu, zeros
+from bert_jax.models.layers.slots_in_use import decoder_logits
 from bert_jax.models.layers.dropout import Dropout
 from bert_jax.models.modernbert import ModernBertModel, norm, output_std
 
@@ -39,17 +40,18 @@ class PredictionHead(nn.Module):
         return norm(config, precision, name="norm")(gelu(x))
 
 
-class OutputBias(nn.Module):
-    """The masked-LM decoder's bias over the vocabulary (at `mlm_head/output_bias`, where
-    BERT's masked-LM head keeps its own)."""
+class TiedDecoder(nn.Module):
+    """The masked-LM decoder tied to the token embeddings' `table`, and its own bias over the
+    vocabulary (at `mlm_head/output_bias`, where BERT's masked-LM head keeps its own); on a
+    CPU, only the slots of nonzero `weights` when given (`slots_in_use`)."""
     vocab_size: int
     precision: Precision = FLOAT32
 
     @nn.compact
-    def __call__(self, logits: Array) -> Array:
+    def __call__(self, x: Array, table: Array, weights: Array | None = None) -> Array:
         bias = self.param("output_bias", zeros("vocab"), (self.vocab_size,),
                           self.precision.param_dtype)
-        return add_bias(logits, bias)
+        return decoder_logits(x.astype(self.precision.dtype), table, bias, weights)
 
 
 def classifier(config: ModernBertConfig, outputs: int, precision: Precision, name: str):
@@ -61,7 +63,8 @@ def classifier(config: ModernBertConfig, outputs: int, precision: Precision, nam
 
 class ModernBertForMaskedLM(nn.Module):
     """Masked-LM logits (B, P, vocab) at the P gathered positions: the prediction head, then
-    the decoder tied to the token embeddings, plus its bias (`decoder_bias`)."""
+    the decoder tied to the token embeddings, plus its bias (`decoder_bias`). With
+    `masked_lm_weights` (B, P), a CPU scores only the slots that count (`slots_in_use`)."""
     config: ModernBertConfig
     precision: Precision = FLOAT32
 
@@ -69,7 +72,8 @@ class ModernBertForMaskedLM(nn.Module):
     def __call__(self, input_ids: Array, segment_ids: Array, input_mask: Array,
                  masked_lm_positions: Array, train: bool = False, *,
                  instance_ids: Array | None = None, position_ids: Array | None = None,
-                 max_instances: int | None = None) -> Array:
+                 max_instances: int | None = None,
+                 masked_lm_weights: Array | None = None) -> Array:
         config, precision = self.config, self.precision
         if not config.decoder_bias:  # refused when a config is read; guards a direct caller
             raise ValueError("decoder_bias=False is not implemented")
@@ -79,8 +83,8 @@ class ModernBertForMaskedLM(nn.Module):
         gathered = jnp.take_along_axis(
             sequence_output, masked_lm_positions[..., None], axis=1)  # (B, P, H)
         x = PredictionHead(config, precision, name="head")(batch_split(gathered))
-        logits = encoder.word_logits(batch_split(x.astype(precision.dtype)))  # (B, P, vocab)
-        logits = OutputBias(config.vocab_size, precision, name="mlm_head")(logits)
+        logits = TiedDecoder(config.vocab_size, precision, name="mlm_head")(
+            batch_split(x), encoder.word_table(), masked_lm_weights)  # (B, P, vocab)
         return logits.astype(jnp.float32)
 
 

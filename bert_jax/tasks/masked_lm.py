@@ -71,7 +71,9 @@ class MaskedLMRows:
 
     def model_keywords(self, batch):
         # Blocks of packed shards hold several instances; text blocks one (ids = input_mask).
-        return {"instance_ids": batch["instance_ids"], "position_ids": batch["position_ids"]}
+        # The slots' weights let a CPU score only the slots that count (slots_in_use).
+        return {"instance_ids": batch["instance_ids"], "position_ids": batch["position_ids"],
+                "masked_lm_weights": batch["masked_lm_weights"]}
 
 
 class MaskedLMTask(MaskedLMRows, FineTuningTask):

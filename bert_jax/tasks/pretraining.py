@@ -76,10 +76,12 @@ class PretrainingTask(Task):
                 batch["masked_lm_positions"])
 
     def model_keywords(self, batch):
+        # The slots' weights let a CPU score only the slots that count (slots_in_use).
+        weights = {"masked_lm_weights": batch["masked_lm_weights"]}
         if self.max_sequences_per_row == 1:
-            return {}
+            return weights
         # The slot count a fused kernel gives each row's instances: static, from the config.
-        return {**{name: batch[name] for name in _PACKED_INPUTS},
+        return {**{name: batch[name] for name in _PACKED_INPUTS}, **weights,
                 "max_instances": self.max_sequences_per_row}
 
     def _nsp_weights(self, batch):
