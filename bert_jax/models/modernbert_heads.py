@@ -20,8 +20,8 @@ import jax.numpy as jnp
 
 from bert_jax.models.config import ModernBertConfig, Precision
 from bert_jax.models.layers.dense import FLOAT32, Dense, batch_split, gelu, zeros
-from bert_jax.models.layers.slots_in_use import decoder_logits
 from bert_jax.models.layers.dropout import Dropout
+from bert_jax.models.layers.slots_in_use import decoder_logits
 from bert_jax.models.modernbert import ModernBertModel, norm, output_std
 
 Array = jax.Array
