@@ -37,7 +37,6 @@ Usage: python bench/profile_step.py [--task pretrain|qa|modernbert|eurobert|embe
 
 import argparse
 import collections
-import glob
 import os
 import re
 import sys
@@ -51,6 +50,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from host import announce_host  # noqa: E402  (bench/ is on the path here)
 from timed_rounds import warm_up  # noqa: E402
+from xla_cpu_trace import op_names, thread_times  # noqa: E402
 
 # (part, pattern on the HLO op_name), first match wins; op_names carry the flax module path
 # and named scopes (`dropout` in bert_jax/models/layers/dropout.py, also inside attention chunks).
@@ -176,51 +176,6 @@ def part_of(op_name: str) -> str:
     if "embed_batch" in op_name:
         return "pooling and normalisation"
     return OTHER_PART
-
-
-def op_names(hlo_text: str) -> dict[str, str]:
-    """HLO instruction name -> its metadata op_name."""
-    names = {}
-    for line in hlo_text.splitlines():
-        match = re.match(r"\s*(?:ROOT )?%?([\w.\-]+) = .*?op_name=\"([^\"]*)\"", line)
-        if match:
-            names[match.group(1)] = match.group(2)
-    return names
-
-
-def thread_times(trace_dir: str, steps: int) -> collections.Counter:
-    """Nanoseconds per step of each XLA operation on the XLA worker threads, its own time: an
-    operation that holds others on its thread (a conditional running its branch's products)
-    is counted without them, which are counted under their own names."""
-    from jax._src.lib import _profile_data
-    path = glob.glob(os.path.join(trace_dir, "**", "*.xplane.pb"), recursive=True)[0]
-    totals = collections.Counter()
-    for plane in _profile_data.ProfileData.from_file(path).planes:
-        for line in plane.lines:
-            if not line.name.startswith("tf_XLAEigen"):
-                continue
-            events = [event for event in line.events
-                      if not event.name.startswith(("ThunkExecutor", "SlinkyThreadPool"))]
-            for name, nanoseconds in own_times(
-                    (event.name, event.start_ns, event.end_ns) for event in events):
-                totals[name] += nanoseconds / steps
-    return totals
-
-
-def own_times(events) -> list[tuple[str, float]]:
-    """(name, its duration less the events it holds) for (name, start, end) events of one
-    thread, which nest but never overlap otherwise."""
-    events = sorted(events, key=lambda event: (event[1], -event[2]))
-    own, open_events = [], []  # open_events: indices into own of events still running
-    for name, start, end in events:
-        while open_events and own[open_events[-1]][2] <= start:
-            open_events.pop()
-        if open_events:  # held by the innermost running event: not its own time
-            parent = own[open_events[-1]]
-            parent[1] -= end - start
-        own.append([name, end - start, end])
-        open_events.append(len(own) - 1)
-    return [(name, nanoseconds) for name, nanoseconds, _ in own]
 
 
 class QuestionAnsweringStep:

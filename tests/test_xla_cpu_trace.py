@@ -1,13 +1,14 @@
-"""bench/profile_step.py counts each XLA operation's own time: a conditional's trace event
-holds its branch's operations on the same thread, and counting both (as before) put the
-masked-LM head's products in the profile twice, once under `word_logits/cond`."""
+"""bench/xla_cpu_trace.py, which bench/profile_step.py reads its traces with, counts each
+XLA operation's own time: a conditional's trace event holds its branch's operations on the
+same thread, and counting both (as before) put the masked-LM head's products in the profile
+twice, once under `word_logits/cond`."""
 
 import os
 import sys
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPOSITORY)
-from bench.profile_step import own_times  # noqa: E402
+from bench.xla_cpu_trace import own_times  # noqa: E402
 
 
 def test_an_event_holding_others_keeps_only_its_own_time():
