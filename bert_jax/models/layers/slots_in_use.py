@@ -18,8 +18,11 @@ rows) takes the static product's form in place, in its branch.
 Measured on the AMX Xeon (2 cores, oneDNN's products; ModernBERT-base's widths, 3 layers,
 2 x 1,024 tokens, bench/modernbert_step.py's rows; old / new time in one process):
 padded rows, 340 of 616 slots in use, forward 1.110x and train step 1.095x faster
-(7 rounds); packed rows, 612 in use, 0.996x and 1.001x (9 rounds). The train step compiled in
-4.8 s against 3.9-4.1 s static: the branches' cost.
+(7 rounds) with eighths; packed rows, 612 in use, 0.996x and 1.001x (9 rounds). The train
+step compiled in 4.8 s against 3.9-4.1 s static: the branches' cost. Sixteenths against
+eighths (340 slots scored as 347, not 385): train 1.042x (7 rounds, 1.015-1.055), forward
+0.998x; packed rows take the same full branch (train 1.023x and 1.007x, two runs of 5
+rounds); the step's first call 7.4 s against 6.6 s, compile included.
 
 Accelerators keep the one static product: their batches are split across devices by rows,
 and gathering the slots in use across rows would move them between devices.
@@ -35,8 +38,12 @@ Array = jax.Array
 
 # The sizes a batch's slots in use are scored as: k/BUCKETS of all slots, k = 1..BUCKETS. At
 # most 1/BUCKETS of the slots are scored in vain; each size is a branch compiled (forward and
-# backward), so more buckets cost compile time for less saving.
-BUCKETS = 8
+# backward), so more buckets cost compile time for less saving. Sixteen: each product's time
+# is about linear in the slots scored (ModernBERT-base's head alone, 340 to 400 slots: 0.26-0.29
+# ms a slot a product, oneDNN, AMX Xeon): on ModernBERT's padded bench eighths score 45 slots
+# in vain (385 for 340), sixteenths 7, about 32 ms less of a 1.5 s step at three products (42
+# ms measured), for 0.8 s more compile.
+BUCKETS = 16
 # Below this many slots x vocabulary entries the static product stays: the branches' compile
 # time would outweigh what they save (the suite's tiny models), and a small product is cheap.
 # BERT-Base's pre-training batch (32 rows x 20 slots, 30,522 words) is 19.5M; ModernBERT's
