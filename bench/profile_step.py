@@ -5,8 +5,11 @@ operation (fusion) on the XLA worker threads and files it under the model part i
 (score and context products, softmax, dropout), the dense matmuls, LayerNorm, GELU,
 dropout random bits, the masked-LM head and vocabulary projection, the loss, and the
 optimizer update. Matmuls (YNNPACK/oneDNN dot fusions) are shown apart from the
-elementwise work in each part. Times are thread-time per step, summed over XLA's
-threads, so they add up to about (threads x wall time) on an idle machine.
+elementwise work in each part. Times are each operation's share of the wall clock per step:
+XLA's CPU runtime runs independent operations on its threads at once (the masked-LM head's two
+gradient products, each on one thread), and an instant k operations share counts 1/k to each,
+so the times add up to the time some operation ran, at most the wall time. (Summed thread
+times, printed beside, count such an instant k times.)
 
 Two steps can be traced:
 - `--task pretrain` (the default): a pre-training step of `--preset` (batch 8 x 128, 20
@@ -26,10 +29,11 @@ Two steps can be traced:
   pooling, normalisation) on `--batch` x `--seq-len` random ids (32 x 48 by default), no
   gradient; `--peer` profiles sentence-transformers' forward of the same batch beside it.
 
-torch's profiler times each operation on the thread that calls it, while XLA's work is spread
-over its threads (and YNNPACK's helper tasks are not traced), so with `--peer` each side's
-kinds are given as shares of its own busy time and as those shares of its step's wall time;
-process CPU / wall says how busy each side keeps the cores.
+torch's profiler times each operation on the thread that calls it (its intra-op threads work
+inside it, one operation at a time), while XLA's operations are spread over its threads (and
+YNNPACK's helper tasks are not traced), so with `--peer` each side's kinds are given as shares
+of its own busy time and as those shares of its step's wall time; process CPU / wall says how
+busy each side keeps the cores.
 
 Usage: python bench/profile_step.py [--task pretrain|qa|modernbert|eurobert|embed] [--preset base]
        [--batch B] [--seq-len T] [--steps 2] [--layers 22] [--layout padded] [--peer] [--scan]
@@ -50,7 +54,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from host import announce_host  # noqa: E402  (bench/ is on the path here)
 from timed_rounds import warm_up  # noqa: E402
-from xla_cpu_trace import op_names, thread_times  # noqa: E402
+from xla_cpu_trace import op_names, thread_times, wall_times  # noqa: E402
 
 # (part, pattern on the HLO op_name), first match wins; op_names carry the flax module path
 # and named scopes (`dropout` in bert_jax/models/layers/dropout.py, also inside attention chunks).
@@ -323,7 +327,8 @@ def main() -> None:
         jax.profiler.stop_trace()
         wall = (time.perf_counter() - start) / args.steps
         cpu = (time.process_time() - cpu_start) / args.steps
-        totals = thread_times(trace_dir, args.steps)
+        totals = wall_times(trace_dir, args.steps)
+        thread_total = sum(thread_times(trace_dir, args.steps).values())
     parts, matmuls = collections.Counter(), collections.Counter()
     for name, nanoseconds in totals.items():
         part = part_of(names.get(name, ""))
@@ -332,7 +337,8 @@ def main() -> None:
             matmuls[part] += nanoseconds
     total = sum(parts.values())
     print(f"{title}: wall {wall * 1e3:.0f} ms/step, process CPU {cpu * 1e3:.0f} ms/step, "
-          f"XLA thread-time {total / 1e6:.0f} ms/step (with profiling on)")
+          f"XLA operations running {total / 1e6:.0f} ms/step of the wall (their summed thread "
+          f"time {thread_total / 1e6:.0f}; with profiling on)")
     print(f"{'part':40s} {'ms/step':>9s} {'share':>6s} {'of it matmul':>13s}")
     for part, nanoseconds in parts.most_common():
         print(f"{part:40s} {nanoseconds / 1e6:9.1f} {100 * nanoseconds / total:5.1f}% "
@@ -347,9 +353,9 @@ def main() -> None:
             kinds[kind_of(part, False)] += (nanoseconds - matmuls[part]) / 1e3
             kinds[kind_of(part, True)] += matmuls[part] / 1e3
         print("\nBy kind of work, beside the reference on the same inputs and weights "
-              "(transformers' step with sdpa, or sentence-transformers' forward); bert-jax: XLA "
-              "thread-time (YNNPACK's helper threads untraced), the reference: each operation's "
-              "own time on its calling thread")
+              "(transformers' step with sdpa, or sentence-transformers' forward); bert-jax: each XLA "
+              "operation's share of the wall clock (YNNPACK's helper threads untraced), the "
+              "reference: each operation's own time on its calling thread")
         reference = "sentence-transformers" if args.task == "embed" else "transformers"
         print_kinds({"bert-jax": (kinds, wall, cpu), reference: torch_profile(peer, args.steps)})
 
