@@ -1,6 +1,7 @@
 """What an XLA CPU program spent its time on, read from a jax.profiler trace: each HLO
-instruction's own time on XLA's worker threads, and the JAX operation each instruction was
-made for (its metadata op_name). bench/profile_step.py files both under model parts."""
+instruction's own time on XLA's worker threads, its share of the wall clock (operations that
+run at once on two threads share it), and the JAX operation each instruction was made for (its
+metadata op_name). bench/profile_step.py files them under model parts."""
 
 import collections
 import glob
