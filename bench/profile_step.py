@@ -54,7 +54,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from host import announce_host  # noqa: E402  (bench/ is on the path here)
 from timed_rounds import warm_up  # noqa: E402
-from xla_cpu_trace import op_names, thread_times, wall_times  # noqa: E402
+from xla_cpu_trace import op_names, read_threads, thread_times, wall_times  # noqa: E402
 
 # (part, pattern on the HLO op_name), first match wins; op_names carry the flax module path
 # and named scopes (`dropout` in bert_jax/models/layers/dropout.py, also inside attention chunks).
@@ -327,8 +327,9 @@ def main() -> None:
         jax.profiler.stop_trace()
         wall = (time.perf_counter() - start) / args.steps
         cpu = (time.process_time() - cpu_start) / args.steps
-        totals = wall_times(trace_dir, args.steps)
-        thread_total = sum(thread_times(trace_dir, args.steps).values())
+        threads = read_threads(trace_dir)
+        totals = wall_times(threads, args.steps)
+        thread_total = sum(thread_times(threads, args.steps).values())
     parts, matmuls = collections.Counter(), collections.Counter()
     for name, nanoseconds in totals.items():
         part = part_of(names.get(name, ""))

@@ -19,25 +19,27 @@ def op_names(hlo_text: str) -> dict[str, str]:
     return names
 
 
-def thread_times(trace_dir: str, steps: int) -> collections.Counter:
-    """Nanoseconds per step of each XLA operation on the XLA worker threads, its own time: an
+def thread_times(threads: list, steps: int) -> collections.Counter:
+    """Nanoseconds per step of each XLA operation on the XLA worker threads (`threads`, as
+    `read_threads` gives them), its own time: an
     operation that holds others on its thread (a conditional running its branch's products)
     is counted without them, which are counted under their own names. Two operations running
     at once on two threads are both counted whole, so the sum can exceed the wall clock."""
     totals = collections.Counter()
-    for events in _threads(trace_dir):
+    for events in threads:
         for name, nanoseconds in own_times(events):
             totals[name] += nanoseconds / steps
     return totals
 
 
-def wall_times(trace_dir: str, steps: int) -> collections.Counter:
-    """Nanoseconds per step of wall clock of each XLA operation: each instant is shared equally
+def wall_times(threads: list, steps: int) -> collections.Counter:
+    """Nanoseconds per step of wall clock of each XLA operation on `threads` (as `read_threads`
+    gives them): each instant is shared equally
     by the operations running then (each thread's innermost), so the sum is the time some
     operation ran, never more than the wall clock. XLA's CPU runtime runs independent
     operations on its threads at once (the masked-LM head's two gradient products, each on
     one thread), which thread times count twice."""
-    segments = [segment for events in _threads(trace_dir) for segment in innermost(events)]
+    segments = [segment for events in threads for segment in innermost(events)]
     return collections.Counter({name: nanoseconds / steps
                                 for name, nanoseconds in shared_wall(segments).items()})
 
@@ -50,27 +52,27 @@ def shared_wall(segments) -> collections.Counter:
         changes[start].append((1, name))
         changes[end].append((-1, name))
     times = sorted(changes)
-    running, shares = collections.Counter(), collections.Counter()
+    running, shares = collections.Counter(), collections.Counter()  # running: names now
     for time, following in zip(times, times[1:]):
         for change, name in changes[time]:
             running[name] += change
+            if not running[name]:
+                del running[name]
         count = sum(running.values())
         for name, instances in running.items():
-            if instances:
-                shares[name] += (following - time) * instances / count
+            shares[name] += (following - time) * instances / count
     return shares
 
 
-def _threads(trace_dir: str):
+def read_threads(trace_dir: str) -> list[list[tuple[str, float, float]]]:
     """Each XLA worker thread's operation events, (name, start, end) in nanoseconds, from the
-    one trace jax.profiler wrote under `trace_dir`."""
+    one trace jax.profiler wrote under `trace_dir`: read once, for both kinds of time."""
     from jax.profiler import ProfileData
     path = glob.glob(os.path.join(trace_dir, "**", "*.xplane.pb"), recursive=True)[0]
-    for plane in ProfileData.from_file(path).planes:
-        for line in plane.lines:
-            if line.name.startswith("tf_XLAEigen"):
-                yield [(event.name, event.start_ns, event.end_ns) for event in line.events
-                       if not event.name.startswith(("ThunkExecutor", "SlinkyThreadPool"))]
+    return [[(event.name, event.start_ns, event.end_ns) for event in line.events
+             if not event.name.startswith(("ThunkExecutor", "SlinkyThreadPool"))]
+            for plane in ProfileData.from_file(path).planes for line in plane.lines
+            if line.name.startswith("tf_XLAEigen")]
 
 
 def own_times(events) -> list[tuple[str, float]]:
