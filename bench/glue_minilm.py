@@ -34,7 +34,7 @@ REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPOSITORY)
 
 from bench.finetune_recipe import minilm_directory, torch_train  # noqa: E402
-from bench.host import announce_host  # noqa: E402
+from bench.host import announce_host, usable_cores  # noqa: E402
 from bert_jax.storage import files  # noqa: E402
 
 TASKS_DATA = os.path.join(REPOSITORY, "..", "shared", "data", "tasks")
@@ -156,13 +156,6 @@ def keep_run(model: str, glue: str, workdir: str, learning_rate: float, seed: in
         os.remove(checkpoint)  # the run is kept; its training state is not
 
 
-def _usable_cores() -> int:
-    """The cores this process may run on (its affinity where the OS has one: Linux)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
 def _torch_threads(count: int) -> None:
     import torch
 
@@ -185,7 +178,7 @@ def transformers_runs(model: str, glue: str, workdir: str, args) -> list:
                   if not os.path.exists(run_path(workdir, args.task, learning_rate, seed))]
     processes = min(args.reference_processes, len(unfinished))
     if processes > 1:
-        threads = max(1, _usable_cores() // processes)
+        threads = max(1, usable_cores() // processes)
         with concurrent.futures.ProcessPoolExecutor(
                 processes, mp_context=multiprocessing.get_context("spawn"),
                 initializer=_torch_threads, initargs=(threads,)) as pool:

@@ -25,11 +25,19 @@ THREAD_SETTINGS = ("XLA_FLAGS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_
                    "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "TF_NUM_INTRAOP_THREADS")
 
 
+def usable_cores() -> int:
+    """The cores this process may run on: its affinity where the OS has one (Linux), else
+    all of them."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def host_lines(command: str = "pretrain") -> list[str]:
     """The header: date, CPU, ISA, cores, memory, thread settings, the matrix products'
     library as `bert-jax command` chooses it, load."""
     model, isa = this_cpu()
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    usable = usable_cores()
     settings = [f"{name}={os.environ[name]}" for name in THREAD_SETTINGS if name in os.environ]
     lines = [f"host: {model}, {usable} usable of {os.cpu_count()} cores, "
              f"{_memory_gib():.0f} GiB; {platform.machine()}, Python {platform.python_version()}",
